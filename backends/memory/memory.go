@@ -1,0 +1,427 @@
+// Package memory is an in-process registry backend with real TTL expiry.
+// It is for unit tests of the layers above and for examples, never proof
+// that a networked backend works; it passes the same conformance suite as
+// the others.
+//
+// URLs: "mem://" opens a private server; "mem://name" opens the named
+// server shared by every registry in the process that uses that name.
+//
+// A Server also offers the fault hooks the conformance suite uses:
+// SetReachable, Wipe and Delete.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// Scheme is the URL scheme of this backend.
+const Scheme = "mem"
+
+func init() {
+	registry.RegisterDriver(Scheme, func(_ context.Context, u *url.URL) (registry.Driver, error) {
+		if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
+			return nil, fmt.Errorf("%w: mem URL takes only a name (mem://name)", registry.ErrInvalid)
+		}
+		if u.Host == "" {
+			return NewDriver(NewServer()), nil
+		}
+		return NewDriver(Named(u.Host)), nil
+	})
+}
+
+var (
+	namedMu sync.Mutex
+	named   = map[string]*Server{}
+)
+
+// Named returns the process-wide server with the given name, creating it
+// on first use.
+func Named(name string) *Server {
+	namedMu.Lock()
+	defer namedMu.Unlock()
+	s := named[name]
+	if s == nil {
+		s = NewServer()
+		named[name] = s
+	}
+	return s
+}
+
+// Server is the shared store: what a real backend's server would be.
+type Server struct {
+	mu       sync.Mutex
+	rev      uint64
+	services map[string]map[string]*record
+	down     bool
+	changed  chan struct{} // closed and replaced on every change
+	timer    *time.Timer   // fires at the earliest deadline
+	timerAt  time.Time
+}
+
+type record struct {
+	inst     registry.Instance
+	deadline time.Time
+}
+
+// NewServer returns an empty server.
+func NewServer() *Server {
+	return &Server{services: map[string]map[string]*record{}, changed: make(chan struct{})}
+}
+
+// SetReachable simulates a network partition: while false, every client
+// call fails with ErrUnavailable and open watch streams break. TTLs keep
+// running on the server, as they would on a real one.
+func (s *Server) SetReachable(ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = !ok
+	s.notify()
+}
+
+// Wipe deletes all data and resets the revision counter, as a backend
+// restarted on an empty data directory would.
+func (s *Server) Wipe() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.services = map[string]map[string]*record{}
+	s.rev = 0
+	s.notify()
+}
+
+// Delete removes one instance behind its owner's back.
+func (s *Server) Delete(service, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.services[service][id]; !ok {
+		return false
+	}
+	delete(s.services[service], id)
+	s.bump()
+	return true
+}
+
+// bump records a change; s.mu held.
+func (s *Server) bump() {
+	s.rev++
+	s.notify()
+}
+
+func (s *Server) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// sweep deletes expired records and re-arms the expiry timer; s.mu held.
+func (s *Server) sweep(now time.Time) {
+	var next time.Time
+	removed := false
+	for svc, m := range s.services {
+		for id, r := range m {
+			if !r.deadline.After(now) {
+				delete(m, id)
+				removed = true
+				continue
+			}
+			if next.IsZero() || r.deadline.Before(next) {
+				next = r.deadline
+			}
+		}
+		if len(m) == 0 {
+			delete(s.services, svc)
+		}
+	}
+	if removed {
+		s.bump()
+	}
+	s.arm(next)
+}
+
+// arm makes the timer fire at t (zero: no timer); s.mu held. A timer is
+// not a goroutine, so an idle server leaks nothing.
+func (s *Server) arm(t time.Time) {
+	if t.IsZero() {
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.timerAt = time.Time{}
+		return
+	}
+	if !s.timerAt.IsZero() && !t.Before(s.timerAt) && s.timer != nil {
+		return
+	}
+	s.timerAt = t
+	d := time.Until(t)
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, s.expire)
+	} else {
+		s.timer.Reset(d)
+	}
+}
+
+func (s *Server) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timerAt = time.Time{}
+	s.sweep(time.Now())
+}
+
+func (s *Server) unavailable() error {
+	if s.down {
+		return fmt.Errorf("memory: %w: server unreachable", registry.ErrUnavailable)
+	}
+	return nil
+}
+
+func (s *Server) put(inst registry.Instance, ttl time.Duration) {
+	m := s.services[inst.Service]
+	if m == nil {
+		m = map[string]*record{}
+		s.services[inst.Service] = m
+	}
+	dl := time.Now().Add(ttl)
+	m[inst.ID] = &record{inst: inst.Clone(), deadline: dl}
+	s.bump()
+	s.arm(dl)
+}
+
+// list returns the live instances of service; s.mu held.
+func (s *Server) list(service string) registry.Snapshot {
+	now := time.Now()
+	snap := registry.Snapshot{Service: service, Revision: s.rev, At: now, Instances: []registry.Instance{}}
+	for _, r := range s.services[service] {
+		if r.deadline.After(now) {
+			snap.Instances = append(snap.Instances, r.inst.Clone())
+		}
+	}
+	registry.SortInstances(snap.Instances)
+	return snap
+}
+
+// Driver is a client of a Server.
+type Driver struct {
+	srv    *Server
+	mu     sync.Mutex
+	closed bool
+	cut    bool
+	wake   chan struct{} // closed and replaced when cut changes
+}
+
+// NewDriver returns a driver talking to srv. Wrap it with registry.New.
+func NewDriver(srv *Server) *Driver { return &Driver{srv: srv, wake: make(chan struct{})} }
+
+// SetReachable cuts this client off from the server (false) or reconnects
+// it (true), leaving other clients alone: a one-sided network partition.
+func (d *Driver) SetReachable(ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cut = !ok
+	close(d.wake)
+	d.wake = make(chan struct{})
+}
+
+// Server returns the server this driver talks to.
+func (d *Driver) Server() *Server { return d.srv }
+
+func (d *Driver) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	closed, cut := d.closed, d.cut
+	d.mu.Unlock()
+	if closed {
+		return fmt.Errorf("memory: %w", registry.ErrClosed)
+	}
+	if cut {
+		return fmt.Errorf("memory: %w: connection cut", registry.ErrUnavailable)
+	}
+	return nil
+}
+
+// Limits: TTLs down to 10ms, millisecond granularity.
+func (d *Driver) Limits() registry.Limits {
+	return registry.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
+}
+
+// Register implements registry.Driver.
+func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, err
+	}
+	s := d.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.unavailable(); err != nil {
+		return nil, err
+	}
+	s.put(inst, ttl)
+	return &registration{d: d, service: inst.Service, id: inst.ID, ttl: ttl}, nil
+}
+
+type registration struct {
+	d           *Driver
+	service, id string
+	ttl         time.Duration
+}
+
+func (r *registration) Heartbeat(ctx context.Context) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	s := r.d.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.unavailable(); err != nil {
+		return err
+	}
+	rec := s.services[r.service][r.id]
+	if rec == nil || !rec.deadline.After(time.Now()) {
+		return fmt.Errorf("memory: heartbeat %s: %w", r.id, registry.ErrNotFound)
+	}
+	rec.deadline = time.Now().Add(r.ttl)
+	s.arm(rec.deadline)
+	return nil
+}
+
+func (r *registration) Update(ctx context.Context, inst registry.Instance) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	s := r.d.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.unavailable(); err != nil {
+		return err
+	}
+	s.put(inst, r.ttl)
+	return nil
+}
+
+func (r *registration) Deregister(ctx context.Context) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	s := r.d.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.unavailable(); err != nil {
+		return err
+	}
+	if _, ok := s.services[r.service][r.id]; ok {
+		delete(s.services[r.service], r.id)
+		if len(s.services[r.service]) == 0 {
+			delete(s.services, r.service)
+		}
+		s.bump()
+	}
+	return nil
+}
+
+// List implements registry.Driver.
+func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+	if err := d.enter(ctx); err != nil {
+		return registry.Snapshot{}, err
+	}
+	s := d.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.unavailable(); err != nil {
+		return registry.Snapshot{}, err
+	}
+	return s.list(service), nil
+}
+
+// Services implements registry.Driver.
+func (d *Driver) Services(ctx context.Context) ([]string, error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, err
+	}
+	s := d.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.unavailable(); err != nil {
+		return nil, err
+	}
+	var out []string
+	for svc := range s.services {
+		if len(s.list(svc).Instances) > 0 {
+			out = append(out, svc)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Watch implements registry.Driver.
+func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, err
+	}
+	d.srv.mu.Lock()
+	err := d.srv.unavailable()
+	d.srv.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return &stream{d: d, service: service, closed: make(chan struct{})}, nil
+}
+
+type stream struct {
+	d       *Driver
+	service string
+	last    *registry.Snapshot
+	closed  chan struct{}
+	once    sync.Once
+}
+
+func (st *stream) Next(ctx context.Context) (registry.Snapshot, error) {
+	s := st.d.srv
+	for {
+		if err := st.d.enter(ctx); err != nil {
+			return registry.Snapshot{}, err
+		}
+		s.mu.Lock()
+		if err := s.unavailable(); err != nil {
+			s.mu.Unlock()
+			return registry.Snapshot{}, err
+		}
+		snap := s.list(st.service)
+		ch := s.changed
+		s.mu.Unlock()
+		if st.last == nil || !st.last.SameInstances(snap) {
+			st.last = &snap
+			return snap, nil
+		}
+		st.d.mu.Lock()
+		wake := st.d.wake
+		st.d.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ch:
+		case <-ctx.Done():
+			return registry.Snapshot{}, ctx.Err()
+		case <-st.closed:
+			return registry.Snapshot{}, fmt.Errorf("memory: watch: %w", registry.ErrClosed)
+		}
+	}
+}
+
+func (st *stream) Close() error {
+	st.once.Do(func() { close(st.closed) })
+	return nil
+}
+
+// Close implements registry.Driver. The server lives on.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	return nil
+}

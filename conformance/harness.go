@@ -1,0 +1,104 @@
+// Package conformance is the behaviour every Roster backend must show, as
+// one suite that any backend or deployment can run:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, myHarness{...})
+//	}
+//
+// A Harness opens fresh registries on the backend under test and declares
+// its timings (Config). Fault hooks — partitioning one client, restarting
+// or wiping the backend, deleting an instance behind its owner's back — are
+// optional interfaces; a check that needs a hook the harness lacks is
+// skipped with a reason saying so. Crashes need no hook: Lease.Abandon
+// stops heartbeats without deregistering.
+//
+// Every check uses services named "conf-<random>-…", so the suite never
+// touches other data in a shared deployment, and deregisters what it
+// registered. Failures name the contract that was broken.
+package conformance
+
+import (
+	"context"
+	"time"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// Harness gives the suite access to one backend.
+type Harness interface {
+	// Open returns a new Registry on the backend, as a new process would
+	// get. The suite closes it.
+	Open(ctx context.Context) (*registry.Registry, error)
+	// Config declares the backend's timings and known gaps.
+	Config() Config
+}
+
+// Config is what a harness declares about its backend.
+type Config struct {
+	// TTL used by liveness checks (expiry after a crash, outages). It must
+	// be at least the backend's minimum TTL. Default 1s.
+	TTL time.Duration
+	// ExpirySlack: a crashed instance must be gone from Lookup and Watch
+	// within TTL + ExpirySlack (etcd: ~1s, Redis: one sweep interval).
+	ExpirySlack time.Duration
+	// Propagation bounds how long a write takes to reach Lookup and a
+	// Watcher on another client. Default 1s.
+	Propagation time.Duration
+	// StaleDetect bounds how long a watcher cut off from the backend takes
+	// to report Stale. Default 2×TTL.
+	StaleDetect time.Duration
+	// Skip names checks this backend cannot pass, with the reason, e.g.
+	// {"CrashRemovedFromCatalog": "Consul reaps critical services after ≥1m"}.
+	Skip map[string]string
+}
+
+func (c Config) withDefaults() Config {
+	if c.TTL <= 0 {
+		c.TTL = time.Second
+	}
+	if c.Propagation <= 0 {
+		c.Propagation = time.Second
+	}
+	if c.ExpirySlack <= 0 {
+		c.ExpirySlack = c.Propagation
+	}
+	if c.StaleDetect <= 0 {
+		c.StaleDetect = 2 * c.TTL
+	}
+	return c
+}
+
+// Partitioner is implemented by harnesses that can cut one client off
+// from the backend while others keep access (a TCP proxy in front of the
+// server, say).
+type Partitioner interface {
+	// OpenLinked opens a Registry whose connection to the backend can be
+	// cut and restored with the returned Link.
+	OpenLinked(ctx context.Context) (*registry.Registry, Link, error)
+}
+
+// Link is one client's connection to the backend.
+type Link interface {
+	// SetConnected cuts (false) or restores (true) the connection. Cutting
+	// drops established connections and refuses new ones.
+	SetConnected(ctx context.Context, connected bool) error
+}
+
+// Restarter is implemented by harnesses that can restart the backend.
+type Restarter interface {
+	// Restart stops and starts the backend. With keepData false it comes
+	// back empty (like a Consul -dev agent or Redis without persistence).
+	Restart(ctx context.Context, keepData bool) error
+}
+
+// Wiper is implemented by harnesses that can delete all of the backend's
+// data while it runs (FLUSHALL, a new etcd data directory).
+type Wiper interface {
+	Wipe(ctx context.Context) error
+}
+
+// ExternalDeleter is implemented by harnesses that can remove one
+// instance behind its owner's back, as an operator or script would.
+type ExternalDeleter interface {
+	DeleteExternally(ctx context.Context, inst registry.Instance) error
+}

@@ -1,0 +1,370 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// TB is the part of testing.TB the checks use, so that the suite also
+// runs outside "go test" (the roster CLI's conformance command).
+type TB interface {
+	Helper()
+	Name() string
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Fatal(args ...any)
+	Skipf(format string, args ...any)
+	Failed() bool
+	Cleanup(func())
+	Context() context.Context
+}
+
+// check is one named contract.
+type check struct {
+	name     string
+	fault    bool // uses fault hooks or a backend-wide effect: never run in parallel
+	run      func(t TB, s *suite)
+	needs    string // optional hook name, for the skip message
+	needsOK  func(h Harness) bool
+	describe string
+}
+
+// Names returns the names of all checks, in run order.
+func Names() []string {
+	var n []string
+	for _, c := range checks {
+		n = append(n, c.name)
+	}
+	return n
+}
+
+type suite struct {
+	h   Harness
+	cfg Config
+}
+
+// Run runs every check as a subtest of t. Checks that need no fault hook
+// run in parallel with each other; fault checks run one at a time after
+// them, since they affect the whole backend.
+func Run(t *testing.T, h Harness) {
+	s := &suite{h: h, cfg: h.Config().withDefaults()}
+	t.Run("group", func(t *testing.T) {
+		for _, c := range checks {
+			if c.fault {
+				continue
+			}
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				s.runOne(t, c)
+			})
+		}
+	})
+	for _, c := range checks {
+		if !c.fault {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) { s.runOne(t, c) })
+	}
+}
+
+func (s *suite) runOne(t TB, c check) {
+	if reason, ok := s.cfg.Skip[c.name]; ok {
+		t.Skipf("declared by the harness: %s", reason)
+	}
+	if c.needsOK != nil && !c.needsOK(s.h) {
+		t.Skipf("harness has no %s hook", c.needs)
+	}
+	c.run(t, s)
+}
+
+// Result is the outcome of one check when run by RunChecks.
+type Result struct {
+	Name     string
+	Passed   bool
+	Skipped  bool
+	Reason   string // failure or skip messages
+	Duration time.Duration
+}
+
+// RunChecks runs the checks outside "go test", one at a time, and reports
+// each result to report as it finishes. Names filters the checks to run
+// (all when empty). It is what "roster conformance URL" uses.
+func RunChecks(ctx context.Context, h Harness, names []string, report func(Result)) []Result {
+	s := &suite{h: h, cfg: h.Config().withDefaults()}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []Result
+	for _, c := range checks {
+		if len(want) > 0 && !want[c.name] {
+			continue
+		}
+		r := runStandalone(ctx, s, c)
+		out = append(out, r)
+		if report != nil {
+			report(r)
+		}
+	}
+	return out
+}
+
+func runStandalone(ctx context.Context, s *suite, c check) Result {
+	ctx, cancel := context.WithCancel(ctx)
+	t := &standaloneT{name: c.name, ctx: ctx}
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("panic: %v", p)
+			}
+		}()
+		s.runOne(t, c)
+	}()
+	<-done
+	cancel()
+	t.runCleanups()
+	r := Result{Name: c.name, Duration: time.Since(start)}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r.Passed, r.Skipped = !t.failed && !t.skipped, t.skipped
+	r.Reason = strings.Join(t.msgs, "; ")
+	return r
+}
+
+type standaloneT struct {
+	name     string
+	ctx      context.Context
+	mu       sync.Mutex
+	failed   bool
+	skipped  bool
+	msgs     []string
+	cleanups []func()
+}
+
+func (t *standaloneT) Helper()                  {}
+func (t *standaloneT) Name() string             { return t.name }
+func (t *standaloneT) Context() context.Context { return t.ctx }
+func (t *standaloneT) Logf(string, ...any)      {}
+func (t *standaloneT) Failed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failed
+}
+func (t *standaloneT) Errorf(f string, a ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failed = true
+	t.msgs = append(t.msgs, fmt.Sprintf(f, a...))
+}
+func (t *standaloneT) Fatalf(f string, a ...any) { t.Errorf(f, a...); runtime.Goexit() }
+func (t *standaloneT) Fatal(a ...any)            { t.Errorf("%s", fmt.Sprint(a...)); runtime.Goexit() }
+func (t *standaloneT) Skipf(f string, a ...any) {
+	t.mu.Lock()
+	t.skipped = true
+	t.msgs = append(t.msgs, fmt.Sprintf(f, a...))
+	t.mu.Unlock()
+	runtime.Goexit()
+}
+func (t *standaloneT) Cleanup(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cleanups = append(t.cleanups, f)
+}
+func (t *standaloneT) runCleanups() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}
+
+// ---- helpers shared by the checks ----
+
+// open opens a registry and closes it at cleanup.
+func (s *suite) open(t TB) *registry.Registry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := s.h.Open(ctx)
+	if err != nil {
+		t.Fatalf("Harness.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// service returns a fresh service name unique to this run.
+func service(base string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "conf-" + hex.EncodeToString(b[:]) + "-" + base
+}
+
+var portMu sync.Mutex
+var nextPort = 20000
+
+func addr() string {
+	portMu.Lock()
+	defer portMu.Unlock()
+	nextPort++
+	if nextPort > 60000 {
+		nextPort = 20001
+	}
+	return fmt.Sprintf("127.0.0.1:%d", nextPort)
+}
+
+func (s *suite) inst(svc string) registry.Instance {
+	return registry.Instance{Service: svc, Address: addr()}
+}
+
+// register registers and fails the check on error.
+func (s *suite) register(t TB, r *registry.Registry, in registry.Instance, opts ...registry.RegisterOption) *registry.Lease {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	opts = append([]registry.RegisterOption{registry.WithTTL(s.cfg.TTL)}, opts...)
+	l, err := r.Register(ctx, in, opts...)
+	if err != nil {
+		t.Fatalf("Register(%s at %s): %v", in.Service, in.Address, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.Deregister(ctx)
+	})
+	return l
+}
+
+func (s *suite) watch(t TB, r *registry.Registry, svc string) *registry.Watcher {
+	t.Helper()
+	w, err := r.Watch(t.Context(), svc)
+	if err != nil {
+		t.Fatalf("Watch(%s): %v", svc, err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+// next calls Next with a deadline.
+func next(t TB, w *registry.Watcher, d time.Duration) (registry.Snapshot, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	return w.Next(ctx)
+}
+
+// waitWatch reads the watcher until pred holds for a fresh snapshot,
+// checking on the way that revisions never go back and that no two
+// successive deliveries are identical. It returns the matching snapshot.
+func waitWatch(t TB, w *registry.Watcher, d time.Duration, what string, pred func(registry.Snapshot) bool) registry.Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var last *registry.Snapshot
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("watcher: %s not delivered within %v (last delivered: %s)", what, d, describe(last))
+		}
+		s, err := next(t, w, left)
+		if err != nil && !s.Stale {
+			if t.Context().Err() == nil && time.Now().After(deadline) {
+				t.Fatalf("watcher: %s not delivered within %v (last delivered: %s)", what, d, describe(last))
+			}
+			if time.Now().Before(deadline) {
+				t.Fatalf("watcher: Next failed while waiting for %s: %v", what, err)
+			}
+			continue
+		}
+		if last != nil {
+			if s.Revision < last.Revision {
+				t.Fatalf("watcher: revision went back from %d to %d", last.Revision, s.Revision)
+			}
+			if s.Stale == last.Stale && s.SameInstances(*last) {
+				t.Fatalf("watcher: delivered the same state twice in a row (%s)", describe(&s))
+			}
+		}
+		last = &s
+		if !s.Stale && pred(s) {
+			return s
+		}
+	}
+}
+
+// eventually polls cond every 20ms until it holds or d passes.
+func eventually(t TB, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var detail string
+	for {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		detail = msg
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %v: %s", what, d, detail)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-t.Context().Done():
+			t.Fatalf("%s: %v", what, t.Context().Err())
+		}
+	}
+}
+
+func lookupIDs(t TB, r *registry.Registry, svc string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	s, err := r.Lookup(ctx, svc)
+	if err != nil {
+		return nil, err
+	}
+	return ids(s), nil
+}
+
+func ids(s registry.Snapshot) []string {
+	out := make([]string, 0, len(s.Instances))
+	for _, in := range s.Instances {
+		out = append(out, in.ID)
+	}
+	return out
+}
+
+func has(s registry.Snapshot, id string) bool {
+	_, ok := s.Find(id)
+	return ok
+}
+
+func describe(s *registry.Snapshot) string {
+	if s == nil {
+		return "nothing"
+	}
+	return fmt.Sprintf("rev %d stale=%v %v", s.Revision, s.Stale, ids(*s))
+}
+
+func sortedEqual(a, b []string) bool {
+	a, b = append([]string(nil), a...), append([]string(nil), b...)
+	sort.Strings(a)
+	sort.Strings(b)
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

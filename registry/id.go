@@ -1,0 +1,31 @@
+package registry
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
+)
+
+// NewID returns a fresh instance ID of the form
+// <service>-<host>-<port>-<random>. The random suffix (64 bits) means two
+// processes registering the same address — a restarted container whose
+// predecessor has not expired yet, or two workers behind one port — never
+// overwrite each other's registration.
+func NewID(service, address string) string {
+	i := Instance{Address: address}
+	host := strings.Map(func(r rune) rune {
+		if r < 0x80 && idChar(byte(r)) {
+			return r
+		}
+		return '_'
+	}, i.Host())
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents a fatal error instead)
+	id := service + "-" + host + "-" + strconv.Itoa(i.Port()) + "-" + hex.EncodeToString(b[:])
+	if len(id) > MaxIDLen {
+		id = id[len(id)-MaxIDLen:]
+		id = strings.TrimLeft(id, "._-")
+	}
+	return id
+}

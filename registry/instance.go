@@ -1,0 +1,110 @@
+package registry
+
+import (
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// DefaultWeight is the weight given to an instance registered with Weight 0.
+// A weight of 0 set later (Lease.Drain) means "draining": selectors pick a
+// draining instance only when nothing else is left.
+const DefaultWeight = 100
+
+// Instance is one registered endpoint of a service.
+type Instance struct {
+	ID       string            // unique per registration; see NewID
+	Service  string            // [a-z0-9][a-z0-9._-]{0,127}
+	Address  string            // host:port
+	Version  string            // free form, e.g. "1.2.0"; used by version filters
+	Zone     string            // locality, e.g. "hz-1"; used by zone filters
+	Weight   uint32            // relative share of traffic; 0 after Drain
+	Tags     []string          // labels, e.g. "canary"
+	Metadata map[string]string // bounded, validated key/value pairs
+}
+
+// Host returns the host part of Address.
+func (i Instance) Host() string {
+	h, _, _ := net.SplitHostPort(i.Address)
+	return h
+}
+
+// Port returns the port part of Address, or 0 if it does not parse.
+func (i Instance) Port() int {
+	_, p, _ := net.SplitHostPort(i.Address)
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// Equal reports whether two instances have identical fields. Tag order is
+// significant; a nil and an empty map or slice are equal.
+func (i Instance) Equal(o Instance) bool {
+	return i.ID == o.ID && i.Service == o.Service && i.Address == o.Address &&
+		i.Version == o.Version && i.Zone == o.Zone && i.Weight == o.Weight &&
+		slices.Equal(i.Tags, o.Tags) && maps.Equal(i.Metadata, o.Metadata)
+}
+
+// Clone returns a deep copy, so that the copy shares no slice or map with i.
+func (i Instance) Clone() Instance {
+	i.Tags = slices.Clone(i.Tags)
+	if i.Metadata != nil {
+		i.Metadata = maps.Clone(i.Metadata)
+	}
+	return i
+}
+
+// Snapshot is the set of live instances of one service at one point in
+// time. Snapshots are immutable once published: readers share them and must
+// not modify the Instances slice or what it holds.
+type Snapshot struct {
+	Service   string
+	Instances []Instance // sorted by ID; empty is a real answer ("no instances")
+	// Revision orders snapshots of one service: a Watcher never delivers a
+	// lower revision after a higher one. It is the backend's revision or
+	// index where the backend has one; after a backend wipe resets that
+	// counter the cache keeps counting up from the last value it delivered.
+	Revision uint64
+	// Stale is set when the backend is failing and this is the last good
+	// state served from cache.
+	Stale bool
+	At    time.Time // when this state was read from the backend
+}
+
+// Find returns the instance with the given ID.
+func (s Snapshot) Find(id string) (Instance, bool) {
+	n, ok := slices.BinarySearchFunc(s.Instances, id, func(in Instance, id string) int {
+		switch {
+		case in.ID < id:
+			return -1
+		case in.ID > id:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return Instance{}, false
+	}
+	return s.Instances[n], true
+}
+
+// SameInstances reports whether s and o hold the same instances with the
+// same fields, ignoring Revision, Stale and At.
+func (s Snapshot) SameInstances(o Snapshot) bool {
+	return slices.EqualFunc(s.Instances, o.Instances, Instance.Equal)
+}
+
+// SortInstances sorts instances by ID, the order Snapshot promises.
+// Drivers call it before returning a snapshot.
+func SortInstances(in []Instance) {
+	slices.SortFunc(in, func(a, b Instance) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+}

@@ -1,0 +1,343 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/roster-go/roster/internal/backoff"
+)
+
+// LeaseState is the state of a registration kept alive by a Lease.
+type LeaseState int32
+
+const (
+	// LeaseHealthy: registered, heartbeats succeeding.
+	LeaseHealthy LeaseState = iota
+	// LeaseReregistering: the backend lost the registration or cannot be
+	// reached for longer than the TTL; the lease is writing it again with
+	// backoff, forever, until Deregister or Close.
+	LeaseReregistering
+	// LeaseWithdrawn: the local health check fails; the instance is removed
+	// from the registry until the check passes again.
+	LeaseWithdrawn
+	// LeaseClosed: deregistered, abandoned or the registry was closed.
+	LeaseClosed
+)
+
+func (s LeaseState) String() string {
+	switch s {
+	case LeaseHealthy:
+		return "healthy"
+	case LeaseReregistering:
+		return "re-registering"
+	case LeaseWithdrawn:
+		return "withdrawn"
+	case LeaseClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("LeaseState(%d)", int(s))
+}
+
+// Lease keeps one registration alive. It heartbeats every interval (TTL/3
+// by default, with jitter); when the backend reports the registration lost
+// — expired during an outage, deleted externally, data wiped, agent
+// restarted — it registers again by itself with capped, jittered backoff,
+// until Deregister, Abandon or Registry.Close. Its methods are safe for
+// concurrent use.
+type Lease struct {
+	r          *Registry
+	ttl        time.Duration
+	interval   time.Duration
+	policy     backoff.Policy
+	check      func(context.Context) error
+	checkEvery time.Duration
+	onState    func(LeaseState, error)
+
+	// opMu serialises driver calls on the registration: the loop's
+	// heartbeats and re-registrations, and Update/Deregister from callers.
+	opMu sync.Mutex
+	reg  Registration // nil while withdrawn or lost
+
+	mu    sync.Mutex
+	inst  Instance
+	state LeaseState
+	err   error
+
+	stop    chan struct{}
+	done    chan struct{}
+	cancel  context.CancelFunc
+	stopped sync.Once
+}
+
+// Instance returns the registered instance (with its ID).
+func (l *Lease) Instance() Instance {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inst.Clone()
+}
+
+// TTL returns the effective TTL (the requested one rounded up to the
+// backend's granularity).
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// HeartbeatInterval returns the heartbeat period.
+func (l *Lease) HeartbeatInterval() time.Duration { return l.interval }
+
+// State returns the current state.
+func (l *Lease) State() LeaseState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+
+// Err returns the last error seen by the lease (a failed heartbeat,
+// re-registration or health check), or nil once it is healthy again.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Drain sets the instance's weight to 0 in the registry, so that selectors
+// stop sending it new work while it finishes what it has; the
+// registration stays alive until Deregister.
+func (l *Lease) Drain(ctx context.Context) error { return l.SetWeight(ctx, 0) }
+
+// SetWeight changes the instance's weight in the registry. Weight 0 means
+// draining.
+func (l *Lease) SetWeight(ctx context.Context, w uint32) error {
+	return l.update(ctx, func(in *Instance) { in.Weight = w })
+}
+
+// SetMetadata replaces the instance's metadata in the registry.
+func (l *Lease) SetMetadata(ctx context.Context, md map[string]string) error {
+	return l.update(ctx, func(in *Instance) { in.Metadata = md })
+}
+
+func (l *Lease) update(ctx context.Context, f func(*Instance)) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	l.mu.Lock()
+	if l.state == LeaseClosed {
+		l.mu.Unlock()
+		return fmt.Errorf("lease %s: %w", l.inst.ID, ErrClosed)
+	}
+	next := l.inst.Clone()
+	f(&next)
+	if err := next.Validate(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	l.mu.Unlock()
+	if l.reg != nil {
+		if err := l.reg.Update(ctx, next); err != nil {
+			return fmt.Errorf("lease %s: update: %w", next.ID, err)
+		}
+	}
+	// While withdrawn or lost, the next registration writes the new state.
+	l.mu.Lock()
+	l.inst = next
+	l.mu.Unlock()
+	return nil
+}
+
+// Deregister stops the heartbeats and removes the instance from the
+// registry. If the backend cannot be reached the error says so, and the
+// instance disappears when its TTL runs out. Calling it again returns
+// ErrClosed.
+func (l *Lease) Deregister(ctx context.Context) error {
+	if !l.halt() {
+		return fmt.Errorf("lease %s: %w", l.inst.ID, ErrClosed)
+	}
+	l.r.forget(l)
+	l.opMu.Lock()
+	reg := l.reg
+	l.reg = nil
+	l.opMu.Unlock()
+	if reg == nil {
+		return nil
+	}
+	if err := reg.Deregister(ctx); err != nil {
+		return fmt.Errorf("lease %s: deregister: %w", l.inst.ID, err)
+	}
+	return nil
+}
+
+// Abandon stops the heartbeats without deregistering, as if the process
+// had crashed: the backend drops the instance when its TTL runs out. It is
+// how tests and hand-offs simulate a crash.
+func (l *Lease) Abandon() {
+	if l.halt() {
+		l.r.forget(l)
+	}
+}
+
+// halt stops the loop; it reports whether this call did it.
+func (l *Lease) halt() bool {
+	first := false
+	l.stopped.Do(func() {
+		first = true
+		close(l.stop)
+		l.cancel()
+		<-l.done
+		l.setState(LeaseClosed, nil)
+	})
+	return first
+}
+
+func (l *Lease) setState(s LeaseState, err error) {
+	l.mu.Lock()
+	changed := l.state != s
+	l.state, l.err = s, err
+	inst := l.inst
+	l.mu.Unlock()
+	if !changed {
+		return
+	}
+	if l.r.log != nil {
+		l.r.log.Info("roster: lease state", "id", inst.ID, "service", inst.Service, "state", s.String(), "err", err)
+	}
+	if l.r.obs != nil {
+		l.r.obs.LeaseState(inst, s, err)
+	}
+	if l.onState != nil {
+		l.onState(s, err)
+	}
+}
+
+func (l *Lease) setErr(err error) {
+	l.mu.Lock()
+	l.err = err
+	l.mu.Unlock()
+}
+
+// run is the lease's only goroutine. Heartbeats are due every interval;
+// failures are retried sooner, with backoff, and after a full TTL without
+// a successful heartbeat — or as soon as the backend says the registration
+// is gone — the lease switches to registering again.
+func (l *Lease) run(ctx context.Context, lastOK time.Time) {
+	defer close(l.done)
+	hb := time.NewTimer(backoff.Jitter(l.interval, 0.2))
+	defer hb.Stop()
+	var checkC <-chan time.Time
+	if l.check != nil {
+		t := time.NewTicker(l.checkEvery)
+		defer t.Stop()
+		checkC = t.C
+	}
+	attempt := 0
+	if l.State() != LeaseHealthy {
+		hb.Stop() // withdrawn from the start: wait for the health check
+	}
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-checkC:
+			l.runCheck(ctx, hb)
+		case <-hb.C:
+			switch l.State() {
+			case LeaseHealthy:
+				err := l.heartbeat(ctx)
+				switch {
+				case err == nil:
+					lastOK, attempt = time.Now(), 0
+					l.setErr(nil)
+					hb.Reset(backoff.Jitter(l.interval, 0.2))
+				case ctx.Err() != nil:
+					return
+				case errors.Is(err, ErrNotFound) || time.Since(lastOK) >= l.ttl:
+					l.setState(LeaseReregistering, err)
+					attempt = 0
+					hb.Reset(0)
+				default:
+					l.setErr(err)
+					hb.Reset(min(l.policy.Delay(attempt), l.interval))
+					attempt++
+				}
+			case LeaseReregistering:
+				err := l.register(ctx)
+				switch {
+				case err == nil:
+					lastOK, attempt = time.Now(), 0
+					l.setState(LeaseHealthy, nil)
+					hb.Reset(backoff.Jitter(l.interval, 0.2))
+				case ctx.Err() != nil:
+					return
+				default:
+					l.setErr(err)
+					hb.Reset(l.policy.Delay(attempt))
+					attempt++
+				}
+			}
+		}
+	}
+}
+
+func (l *Lease) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(l.interval, time.Second))
+}
+
+func (l *Lease) heartbeat(ctx context.Context) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if l.reg == nil {
+		return ErrNotFound
+	}
+	cctx, cancel := l.callCtx(ctx)
+	defer cancel()
+	return l.reg.Heartbeat(cctx)
+}
+
+func (l *Lease) register(ctx context.Context) error {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	cctx, cancel := l.callCtx(ctx)
+	defer cancel()
+	reg, err := l.r.drv.Register(cctx, l.Instance(), l.ttl)
+	if err != nil {
+		return err
+	}
+	l.reg = reg
+	return nil
+}
+
+func (l *Lease) runCheck(ctx context.Context, hb *time.Timer) {
+	cctx, cancel := context.WithTimeout(ctx, l.checkEvery)
+	err := l.check(cctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	state := l.State()
+	switch {
+	case err != nil && state != LeaseWithdrawn:
+		hb.Stop()
+		l.opMu.Lock()
+		reg := l.reg
+		l.reg = nil
+		l.opMu.Unlock()
+		l.setState(LeaseWithdrawn, fmt.Errorf("health check: %w", err))
+		if reg != nil {
+			dctx, cancel := l.callCtx(ctx)
+			// Best effort: if this fails the instance still expires with its TTL.
+			if derr := reg.Deregister(dctx); derr != nil {
+				l.setErr(fmt.Errorf("health check: %w; withdraw: %w", err, derr))
+			}
+			cancel()
+		}
+	case err != nil:
+		l.setErr(fmt.Errorf("health check: %w", err))
+	case state == LeaseWithdrawn:
+		l.setState(LeaseReregistering, nil)
+		resetTimer(hb, 0)
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	t.Reset(d)
+}

@@ -1,0 +1,98 @@
+package registry
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Defaults for registrations and watches.
+const (
+	DefaultTTL            = 10 * time.Second
+	DefaultResyncInterval = 60 * time.Second
+)
+
+// Option configures a Registry.
+type Option func(*options)
+
+type options struct {
+	name     string
+	logger   *slog.Logger
+	resync   time.Duration
+	observer Observer
+}
+
+// WithLogger sets the logger for background events (re-registrations,
+// watch errors). The default discards them.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithResyncInterval sets how often a live watch re-lists its service in
+// full, to heal anything a backend's change feed missed. Each watch starts
+// at a random phase within the interval so that many clients started
+// together do not list together. Zero or negative disables resync.
+func WithResyncInterval(d time.Duration) Option { return func(o *options) { o.resync = d } }
+
+// WithObserver installs hooks called on discovery events (for metrics).
+func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
+
+func withName(n string) Option { return func(o *options) { o.name = n } }
+
+// Observer receives discovery events. Implementations must be fast and
+// safe for concurrent use; middleware provides an OpenTelemetry one.
+type Observer interface {
+	// Lookup is called after every Registry.Lookup: whether it was served
+	// from a live watch cache, how long it took and its error.
+	Lookup(service string, cacheHit bool, d time.Duration, err error)
+	// Snapshot is called whenever a watch publishes a new snapshot.
+	Snapshot(s Snapshot)
+	// LeaseState is called when a lease changes state.
+	LeaseState(inst Instance, s LeaseState, err error)
+}
+
+// RegisterOption configures one registration.
+type RegisterOption func(*regOptions)
+
+type regOptions struct {
+	ttl           time.Duration
+	interval      time.Duration
+	check         func(context.Context) error
+	checkInterval time.Duration
+	backoffBase   time.Duration
+	backoffMax    time.Duration
+	onState       func(LeaseState, error)
+}
+
+// WithTTL sets how long the backend keeps the instance without a
+// heartbeat (default 10s). Backends reject TTLs below their floor (etcd
+// 2s) and round up to their granularity; Lease.TTL reports the result.
+func WithTTL(d time.Duration) RegisterOption { return func(o *regOptions) { o.ttl = d } }
+
+// WithHeartbeatInterval sets the heartbeat period (default TTL/3). The TTL
+// must be at least three intervals, so that one lost heartbeat never
+// expires a live instance; Register rejects anything shorter.
+func WithHeartbeatInterval(d time.Duration) RegisterOption {
+	return func(o *regOptions) { o.interval = d }
+}
+
+// WithHealthCheck installs a local health check, run every interval
+// (default: the heartbeat interval). While it fails the instance is
+// withdrawn from the registry though the process lives on (a full thread
+// pool, a lost database); when it passes again the instance comes back.
+// If the first check fails, Register returns a withdrawn lease that
+// registers as soon as the check passes.
+func WithHealthCheck(check func(context.Context) error, interval time.Duration) RegisterOption {
+	return func(o *regOptions) { o.check, o.checkInterval = check, interval }
+}
+
+// WithRetryBackoff sets the capped exponential backoff (with jitter) used
+// to re-register after the backend lost the registration (default 200ms
+// doubling up to 10s).
+func WithRetryBackoff(base, max time.Duration) RegisterOption {
+	return func(o *regOptions) { o.backoffBase, o.backoffMax = base, max }
+}
+
+// WithStateHook calls f from the lease's goroutine on every state change,
+// with the error that caused it (nil when healthy again).
+func WithStateHook(f func(LeaseState, error)) RegisterOption {
+	return func(o *regOptions) { o.onState = f }
+}

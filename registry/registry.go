@@ -1,0 +1,327 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/roster-go/roster/internal/backoff"
+)
+
+// Registry is the portable registry users hold. It wraps a backend Driver
+// and adds, once for every backend: input validation, instance IDs, leases
+// that heartbeat and re-register by themselves, a watch cache shared by all
+// readers of a service, periodic resync and stale marking. A Registry is
+// safe for concurrent use.
+type Registry struct {
+	drv    Driver
+	name   string
+	log    *slog.Logger
+	obs    Observer
+	resync time.Duration
+
+	mu      sync.Mutex
+	closed  bool
+	leases  map[*Lease]struct{}
+	entries map[string]*entry
+}
+
+// New returns a Registry over a driver. Most programs call Open with a URL
+// instead; New is for drivers constructed in code.
+func New(d Driver, opts ...Option) *Registry {
+	o := options{resync: DefaultResyncInterval}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.name == "" {
+		o.name = fmt.Sprintf("%T", d)
+	}
+	return &Registry{
+		drv: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync,
+		leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
+	}
+}
+
+// String names the registry by its redacted URL.
+func (r *Registry) String() string { return "registry(" + r.name + ")" }
+
+// Limits returns the backend's TTL constraints.
+func (r *Registry) Limits() Limits { return r.drv.Limits() }
+
+// As exposes the driver to code that needs backend-specific access (tests
+// with fault hooks, say): it sets *target to the driver if the types match.
+func (r *Registry) As(target any) bool {
+	if p, ok := target.(*Driver); ok {
+		*p = r.drv
+		return true
+	}
+	return false
+}
+
+func (r *Registry) logf(msg string, args ...any) {
+	if r.log != nil {
+		r.log.Warn(msg, args...)
+	}
+}
+
+func (r *Registry) checkOpen() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("%s: %w", r, ErrClosed)
+	}
+	return nil
+}
+
+// Register announces an instance and keeps it alive until the returned
+// Lease is deregistered or the Registry is closed. An empty ID is filled
+// in with NewID; Weight 0 becomes DefaultWeight. The first write happens
+// before Register returns, so an unreachable backend or invalid input is
+// an error here, not later.
+func (r *Registry) Register(ctx context.Context, inst Instance, opts ...RegisterOption) (*Lease, error) {
+	if err := r.checkOpen(); err != nil {
+		return nil, err
+	}
+	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond, backoffMax: 10 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	inst = inst.Clone()
+	if err := ValidateService(inst.Service); err != nil {
+		return nil, err
+	}
+	if err := ValidateAddress(inst.Address); err != nil {
+		return nil, err
+	}
+	if inst.ID == "" {
+		inst.ID = NewID(inst.Service, inst.Address)
+	}
+	if inst.Weight == 0 {
+		inst.Weight = DefaultWeight
+	}
+	if err := inst.Validate(); err != nil {
+		return nil, err
+	}
+	ttl, err := ValidateTTL(o.ttl, r.drv.Limits())
+	if err != nil {
+		return nil, err
+	}
+	interval := o.interval
+	if interval == 0 {
+		interval = ttl / 3
+	}
+	if interval <= 0 || interval*3 > ttl {
+		return nil, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
+	}
+	if o.check != nil && o.checkInterval <= 0 {
+		o.checkInterval = interval
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	l := &Lease{
+		r: r, ttl: ttl, interval: interval,
+		policy: backoff.Policy{Base: o.backoffBase, Max: o.backoffMax},
+		check:  o.check, checkEvery: o.checkInterval, onState: o.onState,
+		inst: inst,
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	healthy := true
+	if o.check != nil {
+		cctx, cancel := context.WithTimeout(ctx, o.checkInterval)
+		if err := o.check(cctx); err != nil {
+			healthy = false
+			l.state, l.err = LeaseWithdrawn, fmt.Errorf("health check: %w", err)
+		}
+		cancel()
+	}
+	if healthy {
+		reg, err := r.drv.Register(ctx, inst, ttl)
+		if err != nil {
+			return nil, fmt.Errorf("register %s/%s: %w", inst.Service, inst.ID, err)
+		}
+		l.reg = reg
+	}
+	lctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		cancel()
+		if l.reg != nil {
+			_ = l.reg.Deregister(ctx)
+		}
+		return nil, fmt.Errorf("%s: %w", r, ErrClosed)
+	}
+	r.leases[l] = struct{}{}
+	r.mu.Unlock()
+	go l.run(lctx, time.Now())
+	return l, nil
+}
+
+func (r *Registry) forget(l *Lease) {
+	r.mu.Lock()
+	delete(r.leases, l)
+	r.mu.Unlock()
+}
+
+// Lookup returns the live instances of a service. When a Watcher of the
+// service is open, it answers from the shared cache without asking the
+// backend. If the backend fails and a cached state exists, Lookup returns
+// it marked Stale together with an error wrapping ErrUnavailable.
+func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error) {
+	start := time.Now()
+	if err := ValidateService(service); err != nil {
+		return Snapshot{}, err
+	}
+	if err := r.checkOpen(); err != nil {
+		return Snapshot{}, err
+	}
+	r.mu.Lock()
+	e := r.entries[service]
+	r.mu.Unlock()
+	if e != nil {
+		if s, ok := e.cached(); ok {
+			r.observeLookup(service, true, start, nil)
+			return s, nil
+		}
+	}
+	s, err := r.drv.List(ctx, service)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		err = fmt.Errorf("lookup %s: %w", service, err)
+		r.observeLookup(service, false, start, err)
+		if e != nil {
+			if last, ok := e.last(); ok {
+				last.Stale = true
+				return last, err
+			}
+		}
+		return Snapshot{}, err
+	}
+	s.Service = service
+	if s.Instances == nil {
+		s.Instances = []Instance{}
+	}
+	if s.At.IsZero() {
+		s.At = time.Now()
+	}
+	r.observeLookup(service, false, start, nil)
+	return s, nil
+}
+
+func (r *Registry) observeLookup(service string, hit bool, start time.Time, err error) {
+	if r.obs != nil {
+		r.obs.Lookup(service, hit, time.Since(start), err)
+	}
+}
+
+// Watch follows a service. Every Watcher of the same service shares one
+// backend watch and one cache. See Watcher for the delivery contract.
+func (r *Registry) Watch(ctx context.Context, service string) (*Watcher, error) {
+	if err := ValidateService(service); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("%s: %w", r, ErrClosed)
+	}
+	e := r.entries[service]
+	if e == nil {
+		e = newEntry(r, service)
+		ectx, cancel := context.WithCancel(context.Background())
+		e.cancel = cancel
+		r.entries[service] = e
+		go e.run(ectx)
+	}
+	e.refs++
+	return &Watcher{e: e, closed: make(chan struct{})}, nil
+}
+
+// release drops one reference; the last one stops the backend watch.
+func (r *Registry) release(e *entry) {
+	r.mu.Lock()
+	e.refs--
+	last := e.refs == 0 && r.entries[e.service] == e
+	if last {
+		delete(r.entries, e.service)
+	}
+	r.mu.Unlock()
+	if last {
+		e.cancel()
+		<-e.done
+		e.close()
+	}
+}
+
+// Services lists the services that have at least one live instance.
+func (r *Registry) Services(ctx context.Context) ([]string, error) {
+	if err := r.checkOpen(); err != nil {
+		return nil, err
+	}
+	s, err := r.drv.Services(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("services: %w", err)
+	}
+	return s, nil
+}
+
+// Close deregisters every live lease (each with a few seconds' grace),
+// stops every watch — pending Next calls return ErrClosed — and closes the
+// driver. It returns the first error met.
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return fmt.Errorf("%s: %w", r, ErrClosed)
+	}
+	r.closed = true
+	leases := make([]*Lease, 0, len(r.leases))
+	for l := range r.leases {
+		leases = append(leases, l)
+	}
+	entries := make([]*entry, 0, len(r.entries))
+	for _, e := range r.entries {
+		entries = append(entries, e)
+	}
+	r.entries = map[string]*entry{}
+	r.mu.Unlock()
+
+	var errs []error
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	for _, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := l.Deregister(ctx); err != nil && !errors.Is(err, ErrClosed) {
+				emu.Lock()
+				errs = append(errs, err)
+				emu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range entries {
+		e.cancel()
+		<-e.done
+		e.close()
+	}
+	if err := r.drv.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,196 @@
+package registry
+
+import (
+	"encoding/json"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits every backend enforces identically (Consul's limits, applied
+// everywhere so a registration valid on one backend is valid on all).
+const (
+	MaxServiceLen     = 128
+	MaxIDLen          = 256
+	MaxMetadataPairs  = 64
+	MaxMetadataKeyLen = 128
+	MaxMetadataValLen = 512
+	MaxTags           = 64
+	MaxTagLen         = 256
+	MaxVersionLen     = 128
+	MaxZoneLen        = 128
+	MaxEncodedSize    = 16 << 10 // bytes of the JSON-encoded instance
+)
+
+// ValidateService checks a service name: [a-z0-9][a-z0-9._-]{0,127}.
+// The alphabet keeps names safe inside every backend's key scheme and free
+// of glob characters, so "svc" can never match "svc-a" by accident.
+func ValidateService(name string) error {
+	if name == "" {
+		return invalid("service", "empty name")
+	}
+	if len(name) > MaxServiceLen {
+		return invalid("service", "%d bytes, at most %d allowed", len(name), MaxServiceLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '.' || c == '_' || c == '-') && i > 0:
+		default:
+			return invalid("service", "%q: character %q at %d not allowed (want [a-z0-9][a-z0-9._-]*)", name, c, i)
+		}
+	}
+	return nil
+}
+
+// validateID checks an instance ID: [A-Za-z0-9][A-Za-z0-9._-]{0,255}.
+func validateID(id string) error {
+	if id == "" {
+		return invalid("id", "empty")
+	}
+	if len(id) > MaxIDLen {
+		return invalid("id", "%d bytes, at most %d allowed", len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if !idChar(id[i]) || (i == 0 && !alnum(id[i])) {
+			return invalid("id", "%q: character %q at %d not allowed (want [A-Za-z0-9][A-Za-z0-9._-]*)", id, id[i], i)
+		}
+	}
+	return nil
+}
+
+func alnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func idChar(c byte) bool { return alnum(c) || c == '.' || c == '_' || c == '-' }
+
+// ValidateAddress checks a host:port address with a non-empty host and a
+// port in 1..65535.
+func ValidateAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return invalid("address", "%q is not host:port", addr)
+	}
+	if host == "" {
+		return invalid("address", "%q has no host", addr)
+	}
+	for _, r := range host {
+		if r <= ' ' || r == '/' || r == '@' || r == '?' || r == '#' || r > 0x7e {
+			return invalid("address", "host %q contains %q", host, r)
+		}
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return invalid("address", "port %q out of range 1-65535", port)
+	}
+	return nil
+}
+
+// Validate checks every field of an instance against the limits above.
+// The error is a *FieldError naming the first offending field.
+func (i Instance) Validate() error {
+	if err := ValidateService(i.Service); err != nil {
+		return err
+	}
+	if err := validateID(i.ID); err != nil {
+		return err
+	}
+	if err := ValidateAddress(i.Address); err != nil {
+		return err
+	}
+	if err := printable("version", i.Version, MaxVersionLen); err != nil {
+		return err
+	}
+	if err := printable("zone", i.Zone, MaxZoneLen); err != nil {
+		return err
+	}
+	if len(i.Tags) > MaxTags {
+		return invalid("tags", "%d tags, at most %d allowed", len(i.Tags), MaxTags)
+	}
+	for n, t := range i.Tags {
+		if t == "" {
+			return invalid("tags["+strconv.Itoa(n)+"]", "empty tag")
+		}
+		if err := printable("tags["+strconv.Itoa(n)+"]", t, MaxTagLen); err != nil {
+			return err
+		}
+	}
+	if len(i.Metadata) > MaxMetadataPairs {
+		return invalid("metadata", "%d pairs, at most %d allowed", len(i.Metadata), MaxMetadataPairs)
+	}
+	for k, v := range i.Metadata {
+		if err := validateMetaKey(k); err != nil {
+			return err
+		}
+		if len(v) > MaxMetadataValLen {
+			return invalid("metadata["+k+"]", "value of %d bytes, at most %d allowed", len(v), MaxMetadataValLen)
+		}
+		if !utf8.ValidString(v) {
+			return invalid("metadata["+k+"]", "value is not valid UTF-8")
+		}
+	}
+	b, err := json.Marshal(i)
+	if err != nil {
+		return invalid("instance", "cannot encode: %v", err)
+	}
+	if len(b) > MaxEncodedSize {
+		return invalid("instance", "encodes to %d bytes, at most %d allowed", len(b), MaxEncodedSize)
+	}
+	return nil
+}
+
+func validateMetaKey(k string) error {
+	if k == "" {
+		return invalid("metadata", "empty key")
+	}
+	if len(k) > MaxMetadataKeyLen {
+		return invalid("metadata["+k[:32]+"…]", "key of %d bytes, at most %d allowed", len(k), MaxMetadataKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !alnum(c) && c != '_' && c != '-' {
+			return invalid("metadata", "key %q: character %q not allowed (want [A-Za-z0-9_-])", k, c)
+		}
+	}
+	// Consul rejects "consul-" keys; "roster_" keys are where backends keep
+	// their own fields. Reject both everywhere so behaviour is identical.
+	if strings.HasPrefix(strings.ToLower(k), "consul-") || strings.HasPrefix(strings.ToLower(k), "roster_") {
+		return invalid("metadata["+k+"]", "keys starting with consul- or roster_ are reserved")
+	}
+	return nil
+}
+
+func printable(field, s string, max int) error {
+	if len(s) > max {
+		return invalid(field, "%d bytes, at most %d allowed", len(s), max)
+	}
+	if !utf8.ValidString(s) {
+		return invalid(field, "not valid UTF-8")
+	}
+	for _, r := range s {
+		if r < ' ' || r == 0x7f {
+			return invalid(field, "control character %U", r)
+		}
+	}
+	return nil
+}
+
+// ValidateTTL checks a requested TTL against a backend's limits and returns
+// the effective TTL: rounded up to the backend's granularity. A TTL below
+// the backend's minimum is rejected, naming the minimum.
+func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
+	if ttl <= 0 {
+		return 0, invalid("ttl", "%v must be positive", ttl)
+	}
+	if lim.MinTTL > 0 && ttl < lim.MinTTL {
+		return 0, invalid("ttl", "%v is below this backend's minimum of %v", ttl, lim.MinTTL)
+	}
+	if g := lim.TTLGranularity; g > 0 && ttl%g != 0 {
+		ttl = (ttl/g + 1) * g
+	}
+	return ttl, nil
+}

@@ -1,0 +1,305 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/roster-go/roster/internal/backoff"
+)
+
+// Watcher follows one service. It is a view on a cache shared by every
+// watcher of the same service in the same Registry: one backend watch
+// serves them all.
+//
+// The contract:
+//   - The first Next returns the current snapshot, even when it is empty.
+//   - Each later Next blocks until the state differs from the one it last
+//     returned (instances, or the Stale flag), then returns the newest
+//     state. Intermediate states may be skipped: a slow reader always gets
+//     the latest state and never an unbounded queue.
+//   - Revisions never go backwards, and two successive snapshots never hold
+//     the same instances unless the Stale flag changed.
+//   - When the backend fails, Next returns the last good snapshot marked
+//     Stale together with an error wrapping ErrUnavailable; an error never
+//     empties the list. The watcher keeps retrying, and delivers a fresh
+//     snapshot (Stale false) when the backend answers again. If the backend
+//     was never reached, the stale snapshot is empty.
+//   - Only ErrClosed (Close, Registry.Close) and the context's error are
+//     final. Close unblocks a pending Next.
+type Watcher struct {
+	e       *entry
+	seq     uint64
+	closed  chan struct{}
+	closing sync.Once
+}
+
+// Next returns the next state of the service, as described on Watcher.
+func (w *Watcher) Next(ctx context.Context) (Snapshot, error) {
+	for {
+		e := w.e
+		e.mu.Lock()
+		select {
+		case <-w.closed:
+			e.mu.Unlock()
+			return Snapshot{}, fmt.Errorf("watch %s: %w", e.service, ErrClosed)
+		default:
+		}
+		if e.closed {
+			e.mu.Unlock()
+			return Snapshot{}, fmt.Errorf("watch %s: %w", e.service, ErrClosed)
+		}
+		if e.seq != w.seq {
+			w.seq = e.seq
+			s, err := e.cur, e.err
+			e.mu.Unlock()
+			if !s.Stale {
+				err = nil
+			}
+			return s, err
+		}
+		ch := e.changed
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-w.closed:
+		case <-ctx.Done():
+			return Snapshot{}, ctx.Err()
+		}
+	}
+}
+
+// Close stops the watcher and unblocks its Next. The backend watch stops
+// when the last watcher of the service closes.
+func (w *Watcher) Close() error {
+	w.closing.Do(func() {
+		close(w.closed)
+		w.e.r.release(w.e)
+	})
+	return nil
+}
+
+// entry is the shared cache of one service: one driver stream, one resync
+// timer, the current snapshot and a broadcast channel closed on change.
+type entry struct {
+	r       *Registry
+	service string
+	refs    int // guarded by r.mu
+
+	mu         sync.Mutex
+	cur        Snapshot
+	seq        uint64 // bumped on every delivery; 0 = nothing yet
+	backendRev uint64 // last revision seen from the driver
+	err        error
+	changed    chan struct{}
+	closed     bool
+
+	resyncT *time.Timer // owned by run
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newEntry(r *Registry, service string) *entry {
+	return &entry{r: r, service: service, changed: make(chan struct{}), done: make(chan struct{})}
+}
+
+// cached returns the snapshot if the entry holds a fresh one.
+func (e *entry) cached() (Snapshot, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur, e.seq != 0 && !e.cur.Stale
+}
+
+// last returns whatever the entry holds, fresh or stale.
+func (e *entry) last() (Snapshot, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur, e.seq != 0 && (len(e.cur.Instances) > 0 || !e.cur.Stale)
+}
+
+func (e *entry) broadcast() {
+	e.seq++
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// publish applies a snapshot from the stream, or from a resync when
+// fromResync is set. A resync result older than what the stream delivered
+// is dropped: the stream is ordered, the list may have raced with it.
+func (e *entry) publish(s Snapshot, fromResync bool) {
+	e.mu.Lock()
+	have := e.seq != 0
+	fresh := have && !e.cur.Stale
+	if fromResync && fresh {
+		if s.Revision < e.backendRev || (s.Revision == e.backendRev && e.cur.SameInstances(s)) {
+			e.mu.Unlock()
+			return
+		}
+	}
+	e.backendRev = s.Revision
+	if fresh && e.cur.SameInstances(s) {
+		e.mu.Unlock()
+		return
+	}
+	rev := s.Revision
+	if have && rev <= e.cur.Revision {
+		// The backend's counter went back (wiped data) or did not move:
+		// keep the promise that revisions only grow.
+		rev = e.cur.Revision + 1
+	}
+	s.Service, s.Revision, s.Stale = e.service, rev, false
+	if s.At.IsZero() {
+		s.At = time.Now()
+	}
+	if s.Instances == nil {
+		s.Instances = []Instance{}
+	}
+	e.cur, e.err = s, nil
+	e.broadcast()
+	e.mu.Unlock()
+	if obs := e.r.obs; obs != nil {
+		obs.Snapshot(s)
+	}
+}
+
+// fail marks the cache stale: the last good instances stay, flagged.
+func (e *entry) fail(err error) {
+	if !errors.Is(err, ErrUnavailable) {
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.err = err
+	if e.seq != 0 && e.cur.Stale {
+		return
+	}
+	s := e.cur
+	s.Service, s.Stale = e.service, true
+	if s.Instances == nil {
+		s.Instances = []Instance{}
+	}
+	if s.At.IsZero() {
+		s.At = time.Now()
+	}
+	e.cur = s
+	e.broadcast()
+}
+
+func (e *entry) close() {
+	e.mu.Lock()
+	e.closed = true
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
+}
+
+type streamResult struct {
+	s   Snapshot
+	err error
+}
+
+// run owns the driver stream and the resync timer until ctx ends.
+func (e *entry) run(ctx context.Context) {
+	defer close(e.done)
+	var resyncC <-chan time.Time
+	if e.r.resync > 0 {
+		// Random phase: clients started together spread their relists.
+		e.resyncT = time.NewTimer(time.Duration(float64(e.r.resync) * (0.5 + rand.Float64()/2)))
+		defer e.resyncT.Stop()
+		resyncC = e.resyncT.C
+	}
+	policy := backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+	for attempt := 0; ctx.Err() == nil; {
+		st, err := e.r.drv.Watch(ctx, e.service)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			e.fail(err)
+			if !e.sleep(ctx, policy.Delay(attempt), resyncC) {
+				return
+			}
+			attempt++
+			continue
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		results := make(chan streamResult)
+		go func() {
+			for {
+				s, err := st.Next(sctx)
+				select {
+				case results <- streamResult{s, err}:
+				case <-sctx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		failed := false
+		for !failed {
+			select {
+			case <-ctx.Done():
+			case <-resyncC:
+				e.resync(ctx)
+				continue
+			case r := <-results:
+				if r.err != nil {
+					if ctx.Err() == nil {
+						e.r.logf("roster: watch failed", "service", e.service, "err", r.err)
+						e.fail(r.err)
+					}
+					failed = true
+					continue
+				}
+				attempt = 0
+				e.publish(r.s, false)
+				continue
+			}
+			break
+		}
+		cancel()
+		st.Close()
+		if !failed || !e.sleep(ctx, policy.Delay(attempt), resyncC) {
+			return
+		}
+		attempt++
+	}
+}
+
+// sleep waits d, running resyncs meanwhile; false when ctx ended.
+func (e *entry) sleep(ctx context.Context, d time.Duration, resyncC <-chan time.Time) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-resyncC:
+			e.resync(ctx)
+		}
+	}
+}
+
+// resync relists the service in full and publishes the result if the
+// stream missed something.
+func (e *entry) resync(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	s, err := e.r.drv.List(lctx, e.service)
+	cancel()
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		e.r.logf("roster: resync failed", "service", e.service, "err", err)
+		e.fail(err)
+	default:
+		e.publish(s, true)
+	}
+	e.resyncT.Reset(backoff.Jitter(e.r.resync, 0.1))
+}
