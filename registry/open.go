@@ -86,6 +86,10 @@ func Redact(rawURL string) string {
 		}
 		return "<unparseable URL>"
 	}
+	if u.Opaque != "" {
+		// "user:secret@host" parses as scheme "user" with opaque data.
+		return u.Scheme + ":<opaque>"
+	}
 	if u.User != nil {
 		if _, has := u.User.Password(); has {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")

@@ -1,0 +1,90 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	_ "github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/registry"
+)
+
+func TestRedact(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"redis://:s3cret@10.0.0.1:6379/0", "redis://:xxxxx@10.0.0.1:6379/0"},
+		{"redis://user:s3cret@h:1", "redis://user:xxxxx@h:1"},
+		{"consul://h:8500?token=s3cret&dc=eu", "consul://h:8500?dc=eu&token=xxxxx"},
+		{"etcd://h:2379?prefix=/r&password=s3cret", "etcd://h:2379?password=xxxxx&prefix=%2Fr"},
+		{"x://h?acl_token=s3cret", "x://h?acl_token=xxxxx"},
+		{"etcd://h1:2379,h2:2379?prefix=/roster", "etcd://h1:2379,h2:2379?prefix=/roster"},
+		{"mem://demo", "mem://demo"},
+	} {
+		if got := registry.Redact(c.in); got != c.want {
+			t.Errorf("Redact(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	for _, bad := range []string{"redis://u:s3cret@h:1/%zz", "redis://u:s3cret@[::1", "::s3cret"} {
+		if got := registry.Redact(bad); strings.Contains(got, "s3cret") {
+			t.Errorf("Redact(%q) = %q leaks the secret", bad, got)
+		}
+	}
+}
+
+func TestOpenErrorsAreTypedAndRedacted(t *testing.T) {
+	ctx := context.Background()
+	for _, u := range []string{
+		"nosuch://user:s3cret@host:1?token=s3cret",
+		"redis://user:s3cret@host:1/%zz",
+		"user:s3cret@host",
+		"",
+		"mem://x/path?token=s3cret",
+	} {
+		r, err := registry.Open(ctx, u)
+		if err == nil {
+			r.Close()
+			t.Errorf("Open(%q) succeeded", u)
+			continue
+		}
+		if !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("Open(%q) = %v, want ErrInvalid", u, err)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%q) error leaks the secret: %v", u, err)
+		}
+	}
+}
+
+func TestOpenMemory(t *testing.T) {
+	ctx := context.Background()
+	r, err := registry.Open(ctx, "mem://open-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got := r.String(); got != "registry(mem://open-test)" {
+		t.Errorf("String() = %q", got)
+	}
+	// A second registry on the same name shares the server.
+	r2, err := registry.Open(ctx, "mem://open-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close()
+	l, err := r.Register(ctx, registry.Instance{Service: "shared", Address: "127.0.0.1:9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Deregister(ctx)
+	s, err := r2.Lookup(ctx, "shared")
+	if err != nil || len(s.Instances) != 1 {
+		t.Fatalf("mem://open-test not shared: %v %v", s.Instances, err)
+	}
+	found := false
+	for _, sc := range registry.Schemes() {
+		found = found || sc == "mem"
+	}
+	if !found {
+		t.Errorf("Schemes() = %v, want mem listed", registry.Schemes())
+	}
+}

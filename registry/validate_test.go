@@ -1,0 +1,131 @@
+package registry
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidateService(t *testing.T) {
+	good := []string{"a", "user-svc", "user.svc", "user_svc", "0", strings.Repeat("a", 128)}
+	bad := []string{"", "A", "-a", ".a", "_a", "a b", "a*", "a?", "a[", "a:", "a/b", "a{", "a}", "ä", strings.Repeat("a", 129)}
+	for _, n := range good {
+		if err := ValidateService(n); err != nil {
+			t.Errorf("ValidateService(%q) = %v", n, err)
+		}
+	}
+	for _, n := range bad {
+		err := ValidateService(n)
+		var fe *FieldError
+		if !errors.Is(err, ErrInvalid) || !errors.As(err, &fe) || fe.Field != "service" {
+			t.Errorf("ValidateService(%q) = %v, want a FieldError on service", n, err)
+		}
+	}
+}
+
+func TestValidateAddress(t *testing.T) {
+	for _, a := range []string{"10.0.0.1:8080", "[::1]:80", "host.example:65535", "h:1"} {
+		if err := ValidateAddress(a); err != nil {
+			t.Errorf("ValidateAddress(%q) = %v", a, err)
+		}
+	}
+	for _, a := range []string{"", "h", ":80", "h:0", "h:65536", "h:x", "a b:80", "h/x:80", "u@h:80"} {
+		if err := ValidateAddress(a); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ValidateAddress(%q) = %v, want ErrInvalid", a, err)
+		}
+	}
+}
+
+func TestNewID(t *testing.T) {
+	re := regexp.MustCompile(`^user-svc-10\.0\.0\.1-8080-[0-9a-f]{16}$`)
+	seen := map[string]bool{}
+	for i := 0; i < 1000; i++ {
+		id := NewID("user-svc", "10.0.0.1:8080")
+		if !re.MatchString(id) {
+			t.Fatalf("NewID = %q, want <service>-<host>-<port>-<random>", id)
+		}
+		if seen[id] {
+			t.Fatalf("NewID repeated %q", id)
+		}
+		seen[id] = true
+	}
+	v6 := NewID("s", "[fe80::1]:80")
+	if err := validateID(v6); err != nil {
+		t.Errorf("IPv6 ID %q invalid: %v", v6, err)
+	}
+	long := NewID(strings.Repeat("s", 128), strings.Repeat("h", 200)+":80")
+	if err := validateID(long); err != nil {
+		t.Errorf("long ID %q invalid: %v", long, err)
+	}
+}
+
+func TestValidateTTL(t *testing.T) {
+	etcd := Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+	for _, c := range []struct {
+		in, want time.Duration
+		lim      Limits
+		ok       bool
+	}{
+		{10 * time.Second, 10 * time.Second, etcd, true},
+		{2500 * time.Millisecond, 3 * time.Second, etcd, true},
+		{1999 * time.Millisecond, 0, etcd, false},
+		{0, 0, etcd, false},
+		{-time.Second, 0, Limits{}, false},
+		{1500 * time.Microsecond, 2 * time.Millisecond, Limits{TTLGranularity: time.Millisecond}, true},
+	} {
+		got, err := ValidateTTL(c.in, c.lim)
+		if c.ok && (err != nil || got != c.want) {
+			t.Errorf("ValidateTTL(%v, %+v) = %v, %v; want %v", c.in, c.lim, got, err, c.want)
+		}
+		if !c.ok && !errors.Is(err, ErrInvalid) {
+			t.Errorf("ValidateTTL(%v, %+v) = %v, %v; want ErrInvalid", c.in, c.lim, got, err)
+		}
+	}
+	_, err := ValidateTTL(time.Second, etcd)
+	if err == nil || !strings.Contains(err.Error(), "minimum of 2s") {
+		t.Errorf("below-minimum error %v does not name the minimum", err)
+	}
+}
+
+func TestInstanceValidateNamesField(t *testing.T) {
+	base := Instance{ID: "x-1", Service: "svc", Address: "127.0.0.1:1"}
+	for field, mut := range map[string]func(*Instance){
+		"metadata[bad]": func(i *Instance) { i.Metadata = map[string]string{"bad": string([]byte{0xff})} },
+		"tags[1]":       func(i *Instance) { i.Tags = []string{"a", ""} },
+		"zone":          func(i *Instance) { i.Zone = strings.Repeat("z", MaxZoneLen+1) },
+		"id":            func(i *Instance) { i.ID = "-x" },
+	} {
+		in := base.Clone()
+		mut(&in)
+		var fe *FieldError
+		if err := in.Validate(); !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("%s: Validate() = %v, want a FieldError on %s", field, err, field)
+		}
+	}
+	if err := base.Validate(); err != nil {
+		t.Errorf("valid instance rejected: %v", err)
+	}
+}
+
+func TestSnapshotFindAndClone(t *testing.T) {
+	in := []Instance{{ID: "c"}, {ID: "a", Metadata: map[string]string{"k": "v"}, Tags: []string{"t"}}, {ID: "b"}}
+	SortInstances(in)
+	s := Snapshot{Instances: in}
+	if got, ok := s.Find("b"); !ok || got.ID != "b" {
+		t.Errorf("Find(b) = %v %v", got, ok)
+	}
+	if _, ok := s.Find("zz"); ok {
+		t.Error("Find(zz) found something")
+	}
+	c := in[0].Clone()
+	c.Metadata["k"] = "changed"
+	c.Tags[0] = "changed"
+	if in[0].Metadata["k"] != "v" || in[0].Tags[0] != "t" {
+		t.Error("Clone shares maps or slices with the original")
+	}
+	if !in[0].Equal(in[0].Clone()) {
+		t.Error("an instance is not Equal to its clone")
+	}
+}
