@@ -261,7 +261,8 @@ func (o *recorder) Lookup(_ string, hit bool, _ time.Duration, _ error) {
 		o.misses++
 	}
 }
-func (o *recorder) Snapshot(registry.Snapshot) { o.mu.Lock(); o.snapshots++; o.mu.Unlock() }
+func (o *recorder) Snapshot(registry.Snapshot)                     { o.mu.Lock(); o.snapshots++; o.mu.Unlock() }
+func (o *recorder) Resync(string, time.Time, time.Duration, error) {}
 func (o *recorder) LeaseState(registry.Instance, registry.LeaseState, error) {
 	o.mu.Lock()
 	o.states++

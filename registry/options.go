@@ -47,6 +47,9 @@ type Observer interface {
 	Snapshot(s Snapshot)
 	// LeaseState is called when a lease changes state.
 	LeaseState(inst Instance, s LeaseState, err error)
+	// Resync is called after every periodic full relist of a watched
+	// service, with its start, duration and error.
+	Resync(service string, start time.Time, d time.Duration, err error)
 }
 
 // RegisterOption configures one registration.

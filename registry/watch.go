@@ -290,9 +290,13 @@ func (e *entry) sleep(ctx context.Context, d time.Duration, resyncC <-chan time.
 // resync relists the service in full and publishes the result if the
 // stream missed something.
 func (e *entry) resync(ctx context.Context) {
+	start := time.Now()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	s, err := e.r.drv.List(lctx, e.service)
 	cancel()
+	if obs := e.r.obs; obs != nil && ctx.Err() == nil {
+		obs.Resync(e.service, start, time.Since(start), err)
+	}
 	switch {
 	case ctx.Err() != nil:
 	case err != nil:

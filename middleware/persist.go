@@ -1,0 +1,76 @@
+package middleware
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// snapshotFile is the on-disk form of a persisted snapshot.
+type snapshotFile struct {
+	Format   int               `json:"format"`
+	Snapshot registry.Snapshot `json:"snapshot"`
+}
+
+const snapshotFormat = 1
+
+// saveSnapshot writes s to dir/<service>.json atomically (temp file and
+// rename), so a crash never leaves a torn file. Service names are
+// validated to [a-z0-9._-], so they are safe file names.
+func saveSnapshot(dir string, s registry.Snapshot) error {
+	if err := registry.ValidateService(s.Service); err != nil {
+		return err
+	}
+	b, err := json.Marshal(snapshotFile{Format: snapshotFormat, Snapshot: s})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+s.Service+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(b)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, s.Service+".json")); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// loadSnapshot reads the persisted snapshot of service; ok is false when
+// there is none.
+func loadSnapshot(dir, service string) (s registry.Snapshot, ok bool, err error) {
+	if err := registry.ValidateService(service); err != nil {
+		return s, false, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, service+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, err
+	}
+	var f snapshotFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return s, false, fmt.Errorf("snapshot file of %s: %w", service, err)
+	}
+	if f.Format != snapshotFormat || f.Snapshot.Service != service {
+		return s, false, fmt.Errorf("snapshot file of %s: unexpected format %d / service %q", service, f.Format, f.Snapshot.Service)
+	}
+	f.Snapshot.Stale = true
+	return f.Snapshot, true, nil
+}

@@ -1,0 +1,252 @@
+package middleware
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// QuarantineConfig tunes local outlier ejection. Zero fields take the
+// defaults, which follow Envoy and gRPC's outlier detection (gRFC A50) and
+// Finagle's failure accrual; see docs/middleware.md.
+type QuarantineConfig struct {
+	// ConsecutiveFailures ejects an instance after this many failures in a
+	// row (default 5).
+	ConsecutiveFailures int
+	// BaseEjection is the first ejection time; the n-th ejection lasts
+	// n × BaseEjection (default 30s), capped at MaxEjection (default 300s),
+	// plus up to 10% jitter so ejected instances do not return together.
+	BaseEjection time.Duration
+	MaxEjection  time.Duration
+	// MaxEjectedPercent caps the share of a service's instances ejected at
+	// once (default 10), but one instance can always be ejected.
+	MaxEjectedPercent int
+	// PanicThreshold: when fewer than this percent of the instances are
+	// admitted, quarantine is ignored rather than failing calls (default
+	// 50; Envoy's healthy_panic_threshold). Negative disables panic mode.
+	PanicThreshold int
+	// ProbeTimeout: after an ejection ends, one probe call is admitted; if
+	// it has not reported within ProbeTimeout another is (default 10s).
+	ProbeTimeout time.Duration
+}
+
+func (c QuarantineConfig) withDefaults() QuarantineConfig {
+	if c.ConsecutiveFailures <= 0 {
+		c.ConsecutiveFailures = 5
+	}
+	if c.BaseEjection <= 0 {
+		c.BaseEjection = 30 * time.Second
+	}
+	if c.MaxEjection < c.BaseEjection {
+		c.MaxEjection = max(300*time.Second, c.BaseEjection)
+	}
+	if c.MaxEjectedPercent <= 0 {
+		c.MaxEjectedPercent = 10
+	}
+	if c.PanicThreshold == 0 {
+		c.PanicThreshold = 50
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = 10 * time.Second
+	}
+	return c
+}
+
+// Quarantine keeps, per service and instance, the local evidence that an
+// instance keeps failing, and takes it out of rotation for a while
+// instead of asking the registry again on every failure. Safe for
+// concurrent use; the pick path takes no lock.
+type Quarantine struct {
+	cfg      QuarantineConfig
+	now      func() time.Time
+	services sync.Map // service → *quarantined
+	onChange func(service, id string, ejected bool)
+}
+
+// NewQuarantine returns a quarantine with cfg (zero fields: defaults).
+func NewQuarantine(cfg QuarantineConfig) *Quarantine {
+	return &Quarantine{cfg: cfg.withDefaults(), now: time.Now}
+}
+
+type quarantined struct {
+	mu      sync.Mutex // guards ejections (rare), not the counters
+	hosts   sync.Map   // instance ID → *host
+	ejected atomic.Int32
+}
+
+type host struct {
+	consecutive atomic.Int32
+	until       atomic.Int64 // ejected until (unix ns); 0 = admitted
+	probeAt     atomic.Int64 // when the current probe was admitted
+	times       int32        // ejections so far; guarded by quarantined.mu
+	lastEnd     int64        // when the last ejection ended; guarded by mu
+}
+
+func (q *Quarantine) service(name string) *quarantined {
+	if s, ok := q.services.Load(name); ok {
+		return s.(*quarantined)
+	}
+	s, _ := q.services.LoadOrStore(name, &quarantined{})
+	return s.(*quarantined)
+}
+
+// Admit reports whether the instance may take a call now. total is the
+// number of instances the service has, for panic mode. After an ejection
+// ends, Admit lets exactly one probe call through; its outcome (Report)
+// readmits the instance or ejects it again for longer.
+func (q *Quarantine) Admit(service, id string, total int) bool {
+	sv, ok := q.services.Load(service)
+	if !ok {
+		return true
+	}
+	s := sv.(*quarantined)
+	hv, ok := s.hosts.Load(id)
+	if !ok {
+		return true
+	}
+	h := hv.(*host)
+	until := h.until.Load()
+	if until == 0 {
+		return true
+	}
+	if q.panicking(s, total) {
+		return true
+	}
+	now := q.now().UnixNano()
+	if now < until {
+		return false
+	}
+	// Ejection over: admit one probe at a time.
+	p := h.probeAt.Load()
+	if p != 0 && now-p < int64(q.cfg.ProbeTimeout) {
+		return false
+	}
+	return h.probeAt.CompareAndSwap(p, now)
+}
+
+func (q *Quarantine) panicking(s *quarantined, total int) bool {
+	if q.cfg.PanicThreshold < 0 || total <= 0 {
+		return false
+	}
+	admitted := total - int(s.ejected.Load())
+	return admitted*100 < q.cfg.PanicThreshold*total
+}
+
+// Report records an attempt's outcome for an instance. Only Retryable and
+// Fatal count as failures; Business and Abort are ignored; Success resets.
+func (q *Quarantine) Report(service, id string, c Class, total int) {
+	switch c {
+	case Success:
+		sv, ok := q.services.Load(service)
+		if !ok {
+			return
+		}
+		hv, ok := sv.(*quarantined).hosts.Load(id)
+		if !ok {
+			return
+		}
+		h := hv.(*host)
+		h.consecutive.Store(0)
+		if h.until.Load() != 0 {
+			q.readmit(service, sv.(*quarantined), id, h)
+		}
+	case Retryable, Fatal:
+		s := q.service(service)
+		hv, ok := s.hosts.Load(id)
+		if !ok {
+			hv, _ = s.hosts.LoadOrStore(id, &host{})
+		}
+		h := hv.(*host)
+		n := h.consecutive.Add(1)
+		until := h.until.Load()
+		probing := until != 0 && q.now().UnixNano() >= until
+		if probing || (until == 0 && int(n) >= q.cfg.ConsecutiveFailures) {
+			q.eject(service, s, id, h, total)
+		}
+	}
+}
+
+func (q *Quarantine) eject(service string, s *quarantined, id string, h *host, total int) {
+	s.mu.Lock()
+	now := q.now().UnixNano()
+	wasEjected := h.until.Load() != 0
+	if !wasEjected {
+		limit := max(1, total*q.cfg.MaxEjectedPercent/100)
+		if int(s.ejected.Load()) >= limit {
+			s.mu.Unlock()
+			return // over the cap: count but do not eject
+		}
+		if h.lastEnd != 0 && now-h.lastEnd > int64(q.cfg.MaxEjection) {
+			h.times = 0 // healthy for long enough: start over at base
+		}
+	}
+	h.times++
+	d := time.Duration(h.times) * q.cfg.BaseEjection
+	d = min(d, q.cfg.MaxEjection)
+	d += time.Duration(rand.Int64N(int64(d)/10 + 1))
+	h.until.Store(now + int64(d))
+	h.probeAt.Store(0)
+	if !wasEjected {
+		s.ejected.Add(1)
+	}
+	s.mu.Unlock()
+	if !wasEjected && q.onChange != nil {
+		q.onChange(service, id, true)
+	}
+}
+
+func (q *Quarantine) readmit(service string, s *quarantined, id string, h *host) {
+	s.mu.Lock()
+	if h.until.Load() == 0 {
+		s.mu.Unlock()
+		return
+	}
+	h.until.Store(0)
+	h.probeAt.Store(0)
+	h.lastEnd = q.now().UnixNano()
+	s.ejected.Add(-1)
+	s.mu.Unlock()
+	if q.onChange != nil {
+		q.onChange(service, id, false)
+	}
+}
+
+// Ejected returns the IDs of a service's instances currently out of
+// rotation (ejected and not yet probing).
+func (q *Quarantine) Ejected(service string) []string {
+	sv, ok := q.services.Load(service)
+	if !ok {
+		return nil
+	}
+	now := q.now().UnixNano()
+	var out []string
+	sv.(*quarantined).hosts.Range(func(k, v any) bool {
+		if u := v.(*host).until.Load(); u != 0 && now < u {
+			out = append(out, k.(string))
+		}
+		return true
+	})
+	return out
+}
+
+// Forget drops the state of instances that left the service, so that a
+// new instance reusing an ID starts clean and memory stays bounded.
+func (q *Quarantine) Forget(service string, keep func(id string) bool) {
+	sv, ok := q.services.Load(service)
+	if !ok {
+		return
+	}
+	s := sv.(*quarantined)
+	s.hosts.Range(func(k, v any) bool {
+		if !keep(k.(string)) {
+			s.mu.Lock()
+			if v.(*host).until.Load() != 0 {
+				s.ejected.Add(-1)
+			}
+			s.hosts.Delete(k)
+			s.mu.Unlock()
+		}
+		return true
+	})
+}

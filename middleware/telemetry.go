@@ -1,0 +1,148 @@
+package middleware
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// ScopeName is the instrumentation scope of Roster's spans and metrics.
+const ScopeName = "github.com/roster-go/roster"
+
+// Attribute keys used on spans and metrics.
+const (
+	AttrService    = attribute.Key("roster.service")
+	AttrInstanceID = attribute.Key("roster.instance.id")
+	AttrAddress    = attribute.Key("server.address")
+	AttrAttempt    = attribute.Key("roster.attempt")
+	AttrReason     = attribute.Key("roster.retry.reason")
+	AttrStale      = attribute.Key("roster.stale")
+	AttrCacheHit   = attribute.Key("roster.cache.hit")
+	AttrOutcome    = attribute.Key("roster.outcome")
+	AttrEjected    = attribute.Key("roster.ejected")
+)
+
+// telemetry holds the instruments. Without a provider installed the OTel
+// globals are no-ops, and so is all of this but for a few interface calls.
+type telemetry struct {
+	tracer trace.Tracer
+
+	lookupDur   metric.Float64Histogram
+	cacheReqs   metric.Int64Counter
+	snapUpdates metric.Int64Counter
+	picks       metric.Int64Counter
+	failures    metric.Int64Counter
+	ejections   metric.Int64UpDownCounter
+	retries     metric.Int64Counter
+	exhausted   metric.Int64Counter
+	staleness   metric.Float64ObservableGauge
+
+	mu         sync.Mutex
+	staleSince map[string]time.Time // service → when its snapshot went stale
+	reg        metric.Registration
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	t := &telemetry{tracer: tp.Tracer(ScopeName), staleSince: map[string]time.Time{}}
+	// Instrument errors only happen with invalid names or units, which are
+	// constants here; the returned instruments are no-ops then.
+	t.lookupDur, _ = m.Float64Histogram("roster.discovery.lookup.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time to get a service's instances from the registry backend (discovery query latency)."))
+	t.cacheReqs, _ = m.Int64Counter("roster.discovery.cache.requests",
+		metric.WithDescription("Instance-list reads, by roster.cache.hit: served from the local watch cache or not (cache hit rate)."))
+	t.snapUpdates, _ = m.Int64Counter("roster.discovery.snapshot.updates",
+		metric.WithDescription("New snapshots of a service received from the registry (snapshot update rate)."))
+	t.picks, _ = m.Int64Counter("roster.client.picks", metric.WithDescription("Instances picked for an attempt, by instance."))
+	t.failures, _ = m.Int64Counter("roster.client.failures", metric.WithDescription("Failed attempts, by instance and outcome class."))
+	t.ejections, _ = m.Int64UpDownCounter("roster.quarantine.ejected", metric.WithDescription("Instances currently quarantined."))
+	t.retries, _ = m.Int64Counter("roster.client.retries", metric.WithDescription("Retry attempts, by reason."))
+	t.exhausted, _ = m.Int64Counter("roster.client.retry_budget.exhausted", metric.WithDescription("Retries refused by the retry budget."))
+	t.staleness, _ = m.Float64ObservableGauge("roster.discovery.staleness", metric.WithUnit("s"),
+		metric.WithDescription("Age of the stale snapshot a service is served from while its registry fails (0 when fresh)."))
+	t.reg, _ = m.RegisterCallback(t.observeStaleness, t.staleness)
+	return t
+}
+
+func (t *telemetry) observeStaleness(_ context.Context, o metric.Observer) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	for svc, since := range t.staleSince {
+		age := 0.0
+		if !since.IsZero() {
+			age = now.Sub(since).Seconds()
+		}
+		o.ObserveFloat64(t.staleness, age, metric.WithAttributes(AttrService.String(svc)))
+	}
+	return nil
+}
+
+// setStale records when a service went stale (zero time: fresh again).
+func (t *telemetry) setStale(service string, since time.Time) {
+	t.mu.Lock()
+	t.staleSince[service] = since
+	t.mu.Unlock()
+}
+
+func (t *telemetry) close() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}
+
+// RegistryObserver returns a registry.Observer that records the backend
+// side of discovery with OpenTelemetry: lookup latency and cache hits,
+// snapshot updates, lease state changes (span events) and resyncs (spans).
+// Install it with registry.WithObserver. Nil providers mean the globals.
+func RegistryObserver(tp trace.TracerProvider, mp metric.MeterProvider) registry.Observer {
+	return &registryObserver{t: newTelemetry(tp, mp)}
+}
+
+type registryObserver struct{ t *telemetry }
+
+func (o *registryObserver) Lookup(service string, hit bool, d time.Duration, err error) {
+	attrs := metric.WithAttributes(AttrService.String(service), AttrCacheHit.Bool(hit))
+	o.t.cacheReqs.Add(context.Background(), 1, attrs)
+	if !hit {
+		o.t.lookupDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+	}
+}
+
+func (o *registryObserver) Snapshot(s registry.Snapshot) {
+	o.t.snapUpdates.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(s.Service)))
+}
+
+func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseState, err error) {
+	_, span := o.t.tracer.Start(context.Background(), "roster.lease.state",
+		trace.WithAttributes(AttrService.String(in.Service), AttrInstanceID.String(in.ID), attribute.String("roster.lease.state", s.String())))
+	if err != nil {
+		span.RecordError(err)
+	}
+	span.End()
+}
+
+func (o *registryObserver) Resync(service string, start time.Time, d time.Duration, err error) {
+	_, span := o.t.tracer.Start(context.Background(), "roster.watch.resync",
+		trace.WithTimestamp(start), trace.WithAttributes(AttrService.String(service)))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End(trace.WithTimestamp(start.Add(d)))
+	o.t.lookupDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+}
