@@ -2,4 +2,7 @@ module github.com/roster-go/roster
 
 go 1.26
 
-require go.uber.org/goleak v1.3.0 // indirect
+require (
+	github.com/cespare/xxhash/v2 v2.3.0
+	go.uber.org/goleak v1.3.0
+)
