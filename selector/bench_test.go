@@ -1,0 +1,107 @@
+package selector
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/registry"
+)
+
+var sizes = []int{10, 100, 1000}
+
+// benchWeights gives instance i weight 50 + 10×(i mod 10): unequal, so
+// weighted strategies do real work.
+func benchSnap(n int) (s snapT) {
+	w := make([]uint32, n)
+	for i := range w {
+		w[i] = uint32(50 + 10*(i%10))
+	}
+	return snap(n, w...)
+}
+
+type snapT = registry.Snapshot
+
+func newBench(b *testing.B, st Strategy, n int) *Selector {
+	s := mustNew(b, WithStrategy(st))
+	s.Update(benchSnap(n))
+	return s
+}
+
+// keys are precomputed so that key generation is not measured.
+var keys = func() []string {
+	k := make([]string, 1024)
+	for i := range k {
+		k[i] = fmt.Sprint("user-", i)
+	}
+	return k
+}()
+
+func BenchmarkPick(b *testing.B) {
+	ctx := context.Background()
+	for _, st := range Strategies() {
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("%s/n=%d", st, n), func(b *testing.B) {
+				s := newBench(b, st, n)
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					_, done, err := s.Pick(ctx, PickOptions{Key: keys[i&1023]})
+					if err != nil {
+						b.Fatal(err)
+					}
+					done.Done(nil, time.Millisecond)
+					i++
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkPickParallel(b *testing.B) {
+	ctx := context.Background()
+	for _, st := range Strategies() {
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("%s/n=%d", st, n), func(b *testing.B) {
+				s := newBench(b, st, n)
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					i := 0
+					for pb.Next() {
+						_, done, err := s.Pick(ctx, PickOptions{Key: keys[i&1023]})
+						if err != nil {
+							b.Fatal(err)
+						}
+						done.Done(nil, time.Millisecond)
+						i++
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkUpdate measures a snapshot rebuild where one instance of n is
+// replaced (the common change), alternating between two snapshots.
+func BenchmarkUpdate(b *testing.B) {
+	for _, st := range Strategies() {
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("%s/n=%d", st, n), func(b *testing.B) {
+				s := newBench(b, st, n)
+				a, c := benchSnap(n), benchSnap(n+1)
+				c.Instances = c.Instances[1:]
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if i&1 == 0 {
+						s.Update(c)
+					} else {
+						s.Update(a)
+					}
+					i++
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,44 @@
+// Package selector picks one instance of a service per call: client-side
+// load balancing over registry snapshots.
+//
+// A Selector follows a service's snapshots (Update, Follow or Start with a
+// *registry.Watcher) and, on every change, builds an immutable picker:
+// filters applied, draining instances set aside, weights normalised,
+// rings and tables computed. The picker is published through an atomic
+// pointer; Pick only reads it. A pick takes no lock and allocates nothing,
+// the Done feedback included, so its cost is the strategy's own (a few
+// nanoseconds to ≈100 ns; docs/bench/selector.md).
+//
+//	sel, err := selector.New(selector.WithStrategy(selector.P2CEWMA))
+//	...
+//	if err := sel.Start(ctx, watcher); err != nil { ... } // first snapshot applied
+//	defer sel.Close()
+//
+//	inst, done, err := sel.Pick(ctx, selector.PickOptions{})
+//	if err != nil { ... } // errors.Is(err, selector.ErrNoInstances)
+//	start := time.Now()
+//	err = call(ctx, inst.Address)
+//	done.Done(err, time.Since(start))
+//
+// # Contract
+//
+//   - Pick returns ErrNoInstances when there is nothing to pick from, and
+//     ErrAllExcluded when PickOptions.Exclude rejected every instance (the
+//     caller decides: stop retrying, or pick again without exclusions).
+//   - Instances with Weight 0 are draining: they are picked only when no
+//     other instance is left (or every other one is excluded).
+//   - A stale snapshot (the registry backend is failing) is used as is:
+//     the last known instances are the best guess, and are never dropped
+//     because of a backend error.
+//   - Per-instance state (requests in flight, latency EWMA) is kept by
+//     instance ID across updates; an instance that leaves and comes back
+//     under the same ID starts fresh only if it was absent in between.
+//   - Done must be called once per successful Pick for LeastRequest,
+//     P2CEWMA and bounded loads (it is what they measure); it is a cheap
+//     no-op for the other strategies, so callers can always call it.
+//   - Filters run in Update, never per pick. Use one Selector per routing
+//     group (e.g. per version for a canary) rather than per-pick filtering.
+//
+// Strategies, defaults and the reasons for them are described in
+// docs/selector.md.
+package selector

@@ -1,0 +1,120 @@
+package selector_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// A selector following a service through the registry's watch cache.
+func Example() {
+	ctx := context.Background()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	lease, _ := reg.Register(ctx, registry.Instance{Service: "user-svc", Address: "10.0.0.1:8080"})
+	defer lease.Deregister(ctx)
+
+	w, _ := reg.Watch(ctx, "user-svc")
+	defer w.Close()
+	sel, _ := selector.New(selector.WithStrategy(selector.P2CEWMA))
+	if err := sel.Start(ctx, w); err != nil { // applies the first snapshot
+		fmt.Println(err)
+		return
+	}
+	defer sel.Close()
+
+	inst, done, err := sel.Pick(ctx, selector.PickOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	start := time.Now()
+	// ... call inst.Address ...
+	done.Done(nil, time.Since(start))
+	fmt.Println(inst.Address)
+	// Output: 10.0.0.1:8080
+}
+
+func instances(addrs ...string) registry.Snapshot {
+	s := registry.Snapshot{Service: "cart"}
+	for i, a := range addrs {
+		s.Instances = append(s.Instances, registry.Instance{
+			ID: fmt.Sprint("cart-", i), Service: "cart", Address: a, Weight: registry.DefaultWeight,
+		})
+	}
+	return s
+}
+
+// Consistent hashing keeps a user on one instance; when another instance
+// leaves, the user stays where it was.
+func ExampleSelector_Pick_consistentHash() {
+	ctx := context.Background()
+	sel, _ := selector.New(selector.WithStrategy(selector.ConsistentHash))
+	sel.Update(instances("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"))
+
+	first, _, _ := sel.Pick(ctx, selector.PickOptions{Key: "user-42"})
+	again, _, _ := sel.Pick(ctx, selector.PickOptions{Key: "user-42"})
+	fmt.Println("same instance:", first.Address == again.Address)
+
+	var rest []string
+	for _, a := range []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"} {
+		if a != first.Address && len(rest) < 2 {
+			continue // drop two other instances
+		}
+		rest = append(rest, a)
+	}
+	sel.Update(instances(rest...))
+	after, _, _ := sel.Pick(ctx, selector.PickOptions{Key: "user-42"})
+	fmt.Println("still there:", after.Address == first.Address)
+	// Output:
+	// same instance: true
+	// still there: true
+}
+
+// A retry loop never picks the same instance twice; when every instance
+// was tried, Pick says so with ErrAllExcluded.
+func ExamplePickOptions_exclude() {
+	ctx := context.Background()
+	sel, _ := selector.New(selector.WithStrategy(selector.RoundRobin))
+	sel.Update(instances("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"))
+
+	var tried []string
+	exclude := func(in *registry.Instance) bool {
+		for _, id := range tried {
+			if id == in.ID {
+				return true
+			}
+		}
+		return false
+	}
+	for attempt := 1; ; attempt++ {
+		inst, done, err := sel.Pick(ctx, selector.PickOptions{Exclude: exclude})
+		if errors.Is(err, selector.ErrAllExcluded) {
+			fmt.Println("attempt", attempt, "nothing left to try")
+			break
+		}
+		tried = append(tried, inst.ID)
+		done.Done(errors.New("unavailable"), time.Millisecond)
+	}
+	fmt.Println("distinct instances tried:", len(tried))
+	// Output:
+	// attempt 4 nothing left to try
+	// distinct instances tried: 3
+}
+
+// Unknown strategy names fail at construction, as configuration errors
+// should.
+func ExampleParseStrategy() {
+	_, err := selector.ParseStrategy("fastest")
+	fmt.Println(errors.Is(err, selector.ErrUnknownStrategy))
+	s, _ := selector.ParseStrategy("weighted_round_robin")
+	fmt.Println(s == selector.WeightedRoundRobin)
+	// Output:
+	// true
+	// true
+}

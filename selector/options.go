@@ -1,0 +1,175 @@
+package selector
+
+import (
+	"fmt"
+	"time"
+)
+
+// Strategy names a load-balancing algorithm. The string values are the
+// names used in configuration files; ParseStrategy and New reject any other.
+type Strategy string
+
+// The strategies. See docs/selector.md for how each one works and when to
+// use it.
+const (
+	// RoundRobin cycles through the instances with one atomic counter that
+	// starts at a random offset, so clients started together do not all hit
+	// the same instance first. Weights are ignored (except 0 = draining).
+	RoundRobin Strategy = "round_robin"
+	// WeightedRoundRobin gives each instance a share proportional to its
+	// Weight. Up to 64 instances (and a short period) it replays the exact
+	// nginx smooth weighted round-robin sequence (weights 2 and 1 give
+	// A B A A B A …) from a table built on Update; above that it uses the
+	// lock-free static stride scheduler of grpc, with weights clamped to
+	// [0.01, 10] × the mean.
+	WeightedRoundRobin Strategy = "weighted_round_robin"
+	// Random picks uniformly.
+	Random Strategy = "random"
+	// WeightedRandom picks with probability proportional to Weight, in O(1)
+	// with Vose's alias method.
+	WeightedRandom Strategy = "weighted_random"
+	// LeastRequest samples two distinct instances (power of two choices)
+	// and takes the one with fewer requests in flight (weighted: in-flight
+	// ÷ weight). With WithChoices(k) ≥ the number of instances it scans
+	// them all: the exact least-connection rule. It needs Done to be called.
+	LeastRequest Strategy = "least_request"
+	// P2CEWMA samples two distinct instances and takes the one with the
+	// lower peak-EWMA latency × (in-flight + 1), decaying with τ = 10 s
+	// (Finagle, Linkerd). It is the default; it needs Done to be called
+	// with the call's latency.
+	P2CEWMA Strategy = "p2c_ewma"
+	// ConsistentHash maps PickOptions.Key onto a hash ring with per-host
+	// virtual nodes (xxhash), so a key sticks to one instance and only
+	// ≈1/N of the keys move when an instance joins or leaves. Optional
+	// bounded load (WithBoundedLoad). Without a key it picks at random.
+	ConsistentHash Strategy = "consistent_hash"
+	// Maglev maps PickOptions.Key through a Maglev lookup table (Eisenbud
+	// et al., NSDI'16): O(1) lookups and near-perfect balance, at the cost
+	// of ≈2× the key movement of a ring. Without a key it picks at random.
+	Maglev Strategy = "maglev"
+)
+
+// DefaultStrategy is used when New gets no WithStrategy.
+const DefaultStrategy = P2CEWMA
+
+var strategies = []Strategy{RoundRobin, WeightedRoundRobin, Random, WeightedRandom, LeastRequest, P2CEWMA, ConsistentHash, Maglev}
+
+// Strategies lists every known strategy.
+func Strategies() []Strategy { return append([]Strategy(nil), strategies...) }
+
+// ParseStrategy returns the strategy with the given name, or an error
+// wrapping ErrUnknownStrategy.
+func ParseStrategy(name string) (Strategy, error) {
+	for _, s := range strategies {
+		if string(s) == name {
+			return s, nil
+		}
+	}
+	return "", fmt.Errorf("selector: strategy %q: %w (known: %v)", name, ErrUnknownStrategy, strategies)
+}
+
+// Defaults of the tunable strategies.
+const (
+	// DefaultVirtualNodes is the number of ring points of an instance with
+	// the default weight (100); an instance gets VirtualNodes × Weight/100
+	// points (at least 1). 1000 keeps the most loaded of 100 instances
+	// within ≈10 % of the mean (load-balancing.md §8.3: 100 points give
+	// 1.22, 1000 give 1.08).
+	DefaultVirtualNodes = 1000
+	// DefaultDecay is the peak-EWMA time constant τ (Finagle, Linkerd:
+	// 10 s; 1 s was measured to react worse, load-balancing.md §8.5).
+	DefaultDecay = 10 * time.Second
+	// DefaultChoices is the number of instances least_request samples.
+	DefaultChoices = 2
+)
+
+// Option configures a Selector.
+type Option func(*config)
+
+type config struct {
+	strategy    Strategy
+	filters     []Filter
+	vnodes      int
+	bound       float64 // 0 = off; else c ≥ 1
+	maglevSize  uint64  // 0 = automatic
+	choices     int
+	decay       time.Duration
+	penaltyNs   float64
+	rng         randSource // tests: deterministic randomness
+	clock       func() int64
+	smoothLimit int
+}
+
+func defaultConfig() config {
+	return config{
+		strategy: DefaultStrategy, vnodes: DefaultVirtualNodes, choices: DefaultChoices,
+		decay: DefaultDecay, smoothLimit: 64,
+	}
+}
+
+// WithStrategy selects the algorithm. An unknown name makes New fail.
+func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
+
+// WithFilters adds filters, applied in order on every Update before the
+// strategy sees the instances.
+func WithFilters(f ...Filter) Option {
+	return func(c *config) { c.filters = append(c.filters, f...) }
+}
+
+// WithVirtualNodes sets the ring points of an instance of weight 100 for
+// ConsistentHash (default DefaultVirtualNodes). Memory is ≈12 bytes per
+// point: 1000 points × 1000 instances is 12 MB, so very large services
+// should lower it or use Maglev.
+func WithVirtualNodes(n int) Option { return func(c *config) { c.vnodes = n } }
+
+// WithBoundedLoad enables consistent hashing with bounded loads
+// (Mirrokni et al.) for ConsistentHash and Maglev: an instance with more
+// than ⌈c × (in-flight total + 1) / N⌉ requests in flight is skipped and
+// the key walks on to the next one. c must be ≥ 1; 1.25 is the usual
+// value (HAProxy, Envoy recommend 1.25–2). It needs Done to be called.
+func WithBoundedLoad(c float64) Option { return func(c2 *config) { c2.bound = c } }
+
+// WithMaglevTableSize sets the Maglev table size; it must be prime. The
+// default is 65537 up to 655 instances and 655373 above, keeping the
+// table ≥ 100 × N as the Maglev paper advises.
+func WithMaglevTableSize(m uint64) Option { return func(c *config) { c.maglevSize = m } }
+
+// WithChoices sets how many instances LeastRequest compares (default 2,
+// clamped to [2, 10] as in gRPC A48). When it is ≥ the number of
+// instances, every instance is compared.
+func WithChoices(k int) Option { return func(c *config) { c.choices = k } }
+
+// WithDecay sets the peak-EWMA time constant τ of P2CEWMA (default 10 s).
+func WithDecay(tau time.Duration) Option { return func(c *config) { c.decay = tau } }
+
+func (c *config) validate() error {
+	if _, err := ParseStrategy(string(c.strategy)); err != nil {
+		return err
+	}
+	if c.vnodes < 1 || c.vnodes > 1<<16 {
+		return fmt.Errorf("selector: virtual nodes %d: %w (want 1..65536)", c.vnodes, ErrInvalidOption)
+	}
+	if c.bound != 0 && !(c.bound >= 1 && c.bound <= 100) {
+		return fmt.Errorf("selector: bounded load %v: %w (want ≥ 1)", c.bound, ErrInvalidOption)
+	}
+	if c.maglevSize != 0 && (c.maglevSize < 7 || c.maglevSize > 1<<26 || !isPrime(c.maglevSize)) {
+		return fmt.Errorf("selector: maglev table size %d: %w (want a prime)", c.maglevSize, ErrInvalidOption)
+	}
+	if c.decay <= 0 {
+		return fmt.Errorf("selector: decay %v: %w", c.decay, ErrInvalidOption)
+	}
+	c.choices = min(max(c.choices, 2), 10)
+	return nil
+}
+
+func isPrime(n uint64) bool {
+	if n < 2 {
+		return false
+	}
+	for d := uint64(2); d*d <= n; d++ {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,430 @@
+package selector
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// Errors returned by New and Pick; test them with errors.Is.
+var (
+	// ErrNoInstances: the selector holds no instance to pick from (no
+	// snapshot yet, an empty snapshot, or filters that removed every
+	// instance).
+	ErrNoInstances = errors.New("selector: no instances")
+	// ErrAllExcluded: there are instances, but PickOptions.Exclude
+	// rejected every one of them, draining ones included. It is distinct
+	// from ErrNoInstances so that the caller can choose: a retry loop
+	// stops (it has tried everything), a quarantine layer may pick again
+	// without its exclusions (panic mode) rather than fail the call.
+	ErrAllExcluded = errors.New("selector: every instance is excluded")
+	// ErrUnknownStrategy: New or ParseStrategy got a name that is not a
+	// Strategy.
+	ErrUnknownStrategy = errors.New("selector: unknown strategy")
+	// ErrInvalidOption: an option value is out of range.
+	ErrInvalidOption = errors.New("selector: invalid option")
+	// ErrStarted: Start was called twice.
+	ErrStarted = errors.New("selector: already started")
+)
+
+// maxEffort is how many times Pick asks the strategy again when the
+// instance it proposes is excluded, before it scans (Finagle uses 5).
+const maxEffort = 5
+
+// Selector picks one instance of a service per call.
+//
+// It holds an immutable, prepared picker (weights, tables, rings are
+// computed in Update, never in Pick) behind an atomic pointer: Pick only
+// reads it, so picks never wait for an Update and never take a lock.
+// Per-instance state (requests in flight, latency EWMA) lives outside the
+// picker and survives Updates for instances that stay.
+//
+// A Selector is safe for concurrent use. The zero value is not usable;
+// call New.
+type Selector struct {
+	cfg config
+	sh  *shared
+	cur atomic.Pointer[picker]
+
+	mu   sync.Mutex           // serialises Update
+	eps  map[string]*endpoint // by instance ID; owned by mu
+	prev *picker              // last built picker, under mu
+
+	run struct {
+		sync.Mutex
+		cancel context.CancelFunc
+		done   chan struct{}
+		err    error
+	}
+}
+
+// New returns a Selector with no instances; feed it with Update, Follow or
+// Start. It fails on an unknown strategy or an out-of-range option.
+func New(opts ...Option) (*Selector, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	s := &Selector{cfg: c, eps: map[string]*endpoint{}}
+	s.sh = &shared{
+		tau:     float64(c.decay),
+		bounded: c.bound > 0,
+		ewma:    c.strategy == P2CEWMA,
+		now:     c.clock,
+	}
+	if s.sh.now == nil {
+		s.sh.now = monotonic
+	}
+	s.sh.clock.Store(s.sh.now())
+	return s, nil
+}
+
+// Strategy returns the strategy the selector was built with.
+func (s *Selector) Strategy() Strategy { return s.cfg.strategy }
+
+// PickOptions qualify one pick. The zero value is a plain pick. Passing
+// PickOptions does not allocate; nor does an Exclude closure that does not
+// escape the caller.
+type PickOptions struct {
+	// Key is the request's affinity key (a user or session ID) for
+	// ConsistentHash and Maglev: equal keys go to the same instance while
+	// the instance set does not change. Other strategies ignore it. An
+	// empty Key picks at random.
+	Key string
+	// Exclude, if set, rejects instances for this pick: the retry
+	// middleware rejects those it already tried, the quarantine middleware
+	// those it ejected. Pick asks the strategy again (up to 5 times), then
+	// takes the first acceptable instance in a scan, then a draining one;
+	// if every instance is rejected it returns ErrAllExcluded. Exclude
+	// must be fast and must not modify or retain the instance.
+	Exclude func(*registry.Instance) bool
+}
+
+// Done reports the outcome of a picked call. It is a small value, not a
+// closure: returning and calling it allocates nothing. Call Done exactly
+// once per successful Pick; the zero Done (from a failed Pick) ignores it.
+type Done struct {
+	ep *endpoint
+	sh *shared
+}
+
+// Done feeds the call's outcome back: it ends the in-flight count that
+// LeastRequest, P2CEWMA and bounded loads use and updates the instance's
+// latency estimate for P2CEWMA. latency is the call's duration as the
+// caller measured it. A failed call counts as at least twice the current
+// estimate, so that an instance failing fast does not attract traffic;
+// context.Canceled (a hedge that lost, a caller that gave up) leaves the
+// estimate alone.
+func (d Done) Done(err error, latency time.Duration) {
+	if d.ep == nil {
+		return
+	}
+	d.ep.inflight.Add(-1)
+	if d.sh.bounded {
+		d.sh.total.Add(-1)
+	}
+	if d.sh.ewma {
+		if err != nil && errors.Is(err, context.Canceled) {
+			return
+		}
+		d.sh.observe(d.ep, latency, err != nil)
+	}
+}
+
+// Pick returns one instance and the Done to call when the call ends. It
+// never blocks and allocates nothing. It returns ErrNoInstances when there
+// is nothing to pick from and ErrAllExcluded when o.Exclude rejects every
+// instance. Instances of weight 0 (draining) are picked only when no other
+// instance is left. The returned Instance shares its Tags and Metadata
+// with the snapshot: do not modify them.
+//
+// ctx is not consulted today; it is there for tracing hooks.
+func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
+	p := s.cur.Load()
+	if p == nil || len(p.insts) == 0 {
+		return registry.Instance{}, Done{}, ErrNoInstances
+	}
+	var h uint64
+	keyed := false
+	if p.keyed && o.Key != "" {
+		h, keyed = xxhash.Sum64String(o.Key), true
+	}
+	i := p.algo.pick(h, keyed, 0)
+	inst, ep := &p.insts[i], p.eps[i]
+	if o.Exclude != nil && o.Exclude(inst) {
+		if inst, ep = p.pickExcluding(h, keyed, o.Exclude); inst == nil {
+			return registry.Instance{}, Done{}, ErrAllExcluded
+		}
+	}
+	if !p.track {
+		return *inst, Done{}, nil
+	}
+	ep.inflight.Add(1)
+	if s.sh.bounded {
+		s.sh.total.Add(1)
+	}
+	return *inst, Done{ep: ep, sh: s.sh}, nil
+}
+
+// pickExcluding is the slow path of Pick: the strategy proposed an
+// excluded instance.
+func (p *picker) pickExcluding(h uint64, keyed bool, exclude func(*registry.Instance) bool) (*registry.Instance, *endpoint) {
+	n := len(p.insts)
+	if n > 1 {
+		for attempt := 1; attempt < maxEffort; attempt++ {
+			i := p.algo.pick(h, keyed, attempt)
+			if !exclude(&p.insts[i]) {
+				return &p.insts[i], p.eps[i]
+			}
+		}
+		// Scan from a pseudo-random start (the key's, when there is one,
+		// so that a key keeps going to the same survivor).
+		start := h
+		if !keyed {
+			start = p.rnd.next()
+		}
+		for j := range n {
+			i := int((start + uint64(j)) % uint64(n))
+			if !exclude(&p.insts[i]) {
+				return &p.insts[i], p.eps[i]
+			}
+		}
+	}
+	for i := range p.spare {
+		if !exclude(&p.spare[i]) {
+			return &p.spare[i], p.spareEps[i]
+		}
+	}
+	return nil, nil
+}
+
+// Snapshot returns the snapshot the selector picks from (before filters):
+// its Stale flag tells whether the registry backend is failing. It is the
+// zero Snapshot before the first Update.
+func (s *Selector) Snapshot() registry.Snapshot {
+	if p := s.cur.Load(); p != nil {
+		return p.snap
+	}
+	return registry.Snapshot{}
+}
+
+// Len returns how many instances Pick chooses from (after filters,
+// without the draining ones unless nothing else is left).
+func (s *Selector) Len() int {
+	if p := s.cur.Load(); p != nil {
+		return len(p.insts)
+	}
+	return 0
+}
+
+// Update installs a new snapshot: it filters the instances, prepares the
+// strategy's tables and publishes them atomically. Picks in progress keep
+// using the previous picker. A stale snapshot is used like a fresh one
+// (the last known instances are still the best guess); an update that
+// only flips the Stale flag does not rebuild anything.
+func (s *Selector) Update(snap registry.Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev := s.prev; prev != nil && prev.snap.SameInstances(snap) {
+		np := *prev
+		np.snap = snap
+		s.prev = &np
+		s.cur.Store(&np)
+		return
+	}
+	p := s.build(snap)
+	s.prev = p
+	s.cur.Store(p)
+}
+
+// build prepares a picker; s.mu is held.
+func (s *Selector) build(snap registry.Snapshot) *picker {
+	insts := snap.Instances
+	for _, f := range s.cfg.filters {
+		insts = f(insts)
+	}
+	var active, drain []registry.Instance
+	for _, in := range insts {
+		if in.Weight > 0 {
+			active = append(active, in)
+		} else {
+			drain = append(drain, in)
+		}
+	}
+	if len(active) == 0 {
+		// Nothing but draining instances: use them, with equal weights.
+		active, drain = drain, nil
+	}
+	eps := make(map[string]*endpoint, len(active)+len(drain))
+	get := func(id string) *endpoint {
+		ep := s.eps[id]
+		if ep == nil {
+			ep = &endpoint{}
+		}
+		eps[id] = ep
+		return ep
+	}
+	p := &picker{snap: snap, insts: active, spare: drain, rnd: rng{s.cfg.rng}}
+	p.eps = make([]*endpoint, len(active))
+	p.weights = make([]uint32, len(active))
+	for i := range active {
+		p.eps[i] = get(active[i].ID)
+		// Only draining instances are left: treat them as equals.
+		p.weights[i] = cmp.Or(active[i].Weight, registry.DefaultWeight)
+	}
+	p.spareEps = make([]*endpoint, len(drain))
+	for i := range drain {
+		p.spareEps[i] = get(drain[i].ID)
+	}
+	s.eps = eps
+	p.track = s.cfg.strategy == LeastRequest || s.cfg.strategy == P2CEWMA || s.cfg.bound > 0
+	p.keyed = s.cfg.strategy == ConsistentHash || s.cfg.strategy == Maglev
+	if len(active) > 0 {
+		p.algo = s.newAlgorithm(p, s.prev)
+	}
+	return p
+}
+
+func (s *Selector) newAlgorithm(p *picker, prev *picker) algorithm {
+	c := &s.cfg
+	switch c.strategy {
+	case RoundRobin:
+		return newRoundRobin(p)
+	case WeightedRoundRobin:
+		return newWeightedRoundRobin(p, c.smoothLimit)
+	case Random:
+		return &random{n: uint64(len(p.insts)), rnd: p.rnd}
+	case WeightedRandom:
+		return newAlias(p)
+	case LeastRequest:
+		return newLeastRequest(p, c.choices)
+	case P2CEWMA:
+		return &p2cEWMA{eps: p.eps, rnd: p.rnd, sh: s.sh}
+	case ConsistentHash:
+		var old *ring
+		if prev != nil {
+			old, _ = prev.algo.(*ring)
+		}
+		return newRing(p, old, c.vnodes, c.bound, s.sh)
+	case Maglev:
+		return newMaglev(p, c.maglevSize, c.bound, s.sh)
+	}
+	panic(fmt.Sprintf("selector: strategy %q not validated", c.strategy))
+}
+
+// Follow applies every snapshot w delivers until ctx ends or w is closed,
+// and returns that error. Stale snapshots (the backend is failing) are
+// applied too: the last known instances stay in use. Run it in a goroutine
+// you own, or use Start.
+func (s *Selector) Follow(ctx context.Context, w *registry.Watcher) error {
+	for {
+		snap, err := w.Next(ctx)
+		if err != nil && !errors.Is(err, registry.ErrUnavailable) {
+			return err
+		}
+		s.Update(snap)
+	}
+}
+
+// Start waits for w's first snapshot (bounded by ctx), applies it, and
+// then follows w in a goroutine owned by the Selector until Close. When
+// Start returns nil, Pick sees the service's instances. Start does not
+// close w.
+func (s *Selector) Start(ctx context.Context, w *registry.Watcher) error {
+	s.run.Lock()
+	defer s.run.Unlock()
+	if s.run.done != nil {
+		return ErrStarted
+	}
+	snap, err := w.Next(ctx)
+	if err != nil && !errors.Is(err, registry.ErrUnavailable) {
+		return err
+	}
+	s.Update(snap)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.run.cancel, s.run.done = cancel, done
+	go func() {
+		defer close(done)
+		err := s.Follow(rctx, w)
+		if rctx.Err() == nil {
+			s.run.Lock()
+			s.run.err = err
+			s.run.Unlock()
+		}
+	}()
+	return nil
+}
+
+// Close stops the goroutine started by Start and waits for it. It returns
+// the error that ended following early (a closed watcher), if any. The
+// selector keeps answering Pick from its last snapshot.
+func (s *Selector) Close() error {
+	s.run.Lock()
+	cancel, done := s.run.cancel, s.run.done
+	s.run.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	<-done
+	s.run.Lock()
+	defer s.run.Unlock()
+	err := s.run.err
+	s.run.err = nil
+	return err
+}
+
+// picker is one immutable, prepared view of the instances.
+type picker struct {
+	snap     registry.Snapshot
+	insts    []registry.Instance // candidates: weight > 0, or all draining
+	eps      []*endpoint         // state of insts[i]
+	weights  []uint32            // weight of insts[i], > 0
+	spare    []registry.Instance // draining, used when every candidate is excluded
+	spareEps []*endpoint
+	algo     algorithm
+	rnd      rng
+	track    bool // count requests in flight
+	keyed    bool // the algorithm uses PickOptions.Key
+}
+
+// algorithm is a strategy's prepared table. pick returns an index into
+// picker.insts; attempt > 0 asks for another candidate because the
+// previous one was excluded.
+type algorithm interface {
+	pick(key uint64, keyed bool, attempt int) int
+}
+
+// randSource is a deterministic generator for tests and simulations.
+type randSource interface{ Uint64() uint64 }
+
+// rng draws from the runtime's per-thread generator (no shared state,
+// scales across cores) unless a source was injected.
+type rng struct{ src randSource }
+
+func (r rng) next() uint64 {
+	if r.src != nil {
+		return r.src.Uint64()
+	}
+	return rand.Uint64()
+}
+
+// below returns a number in [0, n) (Lemire's multiply-shift; the bias is
+// below 2^-32 for the sizes used here).
+func (r rng) below(n uint64) uint64 {
+	hi, _ := mul64(r.next(), n)
+	return hi
+}
