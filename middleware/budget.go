@@ -44,12 +44,15 @@ func (b *Budget) slot(now int64) *budgetBucket {
 	return s
 }
 
-// Call records one call (first attempts only).
-func (b *Budget) Call() { b.slot(time.Now().UnixNano()).calls.Add(1) }
+// Call records one call (first attempts only) made at now.
+func (b *Budget) Call(now time.Time) { b.slot(now.UnixNano()).calls.Add(1) }
 
-// TryRetry reserves one retry if the budget allows it.
-func (b *Budget) TryRetry() bool {
-	now := time.Now().UnixNano()
+// TryRetry reserves one retry at now if the budget allows it.
+func (b *Budget) TryRetry(now time.Time) bool {
+	return b.tryRetry(now.UnixNano())
+}
+
+func (b *Budget) tryRetry(now int64) bool {
 	cur := b.slot(now)
 	sec := now / int64(time.Second)
 	var calls, retries int64

@@ -146,3 +146,61 @@ func (o *registryObserver) Resync(service string, start time.Time, d time.Durati
 	span.End(trace.WithTimestamp(start.Add(d)))
 	o.t.lookupDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
 }
+
+// The helpers below are nil-safe and skip all work when no SDK listens.
+
+func (t *telemetry) budgetExhausted(ctx context.Context, service string) {
+	if t != nil && t.exhausted.Enabled(ctx) {
+		t.exhausted.Add(ctx, 1, metric.WithAttributes(AttrService.String(service)))
+	}
+}
+
+func (t *telemetry) retry(ctx context.Context, service, reason string) {
+	if t != nil && t.retries.Enabled(ctx) {
+		t.retries.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrReason.String(reason)))
+	}
+}
+
+func (t *telemetry) pick(ctx context.Context, service, id string) {
+	if t != nil && t.picks.Enabled(ctx) {
+		t.picks.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrInstanceID.String(id)))
+	}
+}
+
+func (t *telemetry) failure(ctx context.Context, service, id string, c Class) {
+	if t != nil && t.failures.Enabled(ctx) {
+		t.failures.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrInstanceID.String(id), AttrOutcome.String(c.String())))
+	}
+}
+
+func (t *telemetry) ejected(service, id string, ejected bool) {
+	if t == nil {
+		return
+	}
+	ctx := context.Background()
+	if t.ejections.Enabled(ctx) {
+		n := int64(1)
+		if !ejected {
+			n = -1
+		}
+		t.ejections.Add(ctx, n, metric.WithAttributes(AttrService.String(service)))
+	}
+}
+
+func (t *telemetry) cacheRead(ctx context.Context, service string, hit bool) {
+	if t != nil && t.cacheReqs.Enabled(ctx) {
+		t.cacheReqs.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrCacheHit.Bool(hit)))
+	}
+}
+
+func (t *telemetry) lookup(ctx context.Context, service string, d time.Duration) {
+	if t != nil && t.lookupDur.Enabled(ctx) {
+		t.lookupDur.Record(ctx, d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+	}
+}
+
+func (t *telemetry) snapshot(ctx context.Context, service string) {
+	if t != nil && t.snapUpdates.Enabled(ctx) {
+		t.snapUpdates.Add(ctx, 1, metric.WithAttributes(AttrService.String(service)))
+	}
+}

@@ -384,6 +384,11 @@ type stream struct {
 func (st *stream) Next(ctx context.Context) (registry.Snapshot, error) {
 	s := st.d.srv
 	for {
+		// Read the wake channel before checking the link, so a cut made
+		// after the check still wakes this Next.
+		st.d.mu.Lock()
+		wake := st.d.wake
+		st.d.mu.Unlock()
 		if err := st.d.enter(ctx); err != nil {
 			return registry.Snapshot{}, err
 		}
@@ -399,9 +404,6 @@ func (st *stream) Next(ctx context.Context) (registry.Snapshot, error) {
 			st.last = &snap
 			return snap, nil
 		}
-		st.d.mu.Lock()
-		wake := st.d.wake
-		st.d.mu.Unlock()
 		select {
 		case <-wake:
 		case <-ch:

@@ -1,0 +1,85 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+)
+
+func noop(context.Context, registry.Instance) error { return nil }
+
+// BenchmarkDo measures the full chain's overhead per call — discovery
+// cache read, retry, quarantine, pick, Done, spans and metrics with no
+// OpenTelemetry SDK installed — around a call that does nothing.
+func BenchmarkDo(b *testing.B) {
+	for _, n := range []int{10, 100} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			srv := memory.NewServer()
+			reg := registry.New(memory.NewDriver(srv))
+			defer reg.Close()
+			ctx := context.Background()
+			for i := 0; i < n; i++ {
+				if _, err := reg.Register(ctx, registry.Instance{Service: "api", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c, err := middleware.NewClient(reg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.Do(ctx, "api", noop); err != nil {
+				b.Fatal(err)
+			}
+			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := c.Do(ctx, "api", noop); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := c.Do(ctx, "api", noop); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			})
+		})
+	}
+}
+
+// BenchmarkDoNoopTracer is BenchmarkDo with the OpenTelemetry no-op tracer
+// provider set explicitly, which skips the global delegate's allocations.
+func BenchmarkDoNoopTracer(b *testing.B) {
+	srv := memory.NewServer()
+	reg := registry.New(memory.NewDriver(srv))
+	defer reg.Close()
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := reg.Register(ctx, registry.Instance{Service: "api", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c, err := middleware.NewClient(reg, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Do(ctx, "api", noop); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package middleware
+
+import (
+	"context"
+	"time"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// Call is one attempt of a call on one instance.
+type Call func(ctx context.Context, in registry.Instance) error
+
+// Handler runs a call for a Request. The innermost handler picks an
+// instance and runs one attempt; middleware wraps it to add behaviour.
+type Handler func(ctx context.Context, req *Request) error
+
+// Middleware wraps a Handler. Middleware are plain values: the Client
+// applies them in order, the first one outermost, and user middleware can
+// stand anywhere in the list.
+type Middleware func(next Handler) Handler
+
+// Chain composes middleware around h, the first one outermost.
+func Chain(h Handler, mw ...Middleware) Handler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
+}
+
+// Excluder rejects instances for the attempts of one request. Quarantine
+// is one; middleware of yours can add others with Request.PushExcluder.
+type Excluder interface {
+	Excluded(req *Request, in *registry.Instance) bool
+}
+
+// Request is one call as it goes through the chain. The Client reuses
+// Requests: middleware must not keep a pointer to one after its handler
+// returns.
+type Request struct {
+	Service string
+	Key     string // affinity key for consistent hashing (a user ID, …)
+	Call    Call
+	Start   time.Time // when the call started
+
+	// Set by the innermost handler on each attempt.
+	Attempt  int               // 1 for the first attempt
+	Instance registry.Instance // the instance of the latest attempt
+	Picked   bool              // whether the latest attempt got an instance
+	Latency  time.Duration     // duration of the latest attempt's call
+	Reason   string            // why the latest attempt is a retry ("" for the first)
+
+	// Set by the Client from the service's current state.
+	Stale bool // the instances come from a stale snapshot
+	Total int  // instances the service has, for panic thresholds
+
+	classify  Classifier
+	tel       *telemetry
+	svc       *service
+	tried     []string
+	triedBuf  [8]string
+	excluders []Excluder
+	exclBuf   [4]Excluder
+}
+
+func (r *Request) reset() {
+	*r = Request{}
+	r.tried = r.triedBuf[:0]
+	r.excluders = r.exclBuf[:0]
+}
+
+// Classify classifies err with the Client's classifier.
+func (r *Request) Classify(ctx context.Context, err error) Class {
+	if r.classify == nil {
+		return DefaultClassify(ctx, err)
+	}
+	return r.classify(ctx, err)
+}
+
+// Tried reports whether an earlier attempt of this request used the
+// instance.
+func (r *Request) Tried(id string) bool {
+	for _, t := range r.tried {
+		if t == id {
+			return true
+		}
+	}
+	return false
+}
+
+// MarkTried records that the latest attempt's instance should not be
+// picked again for this request while others are left.
+func (r *Request) MarkTried() {
+	if r.Picked && !r.Tried(r.Instance.ID) {
+		r.tried = append(r.tried, r.Instance.ID)
+	}
+}
+
+// PushExcluder adds e for the attempts run inside the current handler and
+// returns a mark for PopExcluders.
+func (r *Request) PushExcluder(e Excluder) int {
+	n := len(r.excluders)
+	r.excluders = append(r.excluders, e)
+	return n
+}
+
+// PopExcluders removes the excluders pushed since mark.
+func (r *Request) PopExcluders(mark int) { r.excluders = r.excluders[:mark] }
+
+// exclude is the pick-time predicate: tried instances and every excluder.
+func (r *Request) exclude(in *registry.Instance) bool {
+	if r.Tried(in.ID) {
+		return true
+	}
+	for _, e := range r.excluders {
+		if e.Excluded(r, in) {
+			return true
+		}
+	}
+	return false
+}
+
+// excludeHard applies only the excluders, not the tried set: used once
+// every untried instance is excluded.
+func (r *Request) excludeHard(in *registry.Instance) bool {
+	for _, e := range r.excluders {
+		if e.Excluded(r, in) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,484 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// ErrStale is returned when the registry has failed for longer than the
+// client's maximum staleness: the cached instances are too old to trust.
+// It wraps registry.ErrUnavailable.
+var ErrStale = fmt.Errorf("%w: cached instances older than the maximum staleness", registry.ErrUnavailable)
+
+// Option configures a Client.
+type Option func(*clientConfig)
+
+type clientConfig struct {
+	selOpts      []selector.Option
+	mw           []Middleware
+	mwSet        bool
+	classify     Classifier
+	maxStale     time.Duration
+	zeroProtect  time.Duration
+	dir          string
+	tp           trace.TracerProvider
+	mp           metric.MeterProvider
+	quarantine   *Quarantine
+	firstTimeout time.Duration
+}
+
+// WithSelector sets the selector options (strategy, filters) used for
+// every service. The default strategy is the selector package's.
+func WithSelector(opts ...selector.Option) Option {
+	return func(c *clientConfig) { c.selOpts = append(c.selOpts, opts...) }
+}
+
+// WithMiddleware replaces the default chain (Retry then the client's
+// Quarantine) with mw, the first outermost. Include c.Quarantine().Middleware()
+// yourself if you want quarantine with a custom chain.
+func WithMiddleware(mw ...Middleware) Option {
+	return func(c *clientConfig) { c.mw, c.mwSet = mw, true }
+}
+
+// WithClassifier replaces DefaultClassify.
+func WithClassifier(f Classifier) Option { return func(c *clientConfig) { c.classify = f } }
+
+// WithQuarantine replaces the default quarantine (QuarantineConfig{}).
+func WithQuarantine(q *Quarantine) Option { return func(c *clientConfig) { c.quarantine = q } }
+
+// WithMaxStaleness bounds how long the client keeps calling instances from
+// a stale snapshot while the registry fails (default 10 minutes; 0 or
+// less: forever). Past it, calls fail with ErrStale.
+func WithMaxStaleness(d time.Duration) Option { return func(c *clientConfig) { c.maxStale = d } }
+
+// WithZeroProtection keeps serving the last non-empty instance list for up
+// to d after a healthy registry reports that a service has no instances
+// at all, in case that answer is an operator's mistake (default 0: an
+// explicit empty answer is applied at once).
+func WithZeroProtection(d time.Duration) Option { return func(c *clientConfig) { c.zeroProtect = d } }
+
+// WithSnapshotDir persists each service's last good snapshot in dir, so a
+// process that starts while the registry is down can still call its
+// dependencies (served stale, with their age measured from the file).
+func WithSnapshotDir(dir string) Option { return func(c *clientConfig) { c.dir = dir } }
+
+// WithFirstSnapshotTimeout bounds how long the first call to a service
+// waits for the registry's answer when the caller's context has no
+// deadline (default 10s).
+func WithFirstSnapshotTimeout(d time.Duration) Option {
+	return func(c *clientConfig) { c.firstTimeout = d }
+}
+
+// WithTracerProvider and WithMeterProvider set the OpenTelemetry providers
+// (default: the global ones, no-ops until an SDK is installed).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *clientConfig) { c.tp = tp } }
+
+// WithMeterProvider sets the OpenTelemetry meter provider.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *clientConfig) { c.mp = mp } }
+
+// Client runs calls against services found in a registry, through a chain
+// of middleware: by default retry on another instance, then local
+// quarantine, then the pick (selector strategy) over a stale-aware cache
+// of each service's instances. Safe for concurrent use.
+type Client struct {
+	reg   *registry.Registry
+	cfg   clientConfig
+	tel   *telemetry
+	q     *Quarantine
+	chain Handler
+	pool  sync.Pool
+
+	mu       sync.Mutex
+	closed   bool
+	services map[string]*service
+}
+
+// NewClient returns a Client that discovers services in reg. It does not
+// own reg: close the Client before the Registry.
+func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
+	cfg := clientConfig{maxStale: 10 * time.Minute, firstTimeout: 10 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	// Fail now on a bad strategy or option rather than on the first call.
+	if _, err := selector.New(cfg.selOpts...); err != nil {
+		return nil, err
+	}
+	c := &Client{reg: reg, cfg: cfg, services: map[string]*service{}}
+	c.tel = newTelemetry(cfg.tp, cfg.mp)
+	c.q = cfg.quarantine
+	if c.q == nil {
+		c.q = NewQuarantine(QuarantineConfig{})
+	}
+	prev := c.q.onChange
+	c.q.onChange = func(service, id string, ejected bool) {
+		c.tel.ejected(service, id, ejected)
+		if prev != nil {
+			prev(service, id, ejected)
+		}
+	}
+	mw := cfg.mw
+	if !cfg.mwSet {
+		mw = []Middleware{Retry(RetryConfig{}), c.q.Middleware()}
+	}
+	c.chain = Chain(c.attempt, mw...)
+	c.pool.New = func() any { r := &Request{}; r.reset(); return r }
+	return c, nil
+}
+
+// Quarantine returns the client's quarantine (to inspect ejected
+// instances, or to place its Middleware in a custom chain).
+func (c *Client) Quarantine() *Quarantine { return c.q }
+
+// Do runs call on an instance of service, through the chain. The error is
+// the last attempt's.
+func (c *Client) Do(ctx context.Context, service string, call Call) error {
+	return c.DoKey(ctx, service, "", call)
+}
+
+// DoKey is Do with an affinity key for consistent-hash strategies: calls
+// with the same key go to the same instance while the set is stable.
+func (c *Client) DoKey(ctx context.Context, service, key string, call Call) error {
+	s, err := c.service(ctx, service)
+	if err != nil {
+		return err
+	}
+	stale, err := s.usable(c.cfg.maxStale)
+	if err != nil {
+		return err
+	}
+	// No options: with no SDK installed this costs the two allocations of
+	// the global no-op span, and nothing else (see attempt).
+	ctx, span := c.tel.tracer.Start(ctx, "roster.call")
+	req := c.pool.Get().(*Request)
+	req.Service, req.Key, req.Call, req.Start = service, key, call, time.Now()
+	req.classify, req.tel, req.Stale = c.cfg.classify, c.tel, stale
+	req.Total = s.sel.Len()
+	req.svc = s
+	err = c.chain(ctx, req)
+	if span.IsRecording() {
+		span.SetAttributes(AttrService.String(service), AttrStale.Bool(stale), attribute.Int("roster.attempts", req.Attempt))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.End()
+	req.reset()
+	c.pool.Put(req)
+	return err
+}
+
+// attempt is the innermost handler: pick an instance and run the call.
+func (c *Client) attempt(ctx context.Context, req *Request) error {
+	s := req.svc
+	req.Picked = false
+	if req.Attempt == 0 {
+		req.Attempt = 1
+	}
+	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Exclude: req.exclude})
+	if errors.Is(err, selector.ErrAllExcluded) {
+		// Every untried, admitted instance is gone: a tried one is better
+		// than failing, then any one (quarantine is advice, not a wall).
+		in, done, err = s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Exclude: req.excludeHard})
+		if errors.Is(err, selector.ErrAllExcluded) {
+			in, done, err = s.sel.Pick(ctx, selector.PickOptions{Key: req.Key})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", req.Service, err)
+	}
+	req.Instance, req.Picked = in, true
+	c.tel.pick(ctx, req.Service, in.ID)
+	// Attempt spans only under a recording call span: when the call is not
+	// traced (no SDK, or not sampled) its attempts would not be either.
+	actx, span := ctx, trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		actx, span = c.tel.tracer.Start(ctx, "roster.attempt", attemptKind)
+		span.SetAttributes(AttrService.String(req.Service), AttrInstanceID.String(in.ID),
+			AttrAddress.String(in.Address), AttrAttempt.Int(req.Attempt), AttrStale.Bool(req.Stale))
+		if req.Reason != "" {
+			span.SetAttributes(AttrReason.String(req.Reason))
+		}
+	}
+	start := req.Start // time.Now is slow on some VMs: the first attempt reuses the call's
+	if req.Attempt > 1 {
+		start = time.Now()
+	}
+	err = req.Call(actx, in)
+	req.Latency = time.Since(start)
+	done.Done(err, req.Latency)
+	if err != nil {
+		class := req.Classify(ctx, err)
+		c.tel.failure(ctx, req.Service, in.ID, class)
+		if span.IsRecording() {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	if actx != ctx {
+		span.End()
+	}
+	return err
+}
+
+var attemptKind = trace.WithSpanKind(trace.SpanKindClient)
+
+// Middleware returns the quarantine as a chain element: it keeps ejected
+// instances out of picks and feeds every attempt's outcome back.
+func (q *Quarantine) Middleware() Middleware {
+	ex := quarantineExcluder{q}
+	return func(next Handler) Handler {
+		return func(ctx context.Context, req *Request) error {
+			mark := req.PushExcluder(ex)
+			err := next(ctx, req)
+			req.PopExcluders(mark)
+			if req.Picked {
+				q.Report(req.Service, req.Instance.ID, req.Classify(ctx, err), req.Total)
+			}
+			return err
+		}
+	}
+}
+
+type quarantineExcluder struct{ q *Quarantine }
+
+func (e quarantineExcluder) Excluded(req *Request, in *registry.Instance) bool {
+	return !e.q.Admit(req.Service, in.ID, req.Total)
+}
+
+// Snapshot returns the snapshot the client currently picks from for a
+// service it has called, and whether it has one.
+func (c *Client) Snapshot(service string) (registry.Snapshot, bool) {
+	c.mu.Lock()
+	s := c.services[service]
+	c.mu.Unlock()
+	if s == nil {
+		return registry.Snapshot{}, false
+	}
+	select {
+	case <-s.ready:
+		return s.sel.Snapshot(), true
+	default:
+		return registry.Snapshot{}, false
+	}
+}
+
+// Close stops following every service. Calls in flight finish; new ones
+// fail with registry.ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	svcs := c.services
+	c.services = map[string]*service{}
+	c.mu.Unlock()
+	for _, s := range svcs {
+		s.stop()
+	}
+	c.tel.close()
+	return nil
+}
+
+// service returns the followed state of a service, starting to follow it
+// on first use and waiting (bounded) for its first usable snapshot.
+func (c *Client) service(ctx context.Context, name string) (*service, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("middleware: client: %w", registry.ErrClosed)
+	}
+	s := c.services[name]
+	created := false
+	if s == nil {
+		sel, err := selector.New(c.cfg.selOpts...)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		w, err := c.reg.Watch(context.Background(), name)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		s = newService(c, name, sel, w)
+		c.services[name] = s
+		created = true
+	}
+	c.mu.Unlock()
+	if !created {
+		select {
+		case <-s.ready:
+			c.tel.cacheRead(ctx, name, true)
+			return s, nil
+		default:
+		}
+	}
+	c.tel.cacheRead(ctx, name, false)
+	start := time.Now()
+	wctx := ctx
+	if _, ok := ctx.Deadline(); !ok && c.cfg.firstTimeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, c.cfg.firstTimeout)
+		defer cancel()
+	}
+	select {
+	case <-s.ready:
+		if created {
+			c.tel.lookup(ctx, name, time.Since(start))
+		}
+		return s, nil
+	case <-s.done:
+		return nil, fmt.Errorf("middleware: client: %w", registry.ErrClosed)
+	case <-wctx.Done():
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: no answer from the registry for %s within %v", registry.ErrUnavailable, name, c.cfg.firstTimeout)
+	}
+}
+
+// service is the client's view of one service: a selector fed by a
+// watcher, with the stale-cache rules applied on the way.
+type service struct {
+	c    *Client
+	name string
+	sel  *selector.Selector
+	w    *registry.Watcher
+
+	ready     chan struct{} // closed when the first usable snapshot is in
+	readyOnce sync.Once
+	staleAt   atomic.Int64 // unix ns since when the served state is stale; 0 fresh
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	good      bool // a fresh or persisted snapshot has been applied
+	emptyGen  int  // zero-protection generation
+	lastFresh registry.Snapshot
+}
+
+func newService(c *Client, name string, sel *selector.Selector, w *registry.Watcher) *service {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &service{c: c, name: name, sel: sel, w: w, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go s.follow(ctx)
+	return s
+}
+
+func (s *service) stop() {
+	s.cancel()
+	<-s.done
+	_ = s.w.Close()
+}
+
+// usable reports whether picks may proceed, and whether they are stale.
+func (s *service) usable(maxStale time.Duration) (bool, error) {
+	at := s.staleAt.Load()
+	if at == 0 {
+		return false, nil
+	}
+	if maxStale > 0 && time.Since(time.Unix(0, at)) > maxStale {
+		return true, fmt.Errorf("%s: %w", s.name, ErrStale)
+	}
+	return true, nil
+}
+
+func (s *service) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
+
+func (s *service) follow(ctx context.Context) {
+	defer close(s.done)
+	for {
+		snap, err := s.w.Next(ctx)
+		if err != nil && !errors.Is(err, registry.ErrUnavailable) {
+			return // closed or cancelled
+		}
+		s.apply(ctx, snap)
+	}
+}
+
+func (s *service) apply(ctx context.Context, snap registry.Snapshot) {
+	c := s.c
+	c.tel.snapshot(ctx, s.name)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if snap.Stale {
+		if !s.good && c.cfg.dir != "" {
+			// Cold start during an outage: fall back to the persisted list.
+			if disk, ok, _ := loadSnapshot(c.cfg.dir, s.name); ok {
+				s.sel.Update(disk)
+				s.good = true
+				s.setStale(disk.At)
+				s.markReady()
+				return
+			}
+		}
+		if !s.good {
+			s.sel.Update(snap) // nothing better: an empty, stale list
+		} else {
+			// Keep serving what was served, flagged stale.
+			cur := s.sel.Snapshot()
+			cur.Stale = true
+			s.sel.Update(cur)
+		}
+		s.setStale(time.Now())
+		s.markReady()
+		return
+	}
+	if len(snap.Instances) == 0 && c.cfg.zeroProtect > 0 && len(s.lastFresh.Instances) > 0 {
+		// Hold the last list for a while; apply the empty answer later if
+		// nothing else arrives.
+		s.emptyGen++
+		gen := s.emptyGen
+		time.AfterFunc(c.cfg.zeroProtect, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.emptyGen == gen && ctx.Err() == nil {
+				s.lastFresh = snap
+				s.sel.Update(snap)
+			}
+		})
+		s.setStale(time.Time{})
+		s.markReady()
+		return
+	}
+	s.emptyGen++
+	s.lastFresh = snap
+	s.good = true
+	s.sel.Update(snap)
+	s.setStale(time.Time{})
+	if c.cfg.dir != "" {
+		_ = saveSnapshot(c.cfg.dir, snap) // best effort: the next snapshot tries again
+	}
+	c.q.Forget(s.name, func(id string) bool { _, ok := snap.Find(id); return ok })
+	s.markReady()
+}
+
+// setStale records since when the served state is stale (zero: fresh);
+// s.mu held.
+func (s *service) setStale(since time.Time) {
+	if since.IsZero() {
+		s.staleAt.Store(0)
+		s.c.tel.setStale(s.name, time.Time{})
+		return
+	}
+	if s.staleAt.Load() == 0 {
+		s.staleAt.Store(since.UnixNano())
+		s.c.tel.setStale(s.name, since)
+	}
+}

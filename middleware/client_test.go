@@ -1,0 +1,430 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// backend is a real HTTP instance on loopback.
+type backend struct {
+	srv    *httptest.Server
+	lease  *registry.Lease
+	hits   atomic.Int64
+	status atomic.Int32 // HTTP status to answer; 200 by default
+	killed atomic.Bool
+}
+
+func startBackend(t *testing.T, reg *registry.Registry, svc string, weight uint32) *backend {
+	t.Helper()
+	b := &backend{}
+	b.status.Store(200)
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.hits.Add(1)
+		w.WriteHeader(int(b.status.Load()))
+	}))
+	t.Cleanup(b.kill)
+	l, err := reg.Register(context.Background(), registry.Instance{
+		Service: svc, Address: b.srv.Listener.Addr().String(), Weight: weight,
+	}, registry.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.lease = l
+	return b
+}
+
+// kill stops the server without deregistering, as a crash would.
+func (b *backend) kill() {
+	if b.killed.CompareAndSwap(false, true) {
+		b.srv.CloseClientConnections()
+		b.srv.Close()
+	}
+}
+
+func (b *backend) id() string { return b.lease.Instance().ID }
+
+var httpClient = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+
+// get is the call: a GET whose non-2xx answers are errors (5xx retryable).
+func get(ctx context.Context, in registry.Instance) error {
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+in.Address+"/", nil)
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 500:
+		return fmt.Errorf("status %d", resp.StatusCode)
+	case resp.StatusCode >= 400:
+		return middleware.BusinessError(fmt.Errorf("status %d", resp.StatusCode))
+	}
+	return nil
+}
+
+type env struct {
+	srv    *memory.Server
+	writer *registry.Registry // where instances register
+	reader *registry.Registry // what the client discovers through
+	link   *memory.Driver
+}
+
+func newEnv(t *testing.T) *env {
+	srv := memory.NewServer()
+	d := memory.NewDriver(srv)
+	e := &env{srv: srv, writer: registry.New(memory.NewDriver(srv)), reader: registry.New(d), link: d}
+	t.Cleanup(func() { e.reader.Close(); e.writer.Close(); httpClient.CloseIdleConnections() })
+	return e
+}
+
+func newClient(t *testing.T, reg *registry.Registry, opts ...middleware.Option) *middleware.Client {
+	t.Helper()
+	c, err := middleware.NewClient(reg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// load runs n calls from workers goroutines and returns the failures.
+func load(c *middleware.Client, svc string, workers, n int, midway func()) []error {
+	var (
+		mu    sync.Mutex
+		errs  []error
+		count atomic.Int64
+		once  sync.Once
+		wg    sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := count.Add(1)
+				if i > int64(n) {
+					return
+				}
+				if i == int64(n/2) && midway != nil {
+					once.Do(midway)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				err := c.Do(ctx, svc, get)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestKilledInstanceNoFailedCalls(t *testing.T) {
+	for _, st := range []selector.Strategy{selector.RoundRobin, selector.P2CEWMA, selector.LeastRequest} {
+		t.Run(string(st), func(t *testing.T) {
+			e := newEnv(t)
+			bs := []*backend{startBackend(t, e.writer, "api", 100), startBackend(t, e.writer, "api", 100), startBackend(t, e.writer, "api", 100)}
+			q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 2, BaseEjection: time.Minute, MaxEjectedPercent: 50})
+			c := newClient(t, e.reader, middleware.WithQuarantine(q), middleware.WithSelector(selector.WithStrategy(st)))
+			victim := bs[1]
+			errs := load(c, "api", 4, 1500, victim.kill)
+			if len(errs) > 0 {
+				t.Fatalf("%d calls failed after an instance was killed; first: %v", len(errs), errs[0])
+			}
+			if bs[0].hits.Load() == 0 || victim.hits.Load() == 0 || bs[2].hits.Load() == 0 {
+				t.Fatalf("hits %d/%d/%d: load was not spread", bs[0].hits.Load(), victim.hits.Load(), bs[2].hits.Load())
+			}
+			if st != selector.RoundRobin {
+				return // latency-aware strategies may steer away before quarantine triggers
+			}
+			// Round robin keeps offering the dead instance: quarantine must take it out.
+			ej := q.Ejected("api")
+			if len(ej) != 1 || ej[0] != victim.id() {
+				t.Fatalf("quarantined %v, want exactly the killed instance %s", ej, victim.id())
+			}
+		})
+	}
+}
+
+func TestRegistryUnreachableServesStale(t *testing.T) {
+	e := newEnv(t)
+	startBackend(t, e.writer, "api", 100)
+	startBackend(t, e.writer, "api", 100)
+	c := newClient(t, e.reader)
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatal(err)
+	}
+	e.link.SetReachable(false) // the client's registry connection is down
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		s, _ := c.Snapshot("api")
+		if s.Stale {
+			if len(s.Instances) != 2 {
+				t.Fatalf("stale snapshot holds %d instances, want the last good 2", len(s.Instances))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("client never noticed the registry outage")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if errs := load(c, "api", 2, 200, nil); len(errs) > 0 {
+		t.Fatalf("%d calls failed while serving from the stale cache: %v", len(errs), errs[0])
+	}
+}
+
+func TestMaxStaleness(t *testing.T) {
+	e := newEnv(t)
+	startBackend(t, e.writer, "api", 100)
+	c := newClient(t, e.reader, middleware.WithMaxStaleness(100*time.Millisecond))
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatal(err)
+	}
+	e.link.SetReachable(false)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		err := c.Do(context.Background(), "api", get)
+		if errors.Is(err, middleware.ErrStale) {
+			if !errors.Is(err, registry.ErrUnavailable) {
+				t.Fatalf("ErrStale %v does not wrap ErrUnavailable", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls still served (%v) long after the max staleness", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.link.SetReachable(true)
+	deadline = time.Now().Add(3 * time.Second)
+	for c.Do(context.Background(), "api", get) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("calls did not recover with the registry")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestFailingInstanceQuarantinedThenReadmitted(t *testing.T) {
+	e := newEnv(t)
+	good := startBackend(t, e.writer, "api", 100)
+	bad := startBackend(t, e.writer, "api", 100)
+	_ = good
+	bad.status.Store(503)
+	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 3, BaseEjection: time.Second, MaxEjectedPercent: 50})
+	// Round robin keeps sending the failing instance its share; P2C-EWMA
+	// would starve it before it fails 3 times in a row.
+	c := newClient(t, e.reader, middleware.WithQuarantine(q), middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)))
+	if errs := load(c, "api", 2, 200, nil); len(errs) > 0 {
+		t.Fatalf("%d calls failed with one of two instances answering 503: %v", len(errs), errs[0])
+	}
+	if ej := q.Ejected("api"); len(ej) != 1 || ej[0] != bad.id() {
+		t.Fatalf("ejected %v, want the failing instance", ej)
+	}
+	bad.status.Store(200)
+	hits := bad.hits.Load()
+	deadline := time.Now().Add(5 * time.Second)
+	for bad.hits.Load() < hits+20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("recovered instance not readmitted: %d hits since recovery, ejected %v", bad.hits.Load()-hits, q.Ejected("api"))
+		}
+		if err := c.Do(context.Background(), "api", get); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ej := q.Ejected("api"); len(ej) != 0 {
+		t.Fatalf("still ejected after recovery: %v", ej)
+	}
+}
+
+func TestBusinessErrorsNeitherRetriedNorCounted(t *testing.T) {
+	e := newEnv(t)
+	b := startBackend(t, e.writer, "api", 100)
+	b.status.Store(404)
+	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 2})
+	c := newClient(t, e.reader, middleware.WithQuarantine(q))
+	for i := 0; i < 20; i++ {
+		if err := c.Do(context.Background(), "api", get); err == nil {
+			t.Fatal("404 reported as success")
+		}
+	}
+	if got := b.hits.Load(); got != 20 {
+		t.Fatalf("%d attempts for 20 calls answering 404: business errors must not be retried", got)
+	}
+	if ej := q.Ejected("api"); len(ej) != 0 {
+		t.Fatalf("business errors ejected %v", ej)
+	}
+}
+
+func TestSingleInstanceNeverGoesDark(t *testing.T) {
+	e := newEnv(t)
+	b := startBackend(t, e.writer, "api", 100)
+	b.status.Store(503)
+	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 2, BaseEjection: time.Minute})
+	c := newClient(t, e.reader, middleware.WithQuarantine(q))
+	for i := 0; i < 10; i++ {
+		_ = c.Do(context.Background(), "api", get)
+	}
+	b.status.Store(200)
+	// Ejected, but it is the only instance: panic mode keeps it in use.
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatalf("a recovered single instance is unreachable through quarantine: %v", err)
+	}
+}
+
+func TestCancellationIsNotRetried(t *testing.T) {
+	e := newEnv(t)
+	startBackend(t, e.writer, "api", 100)
+	startBackend(t, e.writer, "api", 100)
+	c := newClient(t, e.reader)
+	if err := c.Do(context.Background(), "api", get); err != nil { // warm the cache
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	ctx, cancel := context.WithCancel(context.Background())
+	err := c.Do(ctx, "api", func(ctx context.Context, in registry.Instance) error {
+		calls.Add(1)
+		cancel()
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) || calls.Load() != 1 {
+		t.Fatalf("cancelled call: err %v after %d attempts; want context.Canceled after 1", err, calls.Load())
+	}
+}
+
+func TestRetryTriesEachInstanceOnce(t *testing.T) {
+	e := newEnv(t)
+	for range 3 {
+		startBackend(t, e.writer, "api", 100)
+	}
+	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{
+		MaxAttempts: 3, BaseBackoff: time.Millisecond, Budget: middleware.NewBudget(1, 100),
+	})))
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		seen := map[string]int{}
+		err := c.Do(context.Background(), "api", func(ctx context.Context, in registry.Instance) error {
+			seen[in.ID]++
+			return errors.New("unavailable")
+		})
+		if err == nil || len(seen) != 3 {
+			t.Fatalf("3 attempts went to %v; want 3 different instances", seen)
+		}
+	}
+}
+
+func TestRetryBudgetBoundsAmplification(t *testing.T) {
+	e := newEnv(t)
+	for range 3 {
+		startBackend(t, e.writer, "api", 100)
+	}
+	budget := middleware.NewBudget(0.2, 0.5) // 20% of calls, at least 5 per 10s window
+	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, BaseBackoff: time.Microsecond, Budget: budget})))
+	var attempts atomic.Int64
+	exhausted := 0
+	const calls = 500
+	for i := 0; i < calls; i++ {
+		err := c.Do(context.Background(), "api", func(context.Context, registry.Instance) error {
+			attempts.Add(1)
+			return errors.New("outage")
+		})
+		if errors.Is(err, middleware.ErrBudgetExhausted) {
+			exhausted++
+		}
+	}
+	if a := attempts.Load(); float64(a) > 1.25*calls {
+		t.Fatalf("%d attempts for %d calls during a full outage: retries amplified load %.2f×", a, calls, float64(a)/calls)
+	}
+	if exhausted == 0 {
+		t.Fatal("the budget never refused a retry")
+	}
+}
+
+func TestZeroProtection(t *testing.T) {
+	e := newEnv(t)
+	b := startBackend(t, e.writer, "api", 100)
+	c := newClient(t, e.reader, middleware.WithZeroProtection(300*time.Millisecond))
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatal(err)
+	}
+	// An operator wipes the service by mistake: the client keeps the list.
+	e.srv.Delete("api", b.id())
+	b.lease.Abandon()
+	time.Sleep(50 * time.Millisecond) // let the watch deliver the empty answer
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatalf("call failed inside the zero-instance protection window: %v", err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		s, _ := c.Snapshot("api")
+		if len(s.Instances) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("empty answer never applied after the protection window")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSnapshotDirColdStartDuringOutage(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t)
+	startBackend(t, e.writer, "api", 100)
+	c := newClient(t, e.reader, middleware.WithSnapshotDir(dir))
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	// A new process starts while its registry is unreachable.
+	d := memory.NewDriver(e.srv)
+	d.SetReachable(false)
+	cold := registry.New(d)
+	defer cold.Close()
+	c2 := newClient(t, cold, middleware.WithSnapshotDir(dir))
+	if err := c2.Do(context.Background(), "api", get); err != nil {
+		t.Fatalf("cold start during an outage with a snapshot dir: %v", err)
+	}
+	if s, _ := c2.Snapshot("api"); !s.Stale || len(s.Instances) != 1 {
+		t.Fatalf("cold-start snapshot %+v, want the persisted instance marked stale", s)
+	}
+}
+
+func TestUnknownStrategyFailsAtConstruction(t *testing.T) {
+	e := newEnv(t)
+	_, err := middleware.NewClient(e.reader, middleware.WithSelector(selectorStrategy("bogus")))
+	if err == nil {
+		t.Fatal("NewClient accepted an unknown strategy")
+	}
+}
+
+func selectorStrategy(name string) selector.Option {
+	return selector.WithStrategy(selector.Strategy(name))
+}
+
+func memDriver(e *env) registry.Driver { return memory.NewDriver(e.srv) }
