@@ -1,0 +1,35 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// A call fails on one instance and is retried on another.
+func Example() {
+	ctx := context.Background()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	reg.Register(ctx, registry.Instance{ID: "a", Service: "user-svc", Address: "10.0.0.1:80"})
+	reg.Register(ctx, registry.Instance{ID: "b", Service: "user-svc", Address: "10.0.0.2:80"})
+
+	c, _ := middleware.NewClient(reg, middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)))
+	defer c.Close()
+
+	tried := map[string]bool{}
+	err := c.Do(ctx, "user-svc", func(ctx context.Context, in registry.Instance) error {
+		tried[in.ID] = true
+		if len(tried) == 1 {
+			return errors.New("connection refused") // the first instance is down
+		}
+		return nil
+	})
+	fmt.Println(err, len(tried))
+	// Output: <nil> 2
+}
