@@ -84,6 +84,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -432,12 +433,14 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 		if !ok || id == "" || strings.Contains(id, "/") || registry.ValidateService(svc) != nil {
 			continue
 		}
-		// Keys come sorted, so equal services are adjacent.
+		// Keys come sorted, so one service's keys are adjacent.
 		if len(out) == 0 || out[len(out)-1] != svc {
 			out = append(out, svc)
 		}
 	}
-	return out, nil
+	// Not yet sorted by name: "svc-a/…" sorts before "svc/…".
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // registration is one key and the lease it is attached to.

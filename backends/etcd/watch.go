@@ -38,7 +38,6 @@ type stream struct {
 	cancel  context.CancelFunc // ends parent
 
 	wcancel context.CancelFunc // ends the current etcd watch
-	wctx    context.Context
 	wch     clientv3.WatchChan
 	lost    <-chan struct{} // closed when the connection dropped since the list
 
@@ -48,6 +47,7 @@ type stream struct {
 	dirty    bool                         // state differs from the last one returned
 	sent     bool                         // something was returned
 	lastSign time.Time                    // last watch response or successful probe
+	lists    int                          // full reads so far (tests)
 }
 
 // Close implements registry.Stream. It cancels the watch and returns.
@@ -205,10 +205,18 @@ func (s *stream) relist(ctx context.Context) error {
 		s.dirty = true
 	}
 	s.state, s.rev = state, resp.Header.Revision
+	s.lists++
+	return s.watchFrom(s.rev + 1)
+}
 
+// watchFrom starts the etcd watch; changes up to rev-1 are in s.state.
+func (s *stream) watchFrom(rev int64) error {
+	if s.parent.Err() != nil {
+		return s.closedErr()
+	}
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(s.parent))
-	s.wctx, s.wcancel = wctx, wcancel
-	s.wch = s.d.cli.Watch(wctx, s.sp, clientv3.WithPrefix(), clientv3.WithRev(s.rev+1),
+	s.wcancel = wcancel
+	s.wch = s.d.cli.Watch(wctx, s.sp, clientv3.WithPrefix(), clientv3.WithRev(rev),
 		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
 	s.needList = false
 	s.lastSign = time.Now()
