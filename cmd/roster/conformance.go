@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/registry"
+)
+
+// urlHarness runs the conformance suite against a live deployment. It has
+// no fault hooks: checks that need control of the server are reported as
+// not run.
+type urlHarness struct {
+	url string
+	cfg conformance.Config
+}
+
+func (h urlHarness) Open(ctx context.Context) (*registry.Registry, error) {
+	return registry.Open(ctx, h.url)
+}
+
+func (h urlHarness) Config() conformance.Config { return h.cfg }
+
+func newConformance() *cobra.Command {
+	var (
+		cfg    conformance.Config
+		run    string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "conformance [URL]",
+		Short: "Run the backend conformance suite against a live registry",
+		Long: `conformance runs Roster's backend conformance suite against the registry at URL
+(or --registry, $ROSTER_REGISTRY) and prints one line per check.
+
+It only touches services named conf-<random>-…, and deregisters what it
+registers. Checks that need control of the server (restart, wipe, partition,
+deleting keys by hand) are reported as not run. The exit status is 1 if any
+check fails.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u := registryURL(cmd)
+			if len(args) == 1 {
+				u = args[0]
+			}
+			if u == "" {
+				return fmt.Errorf("no registry URL: give one, or set --registry or ROSTER_REGISTRY")
+			}
+			// Check reachability once, with a clear error, before 30 checks fail alike.
+			probe, err := registry.Open(cmd.Context(), u)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			_, err = probe.Services(ctx)
+			cancel()
+			lim := probe.Limits()
+			probe.Close()
+			if err != nil {
+				return fmt.Errorf("%s is not usable: %w", registry.Redact(u), err)
+			}
+			if cfg.TTL == 0 {
+				cfg.TTL = max(3*time.Second, lim.MinTTL)
+			}
+			var names []string
+			if run != "" {
+				re, err := regexp.Compile(run)
+				if err != nil {
+					return fmt.Errorf("--run: %w", err)
+				}
+				for _, n := range conformance.Names() {
+					if re.MatchString(n) {
+						names = append(names, n)
+					}
+				}
+				if len(names) == 0 {
+					return fmt.Errorf("--run %q matches no check (checks: %s)", run, strings.Join(conformance.Names(), ", "))
+				}
+			}
+			out := cmd.OutOrStdout()
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			if !asJSON {
+				fmt.Fprintf(out, "conformance of %s (ttl %v)\n", registry.Redact(u), cfg.TTL)
+				fmt.Fprintln(tw, "CHECK\tRESULT\tTIME\tREASON")
+			}
+			var passed, failed, notRun int
+			results := conformance.RunChecks(cmd.Context(), urlHarness{u, cfg}, names, func(r conformance.Result) {
+				res := "pass"
+				switch {
+				case r.Skipped:
+					res = "not run"
+					notRun++
+				case !r.Passed:
+					res = "FAIL"
+					failed++
+				default:
+					passed++
+				}
+				if !asJSON {
+					fmt.Fprintf(tw, "%s\t%s\t%.1fs\t%s\n", r.Name, res, r.Duration.Seconds(), r.Reason)
+					tw.Flush()
+				}
+			})
+			if asJSON {
+				if err := json.NewEncoder(out).Encode(results); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(out, "%d passed, %d failed, %d not run\n", passed, failed, notRun)
+			}
+			if failed > 0 {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&cfg.TTL, "ttl", 0, "TTL of the liveness checks (default max(3s, the backend's minimum))")
+	f.DurationVar(&cfg.ExpirySlack, "expiry-slack", 1500*time.Millisecond, "how late after its TTL a crashed instance may disappear")
+	f.DurationVar(&cfg.Propagation, "propagation", 2*time.Second, "how long a write may take to reach another client")
+	f.StringVar(&run, "run", "", "run only the checks matching this regular expression")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	return cmd
+}

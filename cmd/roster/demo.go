@@ -1,0 +1,475 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+func newDemo() *cobra.Command {
+	var (
+		duration time.Duration
+		strategy string
+		workers  int
+		plain    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run 5 instances and a client on an embedded etcd, and break things",
+		Long: `demo shows Roster at work, with nothing to install.
+
+It starts an embedded etcd (or uses --registry), 5 HTTP instances of the
+service "demo-api" on loopback (different weights, one 3× slower, one that
+fails now and then) and a client that calls them through the full middleware
+chain (retry elsewhere, quarantine, stale cache) for --duration. At 40% of the
+run it kills one instance without deregistering it, at 60% it stops another
+gracefully (deregister, drain, stop). The view shows picks per instance,
+latencies, retries, quarantined instances and the snapshot revision; the run
+ends with a summary and exits 0 if no call failed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := selector.ParseStrategy(strategy)
+			if err != nil {
+				return err
+			}
+			live := !plain && isTerminal(cmd.OutOrStdout())
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), registryURL(cmd), duration, st, workers, live)
+		},
+	}
+	cmd.Flags().DurationVar(&duration, "duration", 20*time.Second, "how long the client runs")
+	cmd.Flags().StringVar(&strategy, "strategy", string(selector.P2CEWMA), "selection strategy: "+strategyNames())
+	cmd.Flags().IntVar(&workers, "workers", 4, "concurrent callers")
+	cmd.Flags().BoolVar(&plain, "plain", false, "plain line output even on a terminal")
+	return cmd
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+const demoService = "demo-api"
+
+// demoInstance is one HTTP instance of the demo service.
+type demoInstance struct {
+	name     string
+	weight   uint32
+	delay    time.Duration // mean service time
+	failRate float64       // share of requests answered 503
+
+	srv   *http.Server
+	ln    net.Listener
+	lease *registry.Lease
+	id    string
+	state atomic.Value // string: up, killed, draining, stopped
+
+	mu        sync.Mutex
+	picks     int
+	failures  int
+	latencies []time.Duration
+}
+
+func (d *demoInstance) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Service time: the mean ±50%, so latencies have a spread.
+	time.Sleep(time.Duration(float64(d.delay) * (0.5 + rand.Float64())))
+	if rand.Float64() < d.failRate {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (d *demoInstance) start(ctx context.Context, reg *registry.Registry) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	d.ln, d.srv = ln, &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
+	go d.srv.Serve(ln)
+	d.state.Store("up")
+	l, err := reg.Register(ctx, registry.Instance{
+		Service: demoService, Address: ln.Addr().String(), Weight: d.weight,
+		Version: "1.0.0", Zone: "local", Metadata: map[string]string{"name": d.name},
+	}, registry.WithTTL(3*time.Second))
+	if err != nil {
+		d.srv.Close()
+		return err
+	}
+	d.lease, d.id = l, l.Instance().ID
+	return nil
+}
+
+// kill crashes the instance: no deregistration, connections dropped.
+func (d *demoInstance) kill() {
+	d.state.Store("killed")
+	d.lease.Abandon()
+	d.srv.Close()
+}
+
+// stop leaves gracefully: deregister, let clients see it, then stop.
+func (d *demoInstance) stop(drain time.Duration) {
+	d.state.Store("draining")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = d.lease.Deregister(ctx)
+	time.Sleep(drain)
+	_ = d.srv.Shutdown(ctx)
+	d.state.Store("stopped")
+}
+
+func (d *demoInstance) record(lat time.Duration, err error) {
+	d.mu.Lock()
+	d.picks++
+	if err != nil {
+		d.failures++
+	} else {
+		d.latencies = append(d.latencies, lat)
+	}
+	d.mu.Unlock()
+}
+
+func (d *demoInstance) stats() (picks, failures int, p50, p99 time.Duration) {
+	d.mu.Lock()
+	lat := slices.Clone(d.latencies)
+	picks, failures = d.picks, d.failures
+	d.mu.Unlock()
+	if len(lat) == 0 {
+		return picks, failures, 0, 0
+	}
+	slices.Sort(lat)
+	return picks, failures, lat[len(lat)*50/100], lat[min(len(lat)-1, len(lat)*99/100)]
+}
+
+type demo struct {
+	out      io.Writer
+	live     bool
+	start    time.Time
+	insts    []*demoInstance
+	client   *middleware.Client
+	calls    atomic.Int64
+	failed   atomic.Int64
+	attempts atomic.Int64
+	lastErr  atomic.Value
+
+	mu     sync.Mutex
+	events []string
+}
+
+func (dm *demo) event(format string, a ...any) {
+	line := fmt.Sprintf("%5.1fs  ", time.Since(dm.start).Seconds()) + fmt.Sprintf(format, a...)
+	dm.mu.Lock()
+	dm.events = append(dm.events, line)
+	dm.mu.Unlock()
+	if !dm.live {
+		fmt.Fprintln(dm.out, line)
+	}
+}
+
+func runDemo(ctx context.Context, out io.Writer, url string, duration time.Duration, st selector.Strategy, workers int, live bool) error {
+	began := time.Now()
+	if url == "" {
+		fmt.Fprintln(out, "starting an embedded etcd…")
+		cl, err := etcdtest.Start(ctx, etcdtest.Config{})
+		if err != nil {
+			return fmt.Errorf("embedded etcd: %w", err)
+		}
+		defer cl.Close()
+		url = cl.URL("/roster-demo")
+		fmt.Fprintf(out, "embedded etcd ready in %.1fs at %s\n", time.Since(began).Seconds(), url)
+	}
+	// Two registries, as two processes would have: one for the instances,
+	// one for the client.
+	servers, err := registry.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer servers.Close()
+	clients, err := registry.Open(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer clients.Close()
+
+	dm := &demo{out: out, live: live}
+	dm.insts = []*demoInstance{
+		{name: "alpha", weight: 100, delay: 2 * time.Millisecond},
+		{name: "bravo", weight: 100, delay: 2 * time.Millisecond},
+		{name: "charlie", weight: 200, delay: 2 * time.Millisecond},
+		{name: "delta", weight: 100, delay: 6 * time.Millisecond}, // 3× slower
+		{name: "echo", weight: 50, delay: 2 * time.Millisecond, failRate: 0.05},
+	}
+	for _, d := range dm.insts {
+		if err := d.start(ctx, servers); err != nil {
+			return fmt.Errorf("start %s: %w", d.name, err)
+		}
+		defer d.srv.Close()
+	}
+	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 3, BaseEjection: 10 * time.Second, MaxEjectedPercent: 40})
+	dm.client, err = middleware.NewClient(clients, middleware.WithSelector(selector.WithStrategy(st)), middleware.WithQuarantine(q))
+	if err != nil {
+		return err
+	}
+	defer dm.client.Close()
+	byAddr := map[string]*demoInstance{}
+	for _, d := range dm.insts {
+		byAddr[d.ln.Addr().String()] = d
+	}
+
+	dm.start = time.Now()
+	dm.event("5 instances registered; %d callers, strategy %s, for %v", workers, st, duration)
+	runCtx, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+
+	httpc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers * 2}}
+	defer httpc.CloseIdleConnections()
+	call := func(ctx context.Context, in registry.Instance) error {
+		dm.attempts.Add(1)
+		d := byAddr[in.Address]
+		start := time.Now()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.Address+"/", nil)
+		resp, err := httpc.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s answered %s", d.name, resp.Status)
+			}
+		}
+		if d != nil && ctx.Err() == nil { // a call cut short by its caller says nothing of the instance
+			d.record(time.Since(start), err)
+		}
+		return err
+	}
+
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				cctx, ccancel := context.WithTimeout(runCtx, 2*time.Second)
+				err := dm.client.Do(cctx, demoService, call)
+				ccancel()
+				if runCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+					return // the demo's end cut this call short: not a failure
+				}
+				dm.calls.Add(1)
+				if err != nil {
+					dm.failed.Add(1)
+					dm.lastErr.Store(err.Error())
+				}
+			}
+		}()
+	}
+
+	// The script: a crash at 40%, a graceful stop at 60%.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		killed, stopped := dm.insts[1], dm.insts[2]
+		if !sleepCtx(runCtx, duration*4/10) {
+			return
+		}
+		killed.kill()
+		dm.event("killed %s (crash: no deregistration; it stays registered until its TTL of 3s runs out)", killed.name)
+		if !sleepCtx(runCtx, duration*2/10) {
+			return
+		}
+		dm.event("stopping %s gracefully: deregister, drain 500ms, stop", stopped.name)
+		stopped.stop(500 * time.Millisecond)
+		dm.event("%s stopped", stopped.name)
+	}()
+
+	// Watch registry and quarantine changes for the event log.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		dm.observe(runCtx, clients, q)
+	}()
+
+	tick := time.NewTicker(map[bool]time.Duration{true: 250 * time.Millisecond, false: 2 * time.Second}[live])
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-runCtx.Done():
+			break loop
+		case <-tick.C:
+			dm.render(q, false)
+		}
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	dm.render(q, true)
+	fmt.Fprintf(out, "\ntotal %.1fs including the registry's start\n", time.Since(began).Seconds())
+	if n := dm.failed.Load(); n > 0 {
+		fmt.Fprintf(out, "%d calls failed; last error: %v\n", n, dm.lastErr.Load())
+		return exitError{1}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// observe logs registry changes and quarantine entries and exits.
+func (dm *demo) observe(ctx context.Context, reg *registry.Registry, q *middleware.Quarantine) {
+	w, err := reg.Watch(ctx, demoService)
+	if err != nil {
+		return
+	}
+	defer w.Close()
+	names := map[string]string{}
+	for _, d := range dm.insts {
+		names[d.id] = d.name
+	}
+	var prev *registry.Snapshot
+	ejected := map[string]bool{}
+	snaps := make(chan registry.Snapshot)
+	go func() {
+		defer close(snaps)
+		for {
+			s, err := w.Next(ctx)
+			if err != nil && !s.Stale {
+				return
+			}
+			select {
+			case snaps <- s:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for range snaps {
+			}
+			return
+		case s, ok := <-snaps:
+			if !ok {
+				return
+			}
+			if prev != nil {
+				for _, in := range prev.Instances {
+					if _, ok := s.Find(in.ID); !ok {
+						dm.event("%s left the registry (revision %d)", names[in.ID], s.Revision)
+					}
+				}
+			}
+			prev = &s
+		case <-t.C:
+			now := map[string]bool{}
+			for _, id := range q.Ejected(demoService) {
+				now[id] = true
+				if !ejected[id] {
+					dm.event("%s quarantined by the client after consecutive failures", names[id])
+				}
+			}
+			ejected = now
+		}
+	}
+}
+
+// render draws the live view (or, on a plain output, one status line).
+func (dm *demo) render(q *middleware.Quarantine, final bool) {
+	snap, _ := dm.client.Snapshot(demoService)
+	ejected := map[string]bool{}
+	for _, id := range q.Ejected(demoService) {
+		ejected[id] = true
+	}
+	calls, failed, attempts := dm.calls.Load(), dm.failed.Load(), dm.attempts.Load()
+	retries := max(0, attempts-calls)
+	elapsed := time.Since(dm.start).Seconds()
+	if !dm.live && !final {
+		fmt.Fprintf(dm.out, "%5.1fs  calls %d  failed %d  retries %d  revision %d  instances %d  quarantined %d\n",
+			elapsed, calls, failed, retries, snap.Revision, len(snap.Instances), len(ejected))
+		return
+	}
+	var b strings.Builder
+	if dm.live && !final {
+		b.WriteString("\x1b[H\x1b[2J")
+	}
+	if final {
+		b.WriteString("\nsummary\n")
+	}
+	fmt.Fprintf(&b, "roster demo — service %s — %.1fs\n", demoService, elapsed)
+	fmt.Fprintf(&b, "calls %d   failed %d   retries %d   snapshot revision %d   instances %d   stale %v\n\n",
+		calls, failed, retries, snap.Revision, len(snap.Instances), snap.Stale)
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "instance\tweight\tstate\tregistered\tpicks\tshare\tfailures\tp50\tp99\t")
+	var total int
+	for _, d := range dm.insts {
+		p, _, _, _ := d.stats()
+		total += p
+	}
+	for _, d := range dm.insts {
+		p, f, p50, p99 := d.stats()
+		_, inSnap := snap.Find(d.id)
+		state := d.state.Load().(string)
+		if ejected[d.id] {
+			state += ", quarantined"
+		}
+		share := 0.0
+		if total > 0 {
+			share = 100 * float64(p) / float64(total)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%v\t%d\t%.1f%%\t%d\t%s\t%s\t\n", d.name, d.weight, state, yesNo(inSnap), p, share, f,
+			p50.Round(100*time.Microsecond), p99.Round(100*time.Microsecond))
+	}
+	tw.Flush()
+	dm.mu.Lock()
+	events := slices.Clone(dm.events)
+	dm.mu.Unlock()
+	if dm.live || final {
+		b.WriteString("\nevents\n")
+		for _, e := range events {
+			b.WriteString("  " + e + "\n")
+		}
+	}
+	if final {
+		fmt.Fprintf(&b, "\n%d calls, %d failed, %d retried on another instance\n", calls, failed, retries)
+	}
+	io.WriteString(dm.out, b.String())
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

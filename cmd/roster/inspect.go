@@ -1,0 +1,284 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+func newLs() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls [SERVICE]",
+		Short: "List services, or the instances of one service",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reg, err := openRegistry(cmd)
+			if err != nil {
+				return err
+			}
+			defer reg.Close()
+			out := cmd.OutOrStdout()
+			if len(args) == 1 {
+				snap, err := reg.Lookup(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(out).Encode(snap)
+				}
+				printInstances(out, snap.Instances)
+				return nil
+			}
+			names, err := reg.Services(cmd.Context())
+			if err != nil {
+				return err
+			}
+			type row struct {
+				Service   string `json:"service"`
+				Instances int    `json:"instances"`
+			}
+			var rows []row
+			for _, n := range names {
+				snap, err := reg.Lookup(cmd.Context(), n)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, row{n, len(snap.Instances)})
+			}
+			if asJSON {
+				if rows == nil {
+					rows = []row{}
+				}
+				return json.NewEncoder(out).Encode(rows)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SERVICE\tINSTANCES")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%d\n", r.Service, r.Instances)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printInstances(w io.Writer, ins []registry.Instance) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tADDRESS\tVERSION\tZONE\tWEIGHT\tTAGS\tMETADATA")
+	for _, in := range ins {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, in.Address, dash(in.Version), dash(in.Zone),
+			in.Weight, dash(strings.Join(in.Tags, ",")), dash(metaString(in.Metadata)))
+	}
+	tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func metaString(m map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func newWatch() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "watch SERVICE",
+		Short: "Print one line per change of a service's instances",
+		Long: `watch prints the current instances of SERVICE, then one line per change:
+the revision, and +ID (added), -ID (removed) or ~ID (changed fields).
+"stale" marks a registry that cannot be reached; the last good state is kept.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			reg, err := openRegistry(cmd)
+			if err != nil {
+				return err
+			}
+			defer reg.Close()
+			w, err := reg.Watch(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			out := cmd.OutOrStdout()
+			var prev *registry.Snapshot
+			for {
+				snap, err := w.Next(cmd.Context())
+				if err != nil && !snap.Stale {
+					if cmd.Context().Err() != nil {
+						return nil // interrupted: a normal end
+					}
+					return err
+				}
+				if asJSON {
+					type line struct {
+						registry.Snapshot
+						Error string `json:"error,omitempty"`
+					}
+					l := line{Snapshot: snap}
+					if err != nil {
+						l.Error = err.Error()
+					}
+					if err := json.NewEncoder(out).Encode(l); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintln(out, describeChange(prev, snap, err))
+				}
+				prev = &snap
+			}
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON snapshot per line")
+	return cmd
+}
+
+// describeChange renders one watch delivery as a line.
+func describeChange(prev *registry.Snapshot, s registry.Snapshot, err error) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rev %d  %d instances", s.Revision, len(s.Instances))
+	if s.Stale {
+		fmt.Fprintf(&b, "  stale (%v)", err)
+		return b.String()
+	}
+	if prev == nil {
+		for _, in := range s.Instances {
+			fmt.Fprintf(&b, "  +%s %s", in.ID, in.Address)
+		}
+		return b.String()
+	}
+	for _, in := range s.Instances {
+		old, ok := prev.Find(in.ID)
+		switch {
+		case !ok:
+			fmt.Fprintf(&b, "  +%s %s", in.ID, in.Address)
+		case !old.Equal(in):
+			fmt.Fprintf(&b, "  ~%s %s", in.ID, changedFields(old, in))
+		}
+	}
+	for _, in := range prev.Instances {
+		if _, ok := s.Find(in.ID); !ok {
+			fmt.Fprintf(&b, "  -%s", in.ID)
+		}
+	}
+	return b.String()
+}
+
+func changedFields(a, b registry.Instance) string {
+	var f []string
+	if a.Address != b.Address {
+		f = append(f, "address="+b.Address)
+	}
+	if a.Version != b.Version {
+		f = append(f, "version="+b.Version)
+	}
+	if a.Zone != b.Zone {
+		f = append(f, "zone="+b.Zone)
+	}
+	if a.Weight != b.Weight {
+		f = append(f, fmt.Sprintf("weight=%d", b.Weight))
+	}
+	if !slices.Equal(a.Tags, b.Tags) {
+		f = append(f, "tags="+strings.Join(b.Tags, ","))
+	}
+	if !maps.Equal(a.Metadata, b.Metadata) {
+		f = append(f, "metadata="+metaString(b.Metadata))
+	}
+	return "(" + strings.Join(f, " ") + ")"
+}
+
+func newPick() *cobra.Command {
+	var (
+		strategy string
+		key      string
+		count    int
+		asJSON   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pick SERVICE",
+		Short: "Pick instances of a service with a strategy, as a client would",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := selector.ParseStrategy(strategy)
+			if err != nil {
+				return err
+			}
+			reg, err := openRegistry(cmd)
+			if err != nil {
+				return err
+			}
+			defer reg.Close()
+			snap, err := reg.Lookup(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			sel, err := selector.New(selector.WithStrategy(st))
+			if err != nil {
+				return err
+			}
+			sel.Update(snap)
+			counts := map[string]int{}
+			var picked []registry.Instance
+			for range count {
+				in, done, err := sel.Pick(cmd.Context(), selector.PickOptions{Key: key})
+				if err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				done.Done(nil, 0)
+				if counts[in.ID] == 0 {
+					picked = append(picked, in)
+				}
+				counts[in.ID]++
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				type row struct {
+					registry.Instance
+					Picks int `json:"picks"`
+				}
+				rows := []row{}
+				for _, in := range picked {
+					rows = append(rows, row{in, counts[in.ID]})
+				}
+				return json.NewEncoder(out).Encode(rows)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tADDRESS\tWEIGHT\tPICKS")
+			for _, in := range picked {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", in.ID, in.Address, in.Weight, counts[in.ID])
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&strategy, "strategy", string(selector.P2CEWMA), "selection strategy: "+strategyNames())
+	cmd.Flags().StringVar(&key, "key", "", "affinity key for consistent_hash and maglev (a user ID, …)")
+	cmd.Flags().IntVar(&count, "count", 1, "number of picks")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func strategyNames() string {
+	var n []string
+	for _, s := range selector.Strategies() {
+		n = append(n, string(s))
+	}
+	return strings.Join(n, ", ")
+}
