@@ -22,7 +22,7 @@ import (
 )
 
 var (
-	binary  string        // the roster binary, built once
+	binary  string // the roster binary, built once
 	cluster *etcdtest.Cluster
 )
 
