@@ -80,7 +80,7 @@ func Retry(cfg RetryConfig) Middleware {
 					select {
 					case <-ctx.Done():
 						t.Stop()
-						return err
+						return errors.Join(err, ctx.Err()) // cut short by the caller
 					case <-t.C:
 					}
 				}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -227,7 +226,10 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 		defer d.srv.Close()
 	}
 	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 3, BaseEjection: 10 * time.Second, MaxEjectedPercent: 40})
-	dm.client, err = middleware.NewClient(clients, middleware.WithSelector(selector.WithStrategy(st)), middleware.WithQuarantine(q))
+	// Four attempts: a call can meet the crashed instance, a 503 from echo
+	// and a connection closed by the graceful stop in a row.
+	dm.client, err = middleware.NewClient(clients, middleware.WithSelector(selector.WithStrategy(st)),
+		middleware.WithQuarantine(q), middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 4}), q.Middleware()))
 	if err != nil {
 		return err
 	}
@@ -272,7 +274,7 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 				cctx, ccancel := context.WithTimeout(runCtx, 2*time.Second)
 				err := dm.client.Do(cctx, demoService, call)
 				ccancel()
-				if runCtx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+				if runCtx.Err() != nil {
 					return // the demo's end cut this call short: not a failure
 				}
 				dm.calls.Add(1)
