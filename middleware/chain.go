@@ -129,3 +129,26 @@ func (r *Request) excludeHard(in *registry.Instance) bool {
 	}
 	return false
 }
+
+// clone returns a copy of r that a concurrent branch can use.
+func (r *Request) clone() *Request {
+	c := &Request{}
+	*c = *r
+	c.tried = append(c.triedBuf[:0], r.tried...)
+	c.excluders = append(c.exclBuf[:0], r.excluders...)
+	return c
+}
+
+// adopt takes the outcome of a branch's latest attempt.
+func (r *Request) adopt(b *Request) {
+	r.Instance, r.Picked, r.Latency = b.Instance, b.Picked, b.Latency
+}
+
+// picked tells the excluders that observe picks which instance was taken.
+func (r *Request) picked(in *registry.Instance) {
+	for _, e := range r.excluders {
+		if o, ok := e.(PickObserver); ok {
+			o.Picked(r, in)
+		}
+	}
+}

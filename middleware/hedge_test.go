@@ -1,0 +1,81 @@
+package middleware_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+func TestHedgeCutsTheTail(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, id := range []string{"fast", "slow"} {
+		if _, err := e.writer.Register(ctx, registry.Instance{ID: id, Service: "api", Address: "127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	budget := middleware.NewBudget(1, 100)
+	c := newClient(t, e.reader,
+		middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)),
+		middleware.WithMiddleware(
+			middleware.Retry(middleware.RetryConfig{Budget: budget}),
+			middleware.Hedge(middleware.HedgeConfig{Delay: 20 * time.Millisecond, Budget: budget})))
+	var slowCancelled, calls atomic.Int32
+	call := func(ctx context.Context, in registry.Instance) error {
+		calls.Add(1)
+		if in.ID == "slow" {
+			select {
+			case <-time.After(2 * time.Second):
+				return nil
+			case <-ctx.Done():
+				slowCancelled.Add(1)
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	start := time.Now()
+	for i := 0; i < 10; i++ {
+		if err := c.Do(ctx, "api", call); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Half the calls start on the slow instance; each is hedged after 20ms.
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("10 calls took %v: the slow instance was not hedged", el)
+	}
+	if slowCancelled.Load() == 0 || calls.Load() <= 10 {
+		t.Fatalf("%d attempts, %d slow attempts cancelled: no hedge ran", calls.Load(), slowCancelled.Load())
+	}
+}
+
+func TestHedgeRespectsTheBudget(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if _, err := e.writer.Register(ctx, registry.Instance{ID: id, Service: "api", Address: "127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	budget := middleware.NewBudget(0, 0) // no hedges at all
+	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Hedge(middleware.HedgeConfig{Delay: time.Millisecond, Budget: budget})))
+	var calls atomic.Int32
+	for i := 0; i < 5; i++ {
+		err := c.Do(ctx, "api", func(ctx context.Context, in registry.Instance) error {
+			calls.Add(1)
+			time.Sleep(10 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := calls.Load(); n != 5 {
+		t.Fatalf("%d attempts for 5 calls with an empty budget, want 5", n)
+	}
+}
