@@ -145,10 +145,10 @@ func (r *Request) adopt(b *Request) {
 }
 
 // picked tells the excluders that observe picks which instance was taken.
-func (r *Request) picked(in *registry.Instance) {
+func (r *Request) picked() {
 	for _, e := range r.excluders {
 		if o, ok := e.(PickObserver); ok {
-			o.Picked(r, in)
+			o.Picked(r)
 		}
 	}
 }

@@ -201,7 +201,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 		return fmt.Errorf("%s: %w", req.Service, err)
 	}
 	req.Instance, req.Picked = in, true
-	req.picked(&in)
+	req.picked()
 	c.tel.pick(ctx, req.Service, in.ID)
 	// Attempt spans only under a recording call span: when the call is not
 	// traced (no SDK, or not sampled) its attempts would not be either.

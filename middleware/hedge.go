@@ -9,10 +9,10 @@ import (
 )
 
 // PickObserver is implemented by Excluders that want to know which
-// instance an attempt picked (Hedge uses it to keep its two branches on
-// different instances).
+// instance an attempt picked, as req.Instance (Hedge uses it to keep its
+// two branches on different instances).
 type PickObserver interface {
-	Picked(req *Request, in *registry.Instance)
+	Picked(req *Request)
 }
 
 // HedgeConfig tunes Hedge.
@@ -110,8 +110,8 @@ func (s *hedgeSet) Excluded(_ *Request, in *registry.Instance) bool {
 	return false
 }
 
-func (s *hedgeSet) Picked(_ *Request, in *registry.Instance) {
+func (s *hedgeSet) Picked(req *Request) {
 	s.mu.Lock()
-	s.ids = append(s.ids, in.ID)
+	s.ids = append(s.ids, req.Instance.ID)
 	s.mu.Unlock()
 }
