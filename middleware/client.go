@@ -159,23 +159,28 @@ func (c *Client) DoKey(ctx context.Context, service, key string, call Call) erro
 	if err != nil {
 		return err
 	}
-	// No options: with no SDK installed this costs the two allocations of
-	// the global no-op span, and nothing else (see attempt).
-	ctx, span := c.tel.tracer.Start(ctx, "roster.call")
+	// No options: with no SDK installed this costs the allocations of the
+	// global no-op span, and nothing else (see attempt).
+	span := trace.SpanFromContext(ctx)
+	if c.tel.tracer != nil {
+		ctx, span = c.tel.tracer.Start(ctx, "roster.call")
+	}
 	req := c.pool.Get().(*Request)
 	req.Service, req.Key, req.Call, req.Start = service, key, call, time.Now()
 	req.classify, req.tel, req.Stale = c.cfg.classify, c.tel, stale
 	req.Total = s.sel.Len()
 	req.svc = s
 	err = c.chain(ctx, req)
-	if span.IsRecording() {
-		span.SetAttributes(AttrService.String(service), AttrStale.Bool(stale), attribute.Int("roster.attempts", req.Attempt))
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+	if c.tel.tracer != nil {
+		if span.IsRecording() {
+			span.SetAttributes(AttrService.String(service), AttrStale.Bool(stale), attribute.Int("roster.attempts", req.Attempt))
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(codes.Error, err.Error())
+			}
 		}
+		span.End()
 	}
-	span.End()
 	req.reset()
 	c.pool.Put(req)
 	return err
@@ -206,7 +211,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	// Attempt spans only under a recording call span: when the call is not
 	// traced (no SDK, or not sampled) its attempts would not be either.
 	actx, span := ctx, trace.SpanFromContext(ctx)
-	if span.IsRecording() {
+	if c.tel.tracer != nil && span.IsRecording() {
 		actx, span = c.tel.tracer.Start(ctx, "roster.attempt", attemptKind)
 		span.SetAttributes(AttrService.String(req.Service), AttrInstanceID.String(in.ID),
 			AttrAddress.String(in.Address), AttrAttempt.Int(req.Attempt), AttrStale.Bool(req.Stale))

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/roster-go/roster/registry"
 )
@@ -58,7 +59,12 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 		mp = otel.GetMeterProvider()
 	}
 	m := mp.Meter(ScopeName)
-	t := &telemetry{tracer: tp.Tracer(ScopeName), staleSince: map[string]time.Time{}}
+	t := &telemetry{staleSince: map[string]time.Time{}}
+	// An explicit no-op provider means "no tracing": skip spans entirely,
+	// including the context they would be stored in.
+	if _, off := tp.(tracenoop.TracerProvider); !off {
+		t.tracer = tp.Tracer(ScopeName)
+	}
 	// Instrument errors only happen with invalid names or units, which are
 	// constants here; the returned instruments are no-ops then.
 	t.lookupDur, _ = m.Float64Histogram("roster.discovery.lookup.duration", metric.WithUnit("s"),
@@ -128,6 +134,9 @@ func (o *registryObserver) Snapshot(s registry.Snapshot) {
 }
 
 func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseState, err error) {
+	if o.t.tracer == nil {
+		return
+	}
 	_, span := o.t.tracer.Start(context.Background(), "roster.lease.state",
 		trace.WithAttributes(AttrService.String(in.Service), AttrInstanceID.String(in.ID), attribute.String("roster.lease.state", s.String())))
 	if err != nil {
@@ -137,13 +146,15 @@ func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseStat
 }
 
 func (o *registryObserver) Resync(service string, start time.Time, d time.Duration, err error) {
-	_, span := o.t.tracer.Start(context.Background(), "roster.watch.resync",
-		trace.WithTimestamp(start), trace.WithAttributes(AttrService.String(service)))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+	if o.t.tracer != nil {
+		_, span := o.t.tracer.Start(context.Background(), "roster.watch.resync",
+			trace.WithTimestamp(start), trace.WithAttributes(AttrService.String(service)))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End(trace.WithTimestamp(start.Add(d)))
 	}
-	span.End(trace.WithTimestamp(start.Add(d)))
 	o.t.lookupDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
 }
 
