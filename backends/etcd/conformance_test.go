@@ -2,7 +2,6 @@ package etcd_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -97,9 +96,6 @@ func startCluster(t testing.TB, cfg etcdtest.Config) *etcdtest.Cluster {
 }
 
 func TestConformance(t *testing.T) {
-	if os.Getenv("ROSTER_ETCD_SKIP_CONFORMANCE") != "" {
-		t.Skip("ROSTER_ETCD_SKIP_CONFORMANCE set")
-	}
 	c := startCluster(t, etcdtest.Config{})
 	cli, err := c.Client()
 	if err != nil {
