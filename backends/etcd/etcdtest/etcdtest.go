@@ -109,6 +109,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if !strings.Contains(err.Error(), "address already in use") {
 			break
 		}
+		// The failed members' data names the old ports: start afresh.
+		for i := range c.members {
+			os.RemoveAll(c.memberDir(i))
+		}
 	}
 	if c.ownDir {
 		os.RemoveAll(c.dir)
