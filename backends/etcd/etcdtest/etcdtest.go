@@ -44,7 +44,9 @@ type Config struct {
 	// Members is the number of members, 1 by default.
 	Members int
 	// Dir holds the members' data. Default: a new temporary directory,
-	// removed by Close. A given Dir is left in place.
+	// removed by Close. A given Dir is left in place after Close, but Start
+	// always begins a new, empty cluster: member data an earlier Start left
+	// there is removed.
 	Dir string
 	// DirectClients makes Endpoints point at the members themselves rather
 	// than at the Cluster's proxies: one hop less (for benchmarks), but
@@ -113,6 +115,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err = c.allocate(); err != nil {
 			break
 		}
+		for i := range c.members {
+			os.RemoveAll(c.memberDir(i))
+		}
 		if err = c.startAll(ctx); err == nil {
 			return c, nil
 		}
@@ -120,10 +125,6 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		c.closeFronts()
 		if !strings.Contains(err.Error(), "address already in use") {
 			break
-		}
-		// The failed members' data names the old ports: start afresh.
-		for i := range c.members {
-			os.RemoveAll(c.memberDir(i))
 		}
 	}
 	if c.ownDir {
@@ -403,6 +404,9 @@ func (c *Cluster) Restart(ctx context.Context, keepData bool) error {
 			os.RemoveAll(c.memberDir(i))
 		}
 		c.gen++
+		for i := range c.members {
+			os.RemoveAll(c.memberDir(i)) // left by an earlier Start in a given Dir
+		}
 	}
 	return c.startAll(ctx)
 }
