@@ -79,8 +79,10 @@
 //     when every watcher on the gRPC stream has reached its start revision,
 //     which a watch from revision+1 on a quiet cluster never has.
 //
-// A stalled watch is thus reported within about 2×progress_interval, and a
-// dropped connection at once.
+// A relist after a discontinuity is bounded by 2×progress_interval too, so
+// a member that lost its leader (watch cancelled, reads hang) is reported
+// as quickly. A stalled watch is thus reported within about
+// 2×progress_interval, and a dropped connection at once.
 //
 // # Guarantees and limits
 //
