@@ -70,7 +70,9 @@ func (h *harness) OpenLinked(context.Context) (*registry.Registry, conformance.L
 	return r, p, nil
 }
 
-func (h *harness) Restart(ctx context.Context, keepData bool) error { return h.a.Restart(ctx, keepData) }
+func (h *harness) Restart(ctx context.Context, keepData bool) error {
+	return h.a.Restart(ctx, keepData)
+}
 
 // DeleteExternally deregisters the instance through the agent's HTTP API,
 // as an operator's `consul services deregister -id` would.
