@@ -289,6 +289,7 @@ type Driver struct {
 	o         Options
 	client    *api.Client
 	transport *http.Transport
+	secret    string // the effective token (URL or environment), scrubbed from errors
 
 	mu     sync.Mutex
 	closed bool
@@ -333,9 +334,10 @@ func NewDriver(o Options) (*Driver, error) {
 	cfg.Transport = tr
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("consul: %w: %s", registry.ErrInvalid, redact(err.Error(), o.Token))
+		return nil, fmt.Errorf("consul: %w: %s", registry.ErrInvalid, redact(err.Error(), cfg.Token))
 	}
-	return &Driver{o: o, client: c, transport: tr, done: make(chan struct{})}, nil
+	// NewClient filled cfg.Token from the environment if the URL had none.
+	return &Driver{o: o, client: c, transport: tr, secret: cfg.Token, done: make(chan struct{})}, nil
 }
 
 // Client returns the underlying Consul API client, for what Roster does
@@ -396,7 +398,7 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("consul: %s: %w", op, ctx.Err())
 	}
-	msg := redact(err.Error(), d.o.Token)
+	msg := redact(redact(err.Error(), d.o.Token), d.secret)
 	var se api.StatusError
 	if errors.As(err, &se) {
 		switch {
