@@ -27,6 +27,12 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if code != 0 && shared.a != nil {
+		// The agent's warnings and errors, for whoever reads the failure.
+		shared.a.mu.Lock()
+		fmt.Fprintf(os.Stderr, "--- consul agent log (tail) ---\n%s\n", shared.a.tailLocked())
+		shared.a.mu.Unlock()
+	}
 	shared.stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -114,6 +120,12 @@ func (a *agent) start() error {
 		"-serf-lan-port", strconv.Itoa(a.ports[2]), "-serf-wan-port", strconv.Itoa(a.ports[3]),
 		"-grpc-port", "-1", "-dns-port", "-1",
 		"-data-dir", filepath.Join(a.dir, "data"),
+		// Consul answers 429 past 200 concurrent HTTP connections from one
+		// IP. Every client of the suite — dozens of registries, each with
+		// blocking queries, and a hundred concurrent registrations — comes
+		// from 127.0.0.1, which production clients (one process per host,
+		// or per pod IP) do not.
+		"-hcl", "limits { http_max_conns_per_client = 4096 }",
 		"-log-level", "warn")
 	cmd.Stdout, cmd.Stderr = log, log
 	// If the test binary dies, the agent dies with it.
@@ -179,8 +191,8 @@ func (a *agent) killLocked() {
 
 func (a *agent) tailLocked() string {
 	b, _ := os.ReadFile(filepath.Join(a.dir, "agent.log"))
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
+	if len(b) > 6000 {
+		b = b[len(b)-6000:]
 	}
 	return string(b)
 }
@@ -205,6 +217,12 @@ func (a *agent) stop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.killLocked()
+	if p := os.Getenv("ROSTER_CONSUL_LOG"); p != "" {
+		// Keep the agent's log (warnings and errors) for a post-mortem.
+		if b, err := os.ReadFile(filepath.Join(a.dir, "agent.log")); err == nil {
+			_ = os.WriteFile(p, b, 0o644)
+		}
+	}
 	os.RemoveAll(a.dir)
 }
 

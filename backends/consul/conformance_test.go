@@ -23,9 +23,12 @@ type harness struct {
 }
 
 // testOptions are the driver options the tests use: a short blocking wait
-// so that the wait-timeout path runs often.
+// so that the wait-timeout path runs often, and the default call timeout
+// (10s): the agent registers one service at a time, each a Raft apply, so
+// a hundred concurrent registrations on a loaded 2-core machine take
+// seconds.
 func testOptions(addr string) consul.Options {
-	return consul.Options{Address: addr, Wait: 5 * time.Second, Timeout: 5 * time.Second}
+	return consul.Options{Address: addr, Wait: 5 * time.Second}
 }
 
 func openRegistry(addr string) (*registry.Registry, error) {
@@ -40,13 +43,18 @@ func (h *harness) Open(context.Context) (*registry.Registry, error) { return ope
 
 func (h *harness) Config() conformance.Config {
 	return conformance.Config{
-		// The agent's TTL timer is exact; 2s leaves a starved heartbeat
-		// loop (2 shared cores, -race) a whole second of margin.
-		TTL: 2 * time.Second,
-		// Check critical → catalog → blocking query wake-up: milliseconds
-		// when idle, well under a second under load.
-		ExpirySlack: 1500 * time.Millisecond,
-		Propagation: 2 * time.Second,
+		// The agent's TTL timer is exact, but on 2 shared cores under -race
+		// (load average 10 measured) the agent itself sometimes takes over
+		// a second to answer a heartbeat. 3s (heartbeat every 1s) leaves
+		// two heartbeats of margin; 2s was seen to fail under that load.
+		TTL: 3 * time.Second,
+		// Check critical → Raft apply → blocking query wake-up →
+		// watcher: milliseconds when idle, up to a second or so under load.
+		ExpirySlack: 2 * time.Second,
+		// A register or deregister reaches another client in milliseconds
+		// (docs/bench/consul.md) but queues behind Raft applies when the
+		// suite's hundred concurrent registrations share 2 loaded cores.
+		Propagation: 3 * time.Second,
 		Skip: map[string]string{
 			"WipeReregistersAndResyncs": "Consul has no way to delete every agent registration while the agent runs; " +
 				"its equivalent, an agent restarted without its data, is RestartLosingData",

@@ -177,12 +177,14 @@ func (st *stream) Next(outer context.Context) (registry.Snapshot, error) {
 			return registry.Snapshot{}, err
 		}
 		wait := time.Duration(0)
-		if st.last != nil && st.index > 0 {
-			wait = st.d.o.Wait
-		}
-		if wait > 0 {
+		if st.last != nil {
+			// Every query after the first is rate limited, including the
+			// non-blocking re-read after an index reset.
 			if err := st.bucket.take(ctx); err != nil {
 				return registry.Snapshot{}, st.ctxErr(outer)
+			}
+			if st.index > 0 {
+				wait = st.d.o.Wait
 			}
 		}
 		snap, index, err := st.d.health(ctx, st.service, st.index, wait)
