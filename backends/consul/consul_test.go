@@ -265,6 +265,28 @@ func TestHTTPCheck(t *testing.T) {
 	id := l.Instance().ID
 	present := func(sn registry.Snapshot) bool { _, ok := sn.Find(id); return ok }
 	wait("listed once the first probe passes", 5*time.Second, present)
+	// An update re-registers the service with its check: the agent keeps
+	// the check's passing status, so the instance never leaves.
+	if err := l.SetWeight(t.Context(), 7); err != nil {
+		t.Fatal(err)
+	}
+	{
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		for {
+			sn, err := w.Next(ctx)
+			if err != nil {
+				cancel()
+				t.Fatalf("weight 7 not seen within 3s: %v", err)
+			}
+			if in, ok := sn.Find(l.Instance().ID); !ok {
+				cancel()
+				t.Fatalf("the instance left ?passing when its registration was updated")
+			} else if in.Weight == 7 {
+				break
+			}
+		}
+		cancel()
+	}
 	healthy.Store(false)
 	wait("withdrawn when /healthz fails", 5*time.Second, func(sn registry.Snapshot) bool { return !present(sn) })
 	healthy.Store(true)
