@@ -1,0 +1,261 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// Meta keys where Roster keeps its own fields. The common validation
+// reserves the roster_ prefix, so user metadata never collides with them.
+const (
+	metaVersion = "roster_version"
+	metaZone    = "roster_zone"
+	metaWeight  = "roster_weight"
+	// metaForeignWeight is the weight key of instances registered by other
+	// tools, such as the PHP article's payload: Meta {"weight": "3"}.
+	metaForeignWeight = "weight"
+)
+
+// checkOutput is constant: Consul syncs a TTL check to the servers when
+// its status changes, or its output changes (at most every 5 min), so a
+// constant output keeps heartbeats off the Raft log.
+const checkOutput = "roster lease"
+
+func checkID(id string) string { return "service:" + id }
+
+// toConsul builds the agent registration of inst.
+func (d *Driver) toConsul(inst registry.Instance, ttl time.Duration) (*api.AgentServiceRegistration, error) {
+	host, portS, err := net.SplitHostPort(inst.Address)
+	if err != nil {
+		return nil, fmt.Errorf("consul: %w: address %q", registry.ErrInvalid, inst.Address)
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return nil, fmt.Errorf("consul: %w: port of %q", registry.ErrInvalid, inst.Address)
+	}
+	meta := make(map[string]string, len(inst.Metadata)+3)
+	maps.Copy(meta, inst.Metadata)
+	meta[metaWeight] = strconv.FormatUint(uint64(inst.Weight), 10)
+	if inst.Version != "" {
+		meta[metaVersion] = inst.Version
+	}
+	if inst.Zone != "" {
+		meta[metaZone] = inst.Zone
+	}
+	check := &api.AgentServiceCheck{
+		CheckID:                        checkID(inst.ID),
+		DeregisterCriticalServiceAfter: d.o.DeregisterAfter.String(),
+	}
+	switch d.o.Check {
+	case CheckHTTP:
+		check.Name = "roster HTTP check"
+		check.HTTP = "http://" + net.JoinHostPort(host, portS) + d.o.HTTPPath
+		check.Interval = d.o.HTTPInterval.String()
+		check.Timeout = d.o.HTTPTimeout.String()
+		check.Method = http.MethodGet
+	default:
+		check.Name = "roster lease TTL"
+		check.TTL = ttl.String()
+		// Checks start critical by default: without this a new instance
+		// would be missing from ?passing until its first heartbeat.
+		check.Status = api.HealthPassing
+		check.Notes = checkOutput
+	}
+	return &api.AgentServiceRegistration{
+		ID:      inst.ID,
+		Name:    inst.Service,
+		Tags:    slices.Clone(inst.Tags),
+		Address: host,
+		Port:    port,
+		Meta:    meta,
+		// DNS SRV consumers see the weight too; Consul requires ≥ 1.
+		Weights: &api.AgentWeights{Passing: max(int(min(inst.Weight, 1<<30)), 1), Warning: 1},
+		Check:   check,
+	}, nil
+}
+
+// fromConsul reads one health entry back into an instance.
+func fromConsul(e *api.ServiceEntry) registry.Instance {
+	s := e.Service
+	host := s.Address
+	if host == "" && e.Node != nil {
+		host = e.Node.Address // Consul's rule: no service address means the node's
+	}
+	in := registry.Instance{
+		ID:      s.ID,
+		Service: s.Service,
+		Address: net.JoinHostPort(host, strconv.Itoa(s.Port)),
+		Tags:    slices.Clone(s.Tags),
+	}
+	if len(in.Tags) == 0 {
+		in.Tags = nil
+	}
+	md := map[string]string{}
+	ours := false
+	if w, ok := s.Meta[metaWeight]; ok {
+		ours = true
+		if n, err := strconv.ParseUint(w, 10, 32); err == nil {
+			in.Weight = uint32(n)
+		}
+	}
+	for k, v := range s.Meta {
+		switch {
+		case k == metaVersion:
+			in.Version = v
+		case k == metaZone:
+			in.Zone = v
+		case strings.HasPrefix(k, "roster_"):
+			// Ours, or a newer Roster's field: never user metadata.
+		default:
+			md[k] = v
+		}
+	}
+	if !ours {
+		// Registered by another tool: Meta.weight as the PHP article
+		// writes it, DefaultWeight otherwise.
+		in.Weight = registry.DefaultWeight
+		if w, ok := s.Meta[metaForeignWeight]; ok {
+			if n, err := strconv.ParseUint(strings.TrimSpace(w), 10, 32); err == nil {
+				in.Weight = uint32(n)
+			}
+		}
+	}
+	if len(md) > 0 {
+		in.Metadata = md
+	}
+	return in
+}
+
+// Register implements registry.Driver: an agent registration with
+// ReplaceExistingChecks, so that a re-registration replaces the check
+// rather than adding one.
+func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, err
+	}
+	reg := &registration{d: d, id: inst.ID, service: inst.Service, ttl: ttl}
+	start := time.Now()
+	if err := reg.write(ctx, inst); err != nil {
+		return nil, err
+	}
+	reg.renewed(start)
+	return reg, nil
+}
+
+type registration struct {
+	d           *Driver
+	id, service string
+	ttl         time.Duration
+
+	mu     sync.Mutex
+	lastOK time.Time // start of the last call that reset the agent's TTL timer
+}
+
+func (r *registration) renewed(start time.Time) {
+	r.mu.Lock()
+	if start.After(r.lastOK) {
+		r.lastOK = start
+	}
+	r.mu.Unlock()
+}
+
+// expired reports whether the agent's TTL timer has (or may have) fired
+// since the last successful renewal: the check is then critical and the
+// instance out of every ?passing result, though the agent still holds it
+// until DeregisterCriticalServiceAfter.
+func (r *registration) expired() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return time.Since(r.lastOK) >= r.ttl
+}
+
+func (r *registration) write(ctx context.Context, inst registry.Instance) error {
+	asr, err := r.d.toConsul(inst, r.ttl)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := r.d.callCtx(ctx)
+	defer cancel()
+	opts := api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(cctx)
+	if err := r.d.client.Agent().ServiceRegisterOpts(asr, opts); err != nil {
+		return r.d.wrap(ctx, "register "+inst.ID, err)
+	}
+	return nil
+}
+
+// Heartbeat implements registry.Registration. With a TTL check it renews
+// the check; with an HTTP check it confirms that the agent still holds
+// the service. Either way ErrNotFound means the agent lost it.
+func (r *registration) Heartbeat(ctx context.Context) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	cctx, cancel := r.d.callCtx(ctx)
+	defer cancel()
+	q := (&api.QueryOptions{}).WithContext(cctx)
+	if r.d.o.Check == CheckHTTP {
+		// 404 when unknown; the api library maps it to an error.
+		if _, _, err := r.d.client.Agent().Service(r.id, q); err != nil {
+			return r.d.wrap(ctx, "heartbeat "+r.id, err)
+		}
+		return nil
+	}
+	if r.expired() {
+		// Renewing would quietly revive a check that went critical, after
+		// watchers saw the instance leave. Report the expiry instead: the
+		// lease registers again, writing the whole definition afresh (the
+		// agent may hold an old one, restored from its data dir).
+		return fmt.Errorf("consul: heartbeat %s: %w: TTL check expired (no renewal for %v)", r.id, registry.ErrNotFound, r.ttl)
+	}
+	start := time.Now()
+	if err := r.d.client.Agent().UpdateTTLOpts(checkID(r.id), checkOutput, api.HealthPassing, q); err != nil {
+		return r.d.wrap(ctx, "heartbeat "+r.id, err)
+	}
+	r.renewed(start)
+	return nil
+}
+
+// Update implements registry.Registration: the same registration, written
+// again with the new fields (the TTL check is re-created passing).
+func (r *registration) Update(ctx context.Context, inst registry.Instance) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := r.write(ctx, inst); err != nil {
+		return err
+	}
+	if r.d.o.Check == CheckTTL {
+		r.renewed(start) // the check is re-created passing with a full TTL
+	}
+	return nil
+}
+
+// Deregister implements registry.Registration, by the unique ID only.
+func (r *registration) Deregister(ctx context.Context) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	cctx, cancel := r.d.callCtx(ctx)
+	defer cancel()
+	if err := r.d.client.Agent().ServiceDeregisterOpts(r.id, (&api.QueryOptions{}).WithContext(cctx)); err != nil {
+		err = r.d.wrap(ctx, "deregister "+r.id, err)
+		if isNotFound(err) {
+			return nil // already gone: not an error
+		}
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,269 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/roster-go/roster/registry"
+)
+
+func isNotFound(err error) bool { return errors.Is(err, registry.ErrNotFound) }
+
+// health reads the passing instances of service. wait > 0 makes it a
+// blocking query on index.
+func (d *Driver) health(ctx context.Context, service string, index uint64, wait time.Duration) (registry.Snapshot, uint64, error) {
+	q := &api.QueryOptions{Datacenter: d.o.Datacenter, AllowStale: d.o.AllowStale}
+	var cancel context.CancelFunc
+	if wait > 0 {
+		q.WaitIndex, q.WaitTime = index, wait
+		// Consul adds up to wait/16 of jitter to a blocking query.
+		ctx, cancel = context.WithTimeout(ctx, wait+wait/16+5*time.Second)
+	} else {
+		ctx, cancel = d.callCtx(ctx)
+	}
+	defer cancel()
+	entries, meta, err := d.client.Health().Service(service, "", true, q.WithContext(ctx))
+	if err != nil {
+		return registry.Snapshot{}, 0, err
+	}
+	snap := registry.Snapshot{Service: service, Instances: make([]registry.Instance, 0, len(entries)), At: time.Now()}
+	for _, e := range entries {
+		if e.Service == nil || e.Service.Service != service {
+			continue
+		}
+		snap.Instances = append(snap.Instances, fromConsul(e))
+	}
+	registry.SortInstances(snap.Instances)
+	snap.Revision = meta.LastIndex
+	return snap, meta.LastIndex, nil
+}
+
+// List implements registry.Driver: the passing instances, read through
+// /v1/health/service/<name>?passing (never the catalog, which has no
+// health).
+func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+	if err := d.enter(ctx); err != nil {
+		return registry.Snapshot{}, err
+	}
+	s, _, err := d.health(ctx, service, 0, 0)
+	if err != nil {
+		return registry.Snapshot{}, d.wrap(ctx, "list "+service, err)
+	}
+	return s, nil
+}
+
+// Services implements registry.Driver: the catalog's service names that
+// Roster can address (valid service names) and that have at least one
+// passing instance. Names whose every check passes need no further
+// query; only names with a failing check are confirmed one by one.
+func (d *Driver) Services(ctx context.Context) ([]string, error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, err
+	}
+	cctx, cancel := d.callCtx(ctx)
+	defer cancel()
+	names, _, err := d.client.Catalog().Services(d.query(cctx))
+	if err != nil {
+		return nil, d.wrap(ctx, "services", err)
+	}
+	checks, _, err := d.client.Health().State(api.HealthAny, d.query(cctx))
+	if err != nil {
+		return nil, d.wrap(ctx, "services", err)
+	}
+	suspect := map[string]bool{}
+	allSuspect := false
+	for _, c := range checks {
+		if c.Status == api.HealthPassing {
+			continue
+		}
+		if c.ServiceID == "" {
+			allSuspect = true // a failing node check hides every service on that node
+		}
+		suspect[c.ServiceName] = true
+	}
+	var out []string
+	var confirm []string
+	for n := range names {
+		if registry.ValidateService(n) != nil {
+			continue
+		}
+		if allSuspect || suspect[n] {
+			confirm = append(confirm, n)
+		} else {
+			out = append(out, n)
+		}
+	}
+	// Confirm the doubtful ones, a few at a time.
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, n := range confirm {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s, _, err := d.health(ctx, n, 0, 0)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil && firstErr == nil:
+				firstErr = err
+			case err == nil && len(s.Instances) > 0:
+				out = append(out, n)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, d.wrap(ctx, "services", firstErr)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Watch implements registry.Driver with blocking queries.
+func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, err
+	}
+	return &stream{d: d, service: service, closed: make(chan struct{}), bucket: newBucket(watchBurst, watchEvery)}, nil
+}
+
+// The blocking loop's rate limit: a burst of 5, then one query per 50ms.
+// A healthy watch makes one query per change (or per wait), far below it;
+// the limit only bites when Consul wakes the watch in a storm (writes to
+// other services, index resets), which would otherwise be a busy loop.
+const (
+	watchBurst = 5
+	watchEvery = 50 * time.Millisecond
+)
+
+type stream struct {
+	d       *Driver
+	service string
+	index   uint64 // 0: the next read does not block
+	last    *registry.Snapshot
+	bucket  *bucket
+	closed  chan struct{}
+	once    sync.Once
+}
+
+// Next implements registry.Stream: the first call returns the current
+// state at once; later calls block on the index until the passing set
+// differs from the last one returned.
+func (st *stream) Next(outer context.Context) (registry.Snapshot, error) {
+	// Close (of the stream or the driver) must release a blocking query at
+	// once: it cancels the query's context.
+	ctx, cancel := context.WithCancel(outer)
+	defer cancel()
+	go func() {
+		select {
+		case <-st.closed:
+		case <-st.d.done:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	for {
+		if err := st.ctxErr(outer); err != nil {
+			return registry.Snapshot{}, err
+		}
+		wait := time.Duration(0)
+		if st.last != nil {
+			// Every query after the first is rate limited, including the
+			// non-blocking re-read after an index reset.
+			if err := st.bucket.take(ctx); err != nil {
+				return registry.Snapshot{}, st.ctxErr(outer)
+			}
+			if st.index > 0 {
+				wait = st.d.o.Wait
+			}
+		}
+		snap, index, err := st.d.health(ctx, st.service, st.index, wait)
+		if err != nil {
+			if cerr := st.ctxErr(outer); cerr != nil {
+				return registry.Snapshot{}, cerr
+			}
+			// The registry marks its cache stale and reopens the watch.
+			return registry.Snapshot{}, st.d.wrap(outer, "watch "+st.service, err)
+		}
+		switch {
+		case index < st.index:
+			// The index went backwards (agent restarted, snapshot
+			// restored): forget it and read afresh without blocking.
+			st.index = 0
+			continue
+		case index < 1:
+			st.index = 1 // index 0 would make every query return at once
+		default:
+			st.index = index
+		}
+		if st.last != nil && st.last.SameInstances(snap) {
+			continue // woken without a change of the passing set
+		}
+		st.last = &snap
+		return snap, nil
+	}
+}
+
+// ctxErr reports why the stream must stop, if it must: closed, or the
+// caller's context ended.
+func (st *stream) ctxErr(ctx context.Context) error {
+	select {
+	case <-st.closed:
+		return fmt.Errorf("consul: watch %s: %w", st.service, registry.ErrClosed)
+	case <-st.d.done:
+		return fmt.Errorf("consul: watch %s: %w", st.service, registry.ErrClosed)
+	default:
+	}
+	return ctx.Err()
+}
+
+// Close implements registry.Stream; a pending Next returns ErrClosed.
+func (st *stream) Close() error {
+	st.once.Do(func() { close(st.closed) })
+	return nil
+}
+
+// bucket is a token bucket: up to burst tokens, one more every period.
+type bucket struct {
+	mu     sync.Mutex
+	tokens float64
+	burst  float64
+	every  time.Duration
+	at     time.Time
+}
+
+func newBucket(burst int, every time.Duration) *bucket {
+	return &bucket{tokens: float64(burst), burst: float64(burst), every: every, at: time.Now()}
+}
+
+// take waits for a token.
+func (b *bucket) take(ctx context.Context) error {
+	b.mu.Lock()
+	now := time.Now()
+	b.tokens = min(b.burst, b.tokens+float64(now.Sub(b.at))/float64(b.every))
+	b.at = now
+	b.tokens--
+	deficit := -b.tokens
+	b.mu.Unlock()
+	if deficit <= 0 {
+		return nil
+	}
+	t := time.NewTimer(time.Duration(deficit * float64(b.every)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
