@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	_ "github.com/roster-go/roster/backends/consul"
 	_ "github.com/roster-go/roster/backends/etcd"
 	_ "github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/registry"
