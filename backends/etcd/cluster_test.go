@@ -1,0 +1,123 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/registry"
+)
+
+// TestClusterMemberFailures runs registrations and a watch on a 3-member
+// cluster while first the leader, then a follower, is stopped and started
+// again. The registration made before the faults must never disappear
+// from a fresh snapshot, and registrations and removals made during and
+// after each fault must reach the watcher.
+func TestClusterMemberFailures(t *testing.T) {
+	c := startCluster(t, etcdtest.Config{Members: 3})
+	url := c.URL("/roster-cluster", progress)
+	open := func() *registry.Registry {
+		r, err := registry.Open(t.Context(), url, registry.WithResyncInterval(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() }) // before the cluster's cleanup
+		return r
+	}
+	reg, obs := open(), open()
+	const ttl = 3 * time.Second
+	ctx := t.Context()
+	register := func(addr string) *registry.Lease {
+		t.Helper()
+		// A call may land in an election: retry within a bound.
+		var l *registry.Lease
+		var err error
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+			if l, err = reg.Register(ctx, registry.Instance{Service: "svc", Address: addr}, registry.WithTTL(ttl)); err == nil {
+				return l
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("Register(%s) during cluster faults: %v", addr, err)
+		return nil
+	}
+	stay := register("127.0.0.1:1000")
+	w, err := obs.Watch(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	// await reads the watcher until want holds, failing if a fresh
+	// snapshot ever lacks the instance registered before the faults.
+	await := func(what string, want func(registry.Snapshot) bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			nctx, cancel := context.WithDeadline(ctx, deadline)
+			sn, err := w.Next(nctx)
+			cancel()
+			if err != nil && !sn.Stale {
+				t.Fatalf("%s: watcher: %v", what, err)
+			}
+			if sn.Stale {
+				t.Logf("%s: watcher stale for a moment: %v", what, err)
+				continue
+			}
+			if _, ok := sn.Find(stay.Instance().ID); !ok {
+				t.Fatalf("%s: the long-lived registration left a fresh snapshot (lease %v, %v)", what, stay.State(), stay.Err())
+			}
+			if want(sn) {
+				return
+			}
+		}
+	}
+	has := func(l *registry.Lease) func(registry.Snapshot) bool {
+		return func(sn registry.Snapshot) bool { _, ok := sn.Find(l.Instance().ID); return ok }
+	}
+	await("initial", has(stay))
+
+	for round, pick := range []string{"leader", "follower"} {
+		var victim int
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			lead := c.Leader()
+			if lead >= 0 {
+				victim = lead
+				if pick == "follower" {
+					victim = (lead + 1) % c.Members()
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no leader")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("round %d: stopping member %d (%s)", round, victim, pick)
+		start := time.Now()
+		if err := c.StopMember(victim); err != nil {
+			t.Fatal(err)
+		}
+		during := register(fmt.Sprintf("127.0.0.1:%d", 2000+round))
+		await(pick+" down: registration made during the fault", has(during))
+		t.Logf("round %d: registration during the fault seen %v after the stop", round, time.Since(start))
+		if err := c.StartMember(ctx, victim); err != nil {
+			t.Fatal(err)
+		}
+		if err := during.Deregister(ctx); err != nil {
+			t.Fatalf("Deregister after restarting the %s: %v", pick, err)
+		}
+		await(pick+" back: removal", func(sn registry.Snapshot) bool { return !has(during)(sn) })
+		after := register(fmt.Sprintf("127.0.0.1:%d", 3000+round))
+		await(pick+" back: registration", has(after))
+	}
+	// The first lease heartbeated through both faults.
+	for deadline := time.Now().Add(2 * ttl); stay.State() != registry.LeaseHealthy; {
+		if time.Now().After(deadline) {
+			t.Fatalf("long-lived lease %v (%v) after the faults, want healthy", stay.State(), stay.Err())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

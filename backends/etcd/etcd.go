@@ -1,0 +1,553 @@
+// Package etcd is the etcd v3 backend of Roster, on go.etcd.io/etcd/client/v3.
+//
+// Import it for its side effect and open a registry by URL:
+//
+//	import _ "github.com/roster-go/roster/backends/etcd"
+//
+//	r, err := registry.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379?prefix=/roster")
+//
+// # URLs
+//
+//	etcd://[user:password@]host1:2379[,host2:2379…][?options]    plain TCP
+//	etcds://[user:password@]host1:2379[,host2:2379…][?options]   TLS
+//
+// Options: prefix (key prefix, default /roster), dial_timeout (default 5s),
+// request_timeout (bound on every call whose context has no earlier
+// deadline, default 5s), progress_interval (stall detection, default 2s,
+// see Watch below), username and password (instead of the URL's user
+// info), and for etcds ca_file, cert_file, key_file, server_name and
+// insecure_skip_verify. Errors never contain the password.
+//
+// # Data model
+//
+// Each registration is one key, <prefix>/<service>/<instance-id>, whose
+// value is the instance as JSON, attached to a lease of its own. The
+// trailing slash after the service keeps "svc" from matching "svc-a".
+// Values under the prefix that do not decode are ignored.
+//
+// # Leases and heartbeats
+//
+// Register grants a lease with the TTL in whole seconds (Limits: MinTTL 2s,
+// the server's floor with default election settings, TTLGranularity 1s;
+// the registry rejects shorter TTLs and rounds up) and puts the key with
+// it. Heartbeat, which the registry's lease engine calls every TTL/3, sends
+// one KeepAliveOnce and then reads the key: a lease the server no longer
+// knows (expired during a partition, revoked, lost with wiped data) or a
+// key deleted behind our back is reported as registry.ErrNotFound, and the
+// engine registers again with a new lease, forever, with capped backoff.
+//
+// Why KeepAliveOnce and not the client's KeepAlive stream: the lease
+// engine already owns heartbeat scheduling, jitter, failure counting and
+// re-registration for every backend. A KeepAlive stream would run a second
+// scheduler inside the client, whose channel must be drained by a
+// goroutine per lease and whose loss arrives asynchronously and without
+// an error. KeepAliveOnce makes each heartbeat a synchronous call with the
+// engine's deadline and a precise error. The price is one short gRPC
+// stream per heartbeat instead of one message on a shared stream, plus the
+// key read that detects external deletes; docs/bench/etcd.md measures it.
+//
+// Deregister deletes the key (watchers see it at once) and revokes the
+// lease. A lease orphaned by a failed call carries no key and expires by
+// itself.
+//
+// # Watch
+//
+// A stream lists the service's keys (linearizable) and watches from the
+// list's revision+1 with WithRequireLeader and WithPrevKV, so no change
+// between list and watch is lost. It lists again and re-watches when the
+// server cancels the watch (ErrCompacted, lost leader), when the watch
+// channel closes while the stream is live, and when a response or a
+// progress notification carries a revision below the one already seen
+// (data wiped or restored from an older snapshot: a resumed watch would
+// otherwise wait silently for a future revision).
+//
+// A watch on an unreachable server stays open and silent, even with
+// WithRequireLeader. So after progress_interval without any response the
+// stream asks the server for a progress notification, and if nothing
+// arrives within another progress_interval it fails with
+// registry.ErrUnavailable: the registry marks the snapshot stale and
+// reopens the stream (which relists) with backoff. A stalled watch is
+// reported within about 2×progress_interval.
+//
+// # Guarantees and limits
+//
+// Writes are linearizable: after Register or Deregister returns, List on
+// any client reflects it. A crashed instance (no deregister) disappears
+// within TTL plus about 0.5s (the server's lease expiry loop) on a steady
+// leader, but etcd refreshes every lease to its full TTL on a leader change
+// or server restart, so after either a dead instance can linger up to one
+// more TTL. docs/backends/etcd.md has the details.
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// URL schemes of this backend.
+const (
+	Scheme    = "etcd"
+	SchemeTLS = "etcds"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix           = "/roster"
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultRequestTimeout   = 5 * time.Second
+	DefaultProgressInterval = 2 * time.Second
+)
+
+// Limits of the backend: etcd's lease TTLs are whole seconds, and a server
+// with default election settings (100ms heartbeat, 1s election) grants no
+// less than 2s.
+var limits = registry.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+
+func init() {
+	registry.RegisterDriver(Scheme, openURL)
+	registry.RegisterDriver(SchemeTLS, openURL)
+}
+
+// Driver is a registry.Driver on an etcd v3 cluster. Wrap it with
+// registry.New, or get one through registry.Open with an etcd:// URL.
+type Driver struct {
+	cli      *clientv3.Client
+	ownsCli  bool
+	prefix   string // without trailing slash
+	reqT     time.Duration
+	progress time.Duration
+	closed   atomic.Bool
+
+	probeSem chan struct{} // one probe at a time; guards probeAt, probeRev
+	probeAt  time.Time
+	probeRev int64
+
+	lostMu sync.Mutex
+	lost   chan struct{} // closed and replaced when the connection drops
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+// Options configure a Driver opened with New.
+type Options struct {
+	// Client settings: Endpoints, DialTimeout, Username, Password, TLS….
+	// A nil Logger is replaced with zap.NewNop, so the client stays quiet.
+	// AutoSyncInterval should stay 0 when clients reach the cluster through
+	// proxies or load balancers.
+	Client clientv3.Config
+	// Prefix of every key, default DefaultPrefix. A trailing slash is
+	// dropped.
+	Prefix string
+	// RequestTimeout bounds each call whose context has no earlier
+	// deadline. Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// ProgressInterval: a watch silent for this long asks for a progress
+	// notification, and fails with ErrUnavailable if none comes within
+	// another interval. Default DefaultProgressInterval.
+	ProgressInterval time.Duration
+}
+
+// New connects a Driver. The client connects lazily: an unreachable
+// cluster shows as ErrUnavailable on the first calls, not here (unless
+// credentials are set, which are checked at once).
+func New(opts Options) (*Driver, error) {
+	cfg := opts.Client
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("etcd: %w: no endpoints", registry.ErrInvalid)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.DialKeepAliveTime == 0 {
+		// Detects half-open connections (a partition that resets nothing).
+		// The server's default minimum ping interval is 5s.
+		cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = 10*time.Second, 5*time.Second
+	}
+	if len(cfg.DialOptions) == 0 {
+		// gRPC's default reconnect backoff grows to 2 minutes, so a client
+		// cut off for a while would stay away long after the network heals.
+		cfg.DialOptions = []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		})}
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		if isAuthErr(err) {
+			return nil, fmt.Errorf("etcd: connect: %w: authentication failed: %v", registry.ErrInvalid, err)
+		}
+		return nil, fmt.Errorf("etcd: connect: %w: %v", registry.ErrUnavailable, err)
+	}
+	d, err := newDriver(cli, opts)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	d.ownsCli = true
+	return d, nil
+}
+
+// NewFromClient returns a Driver on an existing client, which Close leaves
+// open. Options.Client is ignored.
+func NewFromClient(cli *clientv3.Client, opts Options) (*Driver, error) {
+	return newDriver(cli, opts)
+}
+
+func newDriver(cli *clientv3.Client, opts Options) (*Driver, error) {
+	p := opts.Prefix
+	if p == "" {
+		p = DefaultPrefix
+	}
+	p = strings.TrimRight(p, "/")
+	if p == "" {
+		return nil, fmt.Errorf("etcd: %w: prefix %q leaves nothing once its trailing slashes are dropped", registry.ErrInvalid, opts.Prefix)
+	}
+	d := &Driver{cli: cli, prefix: p, reqT: opts.RequestTimeout, progress: opts.ProgressInterval,
+		probeSem: make(chan struct{}, 1), lost: make(chan struct{}), done: make(chan struct{})}
+	if d.reqT <= 0 {
+		d.reqT = DefaultRequestTimeout
+	}
+	if d.progress <= 0 {
+		d.progress = DefaultProgressInterval
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stop = cancel
+	go d.monitor(ctx)
+	return d, nil
+}
+
+// Client returns the underlying etcd client.
+func (d *Driver) Client() *clientv3.Client { return d.cli }
+
+// Prefix returns the key prefix, without a trailing slash.
+func (d *Driver) Prefix() string { return d.prefix }
+
+// Key returns the key of an instance: <prefix>/<service>/<id>.
+func (d *Driver) Key(service, id string) string { return d.servicePrefix(service) + id }
+
+func (d *Driver) servicePrefix(service string) string { return d.prefix + "/" + service + "/" }
+
+// Limits implements registry.Driver: TTLs of at least 2s, in whole seconds.
+func (d *Driver) Limits() registry.Limits { return limits }
+
+// Close implements registry.Driver. It closes the client if New made it.
+func (d *Driver) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.stop()
+	<-d.done
+	if d.ownsCli {
+		if err := d.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("etcd: close: %w", err)
+		}
+	}
+	return nil
+}
+
+// monitor follows the client's connection: each time it stops being
+// ready (server restarted, network cut), watch streams are told, because
+// the client library resumes watches silently and a restart that loses
+// nothing would otherwise go unseen by watchers.
+func (d *Driver) monitor(ctx context.Context) {
+	defer close(d.done)
+	conn := d.cli.ActiveConnection()
+	st := conn.GetState()
+	for conn.WaitForStateChange(ctx, st) {
+		next := conn.GetState()
+		if st == connectivity.Ready && next != connectivity.Ready {
+			d.lostMu.Lock()
+			close(d.lost)
+			d.lost = make(chan struct{})
+			d.lostMu.Unlock()
+		}
+		st = next
+	}
+}
+
+// lostC returns a channel closed when the connection next drops.
+func (d *Driver) lostC() <-chan struct{} {
+	d.lostMu.Lock()
+	defer d.lostMu.Unlock()
+	return d.lost
+}
+
+// op checks the driver is open and bounds ctx by the request timeout.
+func (d *Driver) op(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if d.closed.Load() {
+		return nil, nil, fmt.Errorf("etcd: %w", registry.ErrClosed)
+	}
+	c, cancel := context.WithTimeout(ctx, d.reqT)
+	return c, cancel, nil
+}
+
+// wrap maps a client error to the registry's sentinels. parent is the
+// caller's context: when it ended, its error is what the caller gets.
+func (d *Driver) wrap(parent context.Context, what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("etcd: %s: %w: lease not found", what, registry.ErrNotFound)
+	case parent.Err() != nil:
+		return fmt.Errorf("etcd: %s: %w", what, parent.Err())
+	case d.closed.Load():
+		return fmt.Errorf("etcd: %s: %w", what, registry.ErrClosed)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, registry.ErrUnavailable, d.reqT)
+	default:
+		return fmt.Errorf("etcd: %s: %w: %v", what, registry.ErrUnavailable, err)
+	}
+}
+
+func isAuthErr(err error) bool {
+	return errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) ||
+		errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrAuthNotEnabled)
+}
+
+// record is the stored form of an instance: explicit lower-case names, so
+// that other tools can read it and Go field renames do not change it.
+type record struct {
+	ID       string            `json:"id"`
+	Service  string            `json:"service"`
+	Address  string            `json:"address"`
+	Version  string            `json:"version,omitempty"`
+	Zone     string            `json:"zone,omitempty"`
+	Weight   uint32            `json:"weight"`
+	Tags     []string          `json:"tags,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+func encode(in registry.Instance) (string, error) {
+	b, err := json.Marshal(record{in.ID, in.Service, in.Address, in.Version, in.Zone, in.Weight, in.Tags, in.Metadata})
+	if err != nil {
+		return "", fmt.Errorf("etcd: encode %s: %w: %v", in.ID, registry.ErrInvalid, err)
+	}
+	return string(b), nil
+}
+
+// decode reads a stored value. The key is the truth for service and ID.
+func decode(service, id string, val []byte) (registry.Instance, bool) {
+	var r record
+	if err := json.Unmarshal(val, &r); err != nil || r.Address == "" {
+		return registry.Instance{}, false
+	}
+	return registry.Instance{ID: id, Service: service, Address: r.Address, Version: r.Version,
+		Zone: r.Zone, Weight: r.Weight, Tags: r.Tags, Metadata: r.Metadata}, true
+}
+
+// idOf returns the instance ID of a key under servicePrefix, or false for
+// keys deeper in the tree.
+func idOf(servicePrefix string, key []byte) (string, bool) {
+	id, ok := strings.CutPrefix(string(key), servicePrefix)
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return "", false
+	}
+	return id, true
+}
+
+// Register implements registry.Driver: a new lease, and the key put with it.
+func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+	val, err := encode(inst)
+	if err != nil {
+		return nil, err
+	}
+	r := &registration{d: d, key: d.Key(inst.Service, inst.ID), id: inst.ID, ttl: ttlSeconds(ttl)}
+	if err := r.grantAndPut(ctx, val); err != nil {
+		return nil, fmt.Errorf("etcd: register %s: %w", inst.ID, err)
+	}
+	return r, nil
+}
+
+func ttlSeconds(ttl time.Duration) int64 {
+	s := int64((ttl + time.Second - 1) / time.Second)
+	return max(s, int64(limits.MinTTL/time.Second))
+}
+
+// List implements registry.Driver with one linearizable range read.
+func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return registry.Snapshot{}, err
+	}
+	defer cancel()
+	sp := d.servicePrefix(service)
+	resp, err := d.cli.Get(c, sp, clientv3.WithPrefix())
+	if err != nil {
+		return registry.Snapshot{}, d.wrap(ctx, "list "+service, err)
+	}
+	snap := registry.Snapshot{Service: service, Revision: uint64(resp.Header.Revision), At: time.Now(),
+		Instances: make([]registry.Instance, 0, len(resp.Kvs))}
+	for _, kv := range resp.Kvs {
+		id, ok := idOf(sp, kv.Key)
+		if !ok {
+			continue
+		}
+		if in, ok := decode(service, id, kv.Value); ok {
+			snap.Instances = append(snap.Instances, in)
+		}
+	}
+	registry.SortInstances(snap.Instances)
+	return snap, nil
+}
+
+// Services implements registry.Driver with a keys-only range read of the
+// whole prefix.
+func (d *Driver) Services(ctx context.Context) ([]string, error) {
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	root := d.prefix + "/"
+	resp, err := d.cli.Get(c, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, d.wrap(ctx, "services", err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), root)
+		svc, id, ok := strings.Cut(rest, "/")
+		if !ok || id == "" || strings.Contains(id, "/") || registry.ValidateService(svc) != nil {
+			continue
+		}
+		// Keys come sorted, so one service's keys are adjacent.
+		if len(out) == 0 || out[len(out)-1] != svc {
+			out = append(out, svc)
+		}
+	}
+	// Not yet sorted by name: "svc-a/…" sorts before "svc/…".
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// registration is one key and the lease it is attached to.
+type registration struct {
+	d   *Driver
+	key string
+	id  string
+	ttl int64 // seconds
+
+	mu    sync.Mutex
+	lease clientv3.LeaseID
+}
+
+func (r *registration) leaseID() clientv3.LeaseID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lease
+}
+
+// grantAndPut attaches the key to a new lease.
+func (r *registration) grantAndPut(ctx context.Context, val string) error {
+	d := r.d
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	g, err := d.cli.Grant(c, r.ttl)
+	if err != nil {
+		return d.wrap(ctx, "grant lease", err)
+	}
+	if _, err := d.cli.Put(c, r.key, val, clientv3.WithLease(g.ID)); err != nil {
+		// The new lease carries no key; it expires by itself.
+		return d.wrap(ctx, "put", err)
+	}
+	r.mu.Lock()
+	r.lease = g.ID
+	r.mu.Unlock()
+	return nil
+}
+
+// Heartbeat implements registry.Registration: one keep-alive, then a
+// check that the key is still there.
+func (r *registration) Heartbeat(ctx context.Context) error {
+	d := r.d
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	lease := r.leaseID()
+	if _, err := d.cli.KeepAliveOnce(c, lease); err != nil {
+		return fmt.Errorf("etcd: heartbeat %s: %w", r.id, d.wrap(ctx, "keep-alive", err))
+	}
+	resp, err := d.cli.Get(c, r.key, clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("etcd: heartbeat %s: %w", r.id, d.wrap(ctx, "check key", err))
+	}
+	if resp.Count == 0 {
+		// Deleted behind our back. The lease has no other key: drop it now
+		// rather than let it run out, then let the engine register anew.
+		_, _ = d.cli.Revoke(c, lease)
+		return fmt.Errorf("etcd: heartbeat %s: %w: key %s was deleted", r.id, registry.ErrNotFound, r.key)
+	}
+	return nil
+}
+
+// Update implements registry.Registration: the key is rewritten on its
+// lease, or on a new one if the server lost the lease.
+func (r *registration) Update(ctx context.Context, inst registry.Instance) error {
+	val, err := encode(inst)
+	if err != nil {
+		return err
+	}
+	d := r.d
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	_, err = d.cli.Put(c, r.key, val, clientv3.WithLease(r.leaseID()))
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		err = r.grantAndPut(ctx, val)
+		if err != nil {
+			return fmt.Errorf("etcd: update %s: %w", r.id, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("etcd: update %s: %w", r.id, d.wrap(ctx, "put", err))
+	}
+	return nil
+}
+
+// Deregister implements registry.Registration: delete the key (the change
+// watchers see), then revoke the lease.
+func (r *registration) Deregister(ctx context.Context) error {
+	d := r.d
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if _, err := d.cli.Delete(c, r.key); err != nil {
+		return fmt.Errorf("etcd: deregister %s: %w", r.id, d.wrap(ctx, "delete", err))
+	}
+	// Best effort: the key is gone, and an unrevoked lease expires alone.
+	_, _ = d.cli.Revoke(c, r.leaseID())
+	return nil
+}

@@ -1,0 +1,469 @@
+// Package etcdtest runs real etcd servers in-process, on
+// go.etcd.io/etcd/server/v3/embed: one member or a cluster of several, on
+// free loopback ports, with data in a temporary directory. The conformance
+// tests of backends/etcd run on it, and so does "roster demo".
+//
+// A Cluster offers the faults a registry must survive: stopping and
+// restarting one member (the leader too), restarting the whole cluster
+// with or without its data (Wipe), compacting the history, and cutting one
+// client off through a TCP proxy (Link).
+//
+// Clients reach each member through a small proxy of the Cluster's own
+// (Endpoints), unless Config.DirectClients is set. Stopping a member first
+// drops the proxied connections, so the server does not wait for open
+// watch streams to end (embed.Etcd.Close waits up to 7s for them
+// otherwise). Close clients before closing the Cluster all the same.
+//
+// The server logs nothing unless Config.Logger is set.
+package etcdtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/roster-go/roster/internal/loopback"
+)
+
+// Config describes a Cluster.
+type Config struct {
+	// Members is the number of members, 1 by default.
+	Members int
+	// Dir holds the members' data. Default: a new temporary directory,
+	// removed by Close. A given Dir is left in place.
+	Dir string
+	// DirectClients makes Endpoints point at the members themselves rather
+	// than at the Cluster's proxies: one hop less (for benchmarks), but
+	// stopping a member then waits for clients' streams (up to 7s).
+	DirectClients bool
+	// Logger receives the servers' logs. Default: none.
+	Logger *zap.Logger
+	// StartTimeout bounds each start of the cluster or a member. Default 30s.
+	StartTimeout time.Duration
+}
+
+// Cluster is a running etcd cluster. Its methods are safe for concurrent
+// use, but faults are applied one at a time.
+type Cluster struct {
+	cfg    Config
+	dir    string
+	ownDir bool
+	token  string
+
+	mu      sync.Mutex
+	gen     int // data generation: bumped by Wipe
+	members []*member
+	links   map[*Link]struct{}
+	closed  bool
+}
+
+type member struct {
+	name      string
+	clientURL url.URL
+	peerURL   url.URL
+	front     *loopback.Proxy // nil with DirectClients
+	e         *embed.Etcd     // nil while stopped
+}
+
+// Start starts a cluster and waits until every member is ready.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Members <= 0 {
+		cfg.Members = 1
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	c := &Cluster{cfg: cfg, dir: cfg.Dir, token: "roster-etcdtest", links: map[*Link]struct{}{}}
+	if c.dir == "" {
+		d, err := os.MkdirTemp("", "roster-etcdtest-")
+		if err != nil {
+			return nil, fmt.Errorf("etcdtest: %w", err)
+		}
+		c.dir, c.ownDir = d, true
+	}
+	var err error
+	// Free ports can be taken between FreePort and Listen: try again then.
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = c.allocate(); err != nil {
+			break
+		}
+		if err = c.startAll(ctx); err == nil {
+			return c, nil
+		}
+		c.stopAll()
+		c.closeFronts()
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	if c.ownDir {
+		os.RemoveAll(c.dir)
+	}
+	return nil, err
+}
+
+func (c *Cluster) allocate() error {
+	c.members = nil
+	for i := 0; i < c.cfg.Members; i++ {
+		cp, err1 := loopback.FreePort()
+		pp, err2 := loopback.FreePort()
+		if err := errors.Join(err1, err2); err != nil {
+			return fmt.Errorf("etcdtest: free port: %w", err)
+		}
+		m := &member{
+			name:      "m" + strconv.Itoa(i),
+			clientURL: url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cp)},
+			peerURL:   url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(pp)},
+		}
+		if !c.cfg.DirectClients {
+			p, err := loopback.NewProxy(m.clientURL.Host)
+			if err != nil {
+				c.closeFronts()
+				return fmt.Errorf("etcdtest: proxy: %w", err)
+			}
+			m.front = p
+		}
+		c.members = append(c.members, m)
+	}
+	return nil
+}
+
+func (c *Cluster) memberDir(i int) string {
+	return filepath.Join(c.dir, fmt.Sprintf("gen%d-%s", c.gen, c.members[i].name))
+}
+
+func (c *Cluster) embedConfig(i int) *embed.Config {
+	m := c.members[i]
+	cfg := embed.NewConfig()
+	cfg.Name = m.name
+	cfg.Dir = c.memberDir(i)
+	cfg.ListenClientUrls = []url.URL{m.clientURL}
+	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
+	cfg.ListenPeerUrls = []url.URL{m.peerURL}
+	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
+	var ic []string
+	for _, o := range c.members {
+		ic = append(ic, o.name+"="+o.peerURL.String())
+	}
+	cfg.InitialCluster = strings.Join(ic, ",")
+	cfg.InitialClusterToken = c.token
+	cfg.ClusterState = embed.ClusterStateFlagNew // ignored when the data dir exists
+	cfg.UnsafeNoFsync = true                     // test data: speed over durability
+	cfg.Logger = "zap"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.cfg.Logger.Named(m.name))
+	return cfg
+}
+
+// startAll starts every stopped member and waits for all to be ready.
+func (c *Cluster) startAll(ctx context.Context) error {
+	for i, m := range c.members {
+		if m.e != nil {
+			continue
+		}
+		e, err := embed.StartEtcd(c.embedConfig(i))
+		if err != nil {
+			return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
+		}
+		m.e = e
+	}
+	for _, m := range c.members {
+		if err := c.waitReady(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) waitReady(ctx context.Context, m *member) error {
+	t := time.NewTimer(c.cfg.StartTimeout)
+	defer t.Stop()
+	select {
+	case <-m.e.Server.ReadyNotify():
+		return nil
+	case err := <-m.e.Err():
+		return fmt.Errorf("etcdtest: %s failed: %w", m.name, err)
+	case <-t.C:
+		return fmt.Errorf("etcdtest: %s not ready within %v", m.name, c.cfg.StartTimeout)
+	case <-ctx.Done():
+		return fmt.Errorf("etcdtest: start %s: %w", m.name, ctx.Err())
+	}
+}
+
+// stop stops one member, dropping proxied client connections first.
+func (c *Cluster) stop(m *member) {
+	if m.e == nil {
+		return
+	}
+	if m.front != nil {
+		_ = m.front.SetConnected(context.Background(), false)
+	}
+	m.e.Close()
+	m.e = nil
+	if m.front != nil {
+		// Let clients reach the stopped member's address again: connections
+		// are accepted and closed, as a dead server's port would refuse them.
+		_ = m.front.SetConnected(context.Background(), true)
+	}
+}
+
+func (c *Cluster) stopAll() {
+	var wg sync.WaitGroup
+	for _, m := range c.members {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.stop(m) }()
+	}
+	wg.Wait()
+}
+
+func (c *Cluster) closeFronts() {
+	for _, m := range c.members {
+		if m.front != nil {
+			m.front.Close()
+			m.front = nil
+		}
+	}
+}
+
+// Members returns the number of members.
+func (c *Cluster) Members() int { return len(c.members) }
+
+// Endpoints returns the client URLs ("http://127.0.0.1:port"), one per
+// member, for clientv3.Config.Endpoints.
+func (c *Cluster) Endpoints() []string {
+	var out []string
+	for _, m := range c.members {
+		out = append(out, "http://"+c.clientHost(m))
+	}
+	return out
+}
+
+func (c *Cluster) clientHost(m *member) string {
+	if m.front != nil {
+		return m.front.Addr()
+	}
+	return m.clientURL.Host
+}
+
+// URL returns a Roster registry URL for the cluster, such as
+// "etcd://127.0.0.1:40001,127.0.0.1:40003?prefix=/roster". Extra query
+// options (for example "progress_interval=1s") are appended as given.
+func (c *Cluster) URL(prefix string, options ...string) string {
+	var hosts []string
+	for _, m := range c.members {
+		hosts = append(hosts, c.clientHost(m))
+	}
+	return registryURL(hosts, prefix, options)
+}
+
+func registryURL(hosts []string, prefix string, options []string) string {
+	q := []string{}
+	if prefix != "" {
+		q = append(q, "prefix="+url.QueryEscape(prefix))
+	}
+	q = append(q, options...)
+	u := "etcd://" + strings.Join(hosts, ",")
+	if len(q) > 0 {
+		u += "?" + strings.Join(q, "&")
+	}
+	return u
+}
+
+// Client returns a new client of the cluster; the caller closes it
+// (before closing the Cluster).
+func (c *Cluster) Client() (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: client: %w", err)
+	}
+	return cli, nil
+}
+
+// StopMember stops member i (0-based), keeping its data.
+func (c *Cluster) StopMember(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.members) {
+		return fmt.Errorf("etcdtest: no member %d", i)
+	}
+	c.stop(c.members[i])
+	return nil
+}
+
+// StartMember starts member i again with its data and waits until it is
+// ready.
+func (c *Cluster) StartMember(ctx context.Context, i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.members) {
+		return fmt.Errorf("etcdtest: no member %d", i)
+	}
+	m := c.members[i]
+	if m.e != nil {
+		return nil
+	}
+	e, err := embed.StartEtcd(c.embedConfig(i))
+	if err != nil {
+		return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
+	}
+	m.e = e
+	return c.waitReady(ctx, m)
+}
+
+// Leader returns the index of the current leader as seen by the running
+// members, or -1 if they know none.
+func (c *Cluster) Leader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.members {
+		if m.e == nil {
+			continue
+		}
+		lead := m.e.Server.Leader()
+		for j, o := range c.members {
+			if o.e != nil && o.e.Server.MemberID() == lead {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+// Restart stops every member and starts them again: with their data, or
+// with empty data directories (keepData false, the same as Wipe).
+func (c *Cluster) Restart(ctx context.Context, keepData bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("etcdtest: cluster closed")
+	}
+	c.stopAll()
+	if !keepData {
+		for i := range c.members {
+			os.RemoveAll(c.memberDir(i))
+		}
+		c.gen++
+	}
+	return c.startAll(ctx)
+}
+
+// Wipe restarts the cluster on empty data directories: every key and lease
+// is gone and revisions start again from 1, as after a restore from
+// nothing.
+func (c *Cluster) Wipe(ctx context.Context) error { return c.Restart(ctx, false) }
+
+// Compact compacts the history up to the current revision, so that a
+// watcher behind it gets ErrCompacted. It returns that revision.
+func (c *Cluster) Compact(ctx context.Context) (int64, error) {
+	cli, err := c.Client()
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, "compact-probe")
+	if err != nil {
+		return 0, fmt.Errorf("etcdtest: compact: %w", err)
+	}
+	rev := resp.Header.Revision
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		return 0, fmt.Errorf("etcdtest: compact: %w", err)
+	}
+	return rev, nil
+}
+
+// Close stops every member and removes the data directory if Start made
+// it. Links still open are closed too.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	for l := range c.links {
+		l.close()
+	}
+	c.stopAll()
+	c.closeFronts()
+	if c.ownDir {
+		return os.RemoveAll(c.dir)
+	}
+	return nil
+}
+
+// Link is one client's own path to the cluster, through TCP proxies that
+// can cut it off (a network partition) while other clients keep access.
+type Link struct {
+	c       *Cluster
+	proxies []*loopback.Proxy
+	once    sync.Once
+}
+
+// NewLink opens a Link with one proxy per member.
+func (c *Cluster) NewLink() (*Link, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("etcdtest: cluster closed")
+	}
+	l := &Link{c: c}
+	for _, m := range c.members {
+		p, err := loopback.NewProxy(c.clientHost(m))
+		if err != nil {
+			l.close()
+			return nil, fmt.Errorf("etcdtest: link: %w", err)
+		}
+		l.proxies = append(l.proxies, p)
+	}
+	c.links[l] = struct{}{}
+	return l, nil
+}
+
+// URL is the registry URL through this link; see Cluster.URL.
+func (l *Link) URL(prefix string, options ...string) string {
+	var hosts []string
+	for _, p := range l.proxies {
+		hosts = append(hosts, p.Addr())
+	}
+	return registryURL(hosts, prefix, options)
+}
+
+// SetConnected cuts (false) or restores (true) the link. Cutting drops
+// established connections and refuses new ones. It has the signature of
+// conformance.Link.
+func (l *Link) SetConnected(ctx context.Context, ok bool) error {
+	for _, p := range l.proxies {
+		_ = p.SetConnected(ctx, ok)
+	}
+	return nil
+}
+
+// Close closes the link's proxies.
+func (l *Link) Close() error {
+	l.c.mu.Lock()
+	delete(l.c.links, l)
+	l.c.mu.Unlock()
+	l.close()
+	return nil
+}
+
+func (l *Link) close() {
+	l.once.Do(func() {
+		for _, p := range l.proxies {
+			p.Close()
+		}
+	})
+}

@@ -1,0 +1,123 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/registry"
+)
+
+func parse(t *testing.T, raw string) (Options, error) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("url.Parse(%q): %v", raw, err)
+	}
+	return ParseURL(u)
+}
+
+func TestParseURL(t *testing.T) {
+	o, err := parse(t, "etcd://alice:s3cret@h1:2379,h2:2380,h3:2379?prefix=/svc/&dial_timeout=2s&request_timeout=3s&progress_interval=750ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"http://h1:2379", "http://h2:2380", "http://h3:2379"}; !slices.Equal(o.Client.Endpoints, want) {
+		t.Errorf("endpoints %v, want %v", o.Client.Endpoints, want)
+	}
+	if o.Client.Username != "alice" || o.Client.Password != "s3cret" {
+		t.Errorf("credentials %q/%q", o.Client.Username, o.Client.Password)
+	}
+	if o.Prefix != "/svc/" || o.Client.DialTimeout != 2*time.Second || o.RequestTimeout != 3*time.Second || o.ProgressInterval != 750*time.Millisecond {
+		t.Errorf("options %+v", o)
+	}
+	if o.Client.TLS != nil {
+		t.Errorf("etcd:// set TLS")
+	}
+	if o, err = parse(t, "etcd://h1,h2"); err != nil || !slices.Equal(o.Client.Endpoints, []string{"http://h1:2379", "http://h2:2379"}) {
+		t.Errorf("hosts without ports: %v %v, want port 2379", o.Client.Endpoints, err)
+	}
+
+	o, err = parse(t, "etcds://h1:2379?server_name=etcd.local&insecure_skip_verify=true&username=bob&password=pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Client.Endpoints[0] != "https://h1:2379" || o.Client.TLS == nil || o.Client.TLS.ServerName != "etcd.local" || !o.Client.TLS.InsecureSkipVerify {
+		t.Errorf("etcds options %+v", o)
+	}
+	if o.Client.Username != "bob" || o.Client.Password != "pw" {
+		t.Errorf("query credentials %q/%q", o.Client.Username, o.Client.Password)
+	}
+}
+
+func TestParseURLRejects(t *testing.T) {
+	for _, raw := range []string{
+		"etcd://",
+		"etcd://h1:2379/roster",
+		"etcd://h1:2379,,h2:2379",
+		"etcd://h1:2379?prefix=/",
+		"etcd://h1:2379?dial_timeout=soon",
+		"etcd://h1:2379?request_timeout=-1s",
+		"etcd://h1:2379?progress_interval=0s",
+		"etcd://h1:2379?colour=blue",
+		"etcd://h1:2379?ca_file=/ca.pem",
+		"etcd://:topsecret@h1:2379",
+		"etcds://h1:2379?ca_file=/nonexistent/ca.pem",
+		"etcds://h1:2379?cert_file=/c.pem",
+		"etcds://h1:2379?insecure_skip_verify=maybe",
+	} {
+		_, err := parse(t, raw)
+		if !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", raw, err)
+		}
+	}
+}
+
+func TestOpenErrorsHidePassword(t *testing.T) {
+	for _, raw := range []string{
+		"etcd://alice:topsecret@h1:2379?colour=blue",
+		"etcd://h1:2379?username=alice&password=topsecret&dial_timeout=x",
+		"etcds://alice:topsecret@h1:2379?ca_file=/nonexistent",
+	} {
+		_, err := registry.Open(context.Background(), raw)
+		if err == nil {
+			t.Fatalf("%s opened", raw)
+		}
+		if strings.Contains(err.Error(), "topsecret") {
+			t.Errorf("error reveals the password: %v", err)
+		}
+	}
+}
+
+func TestOpenByURL(t *testing.T) {
+	c := startServer(t)
+	r, err := registry.Open(t.Context(), c.URL("/by-url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var d registry.Driver
+	if !r.As(&d) {
+		t.Fatal("registry.As failed")
+	}
+	if ed, ok := d.(*Driver); !ok || ed.Prefix() != "/by-url" || ed.Key("svc", "i1") != "/by-url/svc/i1" {
+		t.Fatalf("driver %T %+v", d, d)
+	}
+	if lim := r.Limits(); lim.MinTTL != 2*time.Second || lim.TTLGranularity != time.Second {
+		t.Fatalf("limits %+v", lim)
+	}
+	l, err := r.Register(t.Context(), registry.Instance{Service: "svc", Address: "127.0.0.1:80"}, registry.WithTTL(2500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.TTL() != 3*time.Second {
+		t.Errorf("TTL 2.5s became %v, want 3s (whole seconds, rounded up)", l.TTL())
+	}
+	if _, err := r.Register(t.Context(), registry.Instance{Service: "svc", Address: "127.0.0.1:80"}, registry.WithTTL(time.Second)); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "2s") {
+		t.Errorf("TTL 1s: %v, want ErrInvalid naming the 2s minimum", err)
+	}
+}

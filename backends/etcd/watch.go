@@ -1,0 +1,272 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// Watch implements registry.Driver. The stream lists on its first Next;
+// see the package documentation for how it detects gaps and stalls.
+func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if d.closed.Load() {
+		return nil, fmt.Errorf("etcd: %w", registry.ErrClosed)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	return &stream{
+		d: d, service: service, sp: d.servicePrefix(service), parent: sctx, cancel: cancel,
+		needList: true,
+	}, nil
+}
+
+// stream is one service's list+watch. Next is called by one goroutine at a
+// time; Close may come from another.
+type stream struct {
+	d       *Driver
+	service string
+	sp      string             // service key prefix
+	parent  context.Context    // ends with Close or the Watch context
+	cancel  context.CancelFunc // ends parent
+
+	wcancel context.CancelFunc // ends the current etcd watch
+	wch     clientv3.WatchChan
+	lost    <-chan struct{} // closed when the connection dropped since the list
+
+	needList bool
+	rev      int64                        // every change up to rev is in state
+	state    map[string]registry.Instance // by ID
+	dirty    bool                         // state differs from the last one returned
+	sent     bool                         // something was returned
+	lastSign time.Time                    // last watch response or successful probe
+	lists    int                          // full reads so far (tests)
+}
+
+// Close implements registry.Stream. It cancels the watch and returns.
+func (s *stream) Close() error {
+	s.cancel()
+	return nil
+}
+
+func (s *stream) closedErr() error {
+	return fmt.Errorf("etcd: watch %s: %w", s.service, registry.ErrClosed)
+}
+
+// Next implements registry.Stream.
+func (s *stream) Next(ctx context.Context) (registry.Snapshot, error) {
+	for {
+		if s.parent.Err() != nil {
+			return registry.Snapshot{}, s.closedErr()
+		}
+		if err := ctx.Err(); err != nil {
+			return registry.Snapshot{}, err
+		}
+		if s.d.closed.Load() {
+			return registry.Snapshot{}, s.closedErr()
+		}
+		if s.needList {
+			if err := s.relist(ctx); err != nil {
+				return registry.Snapshot{}, err
+			}
+		}
+		if s.dirty || !s.sent {
+			s.dirty, s.sent = false, true
+			return s.snapshot(), nil
+		}
+		if err := s.wait(ctx); err != nil {
+			return registry.Snapshot{}, err
+		}
+	}
+}
+
+// wait handles one watch response or one progress-timer tick.
+func (s *stream) wait(ctx context.Context) error {
+	p := s.d.progress
+	timer := time.NewTimer(max(p-time.Since(s.lastSign), 0))
+	defer timer.Stop()
+	select {
+	case <-s.parent.Done():
+		return s.closedErr()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.lost:
+		// The client would resume the watch by itself, but watchers must
+		// learn that the backend was away: report it, and relist.
+		s.needList = true
+		return fmt.Errorf("etcd: watch %s: %w: connection to the server lost", s.service, registry.ErrUnavailable)
+	case resp, ok := <-s.wch:
+		s.lastSign = time.Now()
+		if !ok || resp.Canceled || resp.Err() != nil {
+			// Compacted past our revision, leader lost, or closed by the
+			// client library: whatever it was, relist and watch again.
+			s.needList = true
+			return nil
+		}
+		if resp.Header.Revision > 0 && resp.Header.Revision < s.rev {
+			// The server's revision went back: data wiped or restored.
+			s.needList = true
+			return nil
+		}
+		if resp.IsProgressNotify() {
+			return nil
+		}
+		s.apply(resp.Events)
+		return nil
+	case <-timer.C:
+		if time.Since(s.lastSign) < p {
+			return nil
+		}
+		// Quiet for a whole interval: is the server there, and is its
+		// revision still ahead of ours? A watch on an unreachable server,
+		// or resumed on a server whose data went back in time, stays
+		// silent; a linearizable read tells both apart from a quiet service.
+		rev, err := s.d.probe(s.parent, ctx)
+		switch {
+		case err != nil:
+			if s.parent.Err() != nil {
+				return s.closedErr()
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("etcd: watch %s: %w: silent for %v and %v", s.service, registry.ErrUnavailable,
+				time.Since(s.lastSign).Round(time.Millisecond), err)
+		case rev < s.rev:
+			s.needList = true // data wiped or restored from an older snapshot
+		default:
+			s.lastSign = time.Now()
+		}
+		return nil
+	}
+}
+
+func (s *stream) apply(evs []*clientv3.Event) {
+	for _, ev := range evs {
+		if ev.Kv.ModRevision <= s.rev {
+			continue // already in the listed state
+		}
+		s.rev = ev.Kv.ModRevision
+		id, ok := idOf(s.sp, ev.Kv.Key)
+		if !ok {
+			continue
+		}
+		old, had := s.state[id]
+		if ev.Type == clientv3.EventTypeDelete {
+			if had {
+				delete(s.state, id)
+				s.dirty = true
+			}
+			continue
+		}
+		in, ok := decode(s.service, id, ev.Kv.Value)
+		switch {
+		case !ok && had:
+			delete(s.state, id)
+			s.dirty = true
+		case ok && (!had || !old.Equal(in)):
+			s.state[id] = in
+			s.dirty = true
+		}
+	}
+}
+
+// relist reads the service in full, then watches from the next revision.
+func (s *stream) relist(ctx context.Context) error {
+	s.stopWatch()
+	s.lost = s.d.lostC() // before the read: a drop during it is not missed
+	lctx, cancel := context.WithTimeout(ctx, s.d.reqT)
+	defer cancel()
+	stop := context.AfterFunc(s.parent, cancel) // Close ends the read too
+	defer stop()
+	resp, err := s.d.cli.Get(lctx, s.sp, clientv3.WithPrefix())
+	if err != nil {
+		if s.parent.Err() != nil {
+			return s.closedErr()
+		}
+		return s.d.wrap(ctx, "watch "+s.service+": list", err)
+	}
+	state := make(map[string]registry.Instance, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if id, ok := idOf(s.sp, kv.Key); ok {
+			if in, ok := decode(s.service, id, kv.Value); ok {
+				state[id] = in
+			}
+		}
+	}
+	if !maps.EqualFunc(state, s.state, registry.Instance.Equal) {
+		s.dirty = true
+	}
+	s.state, s.rev = state, resp.Header.Revision
+	s.lists++
+	return s.watchFrom(s.rev + 1)
+}
+
+// watchFrom starts the etcd watch; changes up to rev-1 are in s.state.
+func (s *stream) watchFrom(rev int64) error {
+	if s.parent.Err() != nil {
+		return s.closedErr()
+	}
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(s.parent))
+	s.wcancel = wcancel
+	s.wch = s.d.cli.Watch(wctx, s.sp, clientv3.WithPrefix(), clientv3.WithRev(rev),
+		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	s.needList = false
+	s.lastSign = time.Now()
+	return nil
+}
+
+func (s *stream) stopWatch() {
+	if s.wcancel != nil {
+		s.wcancel()
+		s.wcancel = nil
+	}
+}
+
+func (s *stream) snapshot() registry.Snapshot {
+	ids := slices.Sorted(maps.Keys(s.state))
+	out := make([]registry.Instance, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, s.state[id].Clone())
+	}
+	registry.SortInstances(out)
+	return registry.Snapshot{Service: s.service, Instances: out, Revision: uint64(s.rev), At: time.Now()}
+}
+
+// probe reads one key linearizably and returns the cluster's revision.
+// Streams of one driver share the answer for half a progress interval, so
+// many quiet watches cost one read. It fails when no answer comes within
+// a progress interval, or when either context ends.
+func (d *Driver) probe(a, b context.Context) (int64, error) {
+	select {
+	case d.probeSem <- struct{}{}:
+	case <-a.Done():
+		return 0, a.Err()
+	case <-b.Done():
+		return 0, b.Err()
+	}
+	defer func() { <-d.probeSem }()
+	if time.Since(d.probeAt) < d.progress/2 {
+		return d.probeRev, nil
+	}
+	ctx, cancel := context.WithTimeout(a, d.progress)
+	defer cancel()
+	stop := context.AfterFunc(b, cancel)
+	defer stop()
+	resp, err := d.cli.Get(ctx, d.prefix+"/", clientv3.WithCountOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		if ctx.Err() != nil && a.Err() == nil && b.Err() == nil {
+			return 0, fmt.Errorf("no answer to a read within %v", d.progress)
+		}
+		return 0, err
+	}
+	d.probeAt, d.probeRev = time.Now(), resp.Header.Revision
+	return d.probeRev, nil
+}
