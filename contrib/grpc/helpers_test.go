@@ -36,7 +36,8 @@ type server struct {
 	srv   *grpc.Server
 	ln    net.Listener
 	lease *registry.Lease
-	calls atomic.Int64
+	calls atomic.Int64 // calls received
+	ended atomic.Int64 // calls answered
 	delay time.Duration
 	fail  atomic.Bool // answer Unavailable
 	done  chan struct{}
@@ -44,6 +45,7 @@ type server struct {
 
 func (s *server) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	s.calls.Add(1)
+	defer s.ended.Add(1)
 	if s.fail.Load() {
 		return nil, status.Error(codes.Unavailable, s.name+" is failing")
 	}
@@ -140,6 +142,7 @@ type load struct {
 	failures []error
 	ok       atomic.Int64
 	stop     chan struct{}
+	stopOnce sync.Once
 	wg       sync.WaitGroup
 }
 
@@ -173,7 +176,7 @@ func startLoad(c testpb.TestServiceClient, workers int, pace time.Duration) *loa
 }
 
 func (l *load) end() {
-	close(l.stop)
+	l.stopOnce.Do(func() { close(l.stop) })
 	l.wg.Wait()
 }
 
