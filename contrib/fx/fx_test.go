@@ -96,6 +96,10 @@ func TestDrainMode(t *testing.T) {
 		return ok
 	})
 	stopApp(t, app)
+	waitFor(t, 5*time.Second, "the observer sees the deregistration", func() bool {
+		_, ok := h.find(func(e event) bool { return e.name == "a" && e.gone })
+		return ok
+	})
 	drained, ok1 := h.find(func(e event) bool { return e.name == "a" && !e.gone && e.weight == 0 })
 	gone, ok2 := h.find(func(e event) bool { return e.name == "a" && e.gone })
 	if !ok1 || !ok2 {
