@@ -195,3 +195,25 @@ func TestClientModule(t *testing.T) {
 		t.Fatal("client still usable after stop")
 	}
 }
+
+// TestTwoAnnouncements: one server announced under two services (an API
+// and its admin port, say); each announcement has its own hooks.
+func TestTwoAnnouncements(t *testing.T) {
+	const url = "mem://fx-two"
+	observer := openMem(t, url)
+	srv := newTestServer("a")
+	app := startApp(t, fx.Supply(rosterfx.Config{URL: url}), rosterfx.Module, srv.provide(),
+		announce("greeter", 10*time.Millisecond, false), announce("greeter-admin", 10*time.Millisecond, false))
+	for _, svc := range []string{"greeter", "greeter-admin"} {
+		s, err := observer.Lookup(context.Background(), svc)
+		if err != nil || len(s.Instances) != 1 {
+			t.Fatalf("%s: %v, %v", svc, s.Instances, err)
+		}
+	}
+	stopApp(t, app)
+	for _, svc := range []string{"greeter", "greeter-admin"} {
+		if s, _ := observer.Lookup(context.Background(), svc); len(s.Instances) != 0 {
+			t.Fatalf("%s still registered after stop: %v", svc, s.Instances)
+		}
+	}
+}
