@@ -96,7 +96,7 @@ func TestRoundRobinFollowsRegistry(t *testing.T) {
 
 func TestEWMAPrefersFastInstance(t *testing.T) {
 	reg := openMem(t)
-	startServer(t, reg, "echo", "slow", 30*time.Millisecond)
+	startServer(t, reg, "echo", "slow", 50*time.Millisecond)
 	startServer(t, reg, "echo", "fast", 0)
 	cl := dial(t, reg, "echo", rostergrpc.WithStrategy(selector.P2CEWMA))
 	ctx := context.Background()
@@ -118,10 +118,10 @@ func TestEWMAPrefersFastInstance(t *testing.T) {
 		seen[name]++
 	}
 	// Latencies are fed back through Done: after its first answers the
-	// slow instance (30ms vs well under 1ms) is only picked again when
+	// slow instance (50ms vs about a millisecond) is only picked again when
 	// its decayed estimate has fallen far enough.
 	if seen["fast"] < 80 {
-		t.Fatalf("p2c_ewma with a 30ms and a fast instance, 100 calls: %v; want ≥ 80 on fast", seen)
+		t.Fatalf("p2c_ewma with a 50ms and a fast instance, 100 calls: %v; want ≥ 80 on fast", seen)
 	}
 }
 
