@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -88,6 +89,11 @@ func (an *announcer) start(ctx context.Context) error {
 	inst := a.Instance.Clone()
 	if a.Addr != nil {
 		inst.Address = a.Addr()
+	}
+	if ip := net.ParseIP(inst.Host()); ip != nil && ip.IsUnspecified() {
+		// A server listening on every interface reports [::]:port, which
+		// no client can dial.
+		return fmt.Errorf("%s: the address is unspecified; announce a host clients can reach (set Instance.Address or Addr)", an.describe(inst))
 	}
 	opts := append([]registry.RegisterOption(nil), a.Options...)
 	if a.HealthCheck == nil && a.HealthPath != "" {

@@ -168,6 +168,14 @@ func TestStartErrorsAreClear(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "rosterfx: announce Bad Name") {
 		t.Fatalf("invalid service: %v", err)
 	}
+
+	app = fx.New(fx.NopLogger, rosterfx.Module, rosterfx.Announce(func() rosterfx.Announcement {
+		return rosterfx.Announcement{Instance: registry.Instance{Service: "greeter", Address: "[::]:8080"}}
+	}))
+	err = app.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "address is unspecified") {
+		t.Fatalf("unspecified address: %v", err)
+	}
 }
 
 func TestClientModule(t *testing.T) {
