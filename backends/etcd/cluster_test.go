@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -119,5 +120,65 @@ func TestClusterMemberFailures(t *testing.T) {
 			t.Fatalf("long-lived lease %v (%v) after the faults, want healthy", stay.State(), stay.Err())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestClusterQuorumLossIsStale stops two of three members: the one left
+// is up and connected but has no leader, so nothing can be read. Watchers
+// must say so (Stale, ErrUnavailable) rather than wait silently, and
+// recover once quorum is back.
+func TestClusterQuorumLossIsStale(t *testing.T) {
+	c := startCluster(t, etcdtest.Config{Members: 3})
+	ctx := t.Context()
+	r, err := registry.Open(ctx, c.URL("/roster-quorum", progress), registry.WithResyncInterval(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	l, err := r.Register(ctx, registry.Instance{Service: "svc", Address: "127.0.0.1:1"}, registry.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := r.Watch(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if sn, err := w.Next(ctx); err != nil || len(sn.Instances) != 1 {
+		t.Fatalf("initial: %v %v", sn.Instances, err)
+	}
+	lead := c.Leader()
+	stopped := []int{(lead + 1) % 3, (lead + 2) % 3}
+	for _, i := range stopped {
+		if err := c.StopMember(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	sn, err := w.Next(nctx)
+	cancel()
+	if !sn.Stale || !errors.Is(err, registry.ErrUnavailable) || len(sn.Instances) != 1 {
+		t.Fatalf("after losing quorum: Next = %v stale=%v, %v; want the last instances marked stale with ErrUnavailable", sn.Instances, sn.Stale, err)
+	}
+	t.Logf("quorum loss reported after %v: %v", time.Since(start), err)
+	for _, i := range stopped {
+		if err := c.StartMember(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		sn, err := w.Next(nctx)
+		if nctx.Err() != nil {
+			t.Fatalf("no fresh snapshot after quorum came back: %v", err)
+		}
+		if !sn.Stale {
+			if _, ok := sn.Find(l.Instance().ID); !ok {
+				t.Fatalf("fresh snapshot after quorum came back lacks the instance: %v", sn.Instances)
+			}
+			break
+		}
 	}
 }

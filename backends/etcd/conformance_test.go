@@ -2,39 +2,25 @@ package etcd_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/roster-go/roster/backends/etcd"
+	_ "github.com/roster-go/roster/backends/etcd" // etcd:// and etcds://
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, leakOptions()...)
-}
-
-// leakOptions ignores goroutines that outlive every client and server by
-// design of libraries we do not control, and nothing else.
-func leakOptions() []goleak.Option {
-	return []goleak.Option{
-		// grpc-go starts its load-reporting/ALTS helpers once per process
-		// and never stops them.
-		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-		// glog/klog style flushers and opencensus workers started by
-		// packages' init functions, process-wide.
-		goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
-	}
-}
+// TestMain checks for leaked goroutines with no exceptions: every test
+// closes its clients, then its servers.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // progress is the stall-detection interval the tests use: short enough
-// that a cut-off watcher goes stale within StaleDetect, long enough that a
-// busy 2-core machine under -race answers a progress request well within it.
+// that a silently stalled watcher goes stale well within StaleDetect, long
+// enough that a busy 2-core machine under -race answers the probe within it.
 const progress = "progress_interval=1s"
 
 // harness runs the suite on one embedded etcd member.
@@ -110,9 +96,6 @@ func startCluster(t testing.TB, cfg etcdtest.Config) *etcdtest.Cluster {
 }
 
 func TestConformance(t *testing.T) {
-	if os.Getenv("ROSTER_ETCD_SKIP_CONFORMANCE") != "" {
-		t.Skip("ROSTER_ETCD_SKIP_CONFORMANCE set")
-	}
 	c := startCluster(t, etcdtest.Config{})
 	cli, err := c.Client()
 	if err != nil {
@@ -121,5 +104,3 @@ func TestConformance(t *testing.T) {
 	defer cli.Close() // before the cluster's cleanup
 	conformance.Run(t, &harness{c: c, cli: cli, prefix: "/roster-conformance"})
 }
-
-var _ = etcd.Scheme // the import registers the etcd:// scheme

@@ -11,10 +11,9 @@
 //	etcd://[user:password@]host1:2379[,host2:2379…][?options]    plain TCP
 //	etcds://[user:password@]host1:2379[,host2:2379…][?options]   TLS
 //
-// Options: prefix (key prefix, default /roster), dial_timeout (default 5s),
-// request_timeout (bound on every call whose context has no earlier
-// deadline, default 5s), progress_interval (stall detection, default 2s,
-// see Watch below), username and password (instead of the URL's user
+// Give every host its port, or none (2379 for all). Options: prefix (key prefix, default /roster), dial_timeout (default 5s),
+// request_timeout (bound on every call, default 5s), progress_interval
+// (stall detection, default 2s, see Watch below), username and password (instead of the URL's user
 // info), and for etcds ca_file, cert_file, key_file, server_name and
 // insecure_skip_verify. Errors never contain the password.
 //
@@ -54,20 +53,36 @@
 //
 // A stream lists the service's keys (linearizable) and watches from the
 // list's revision+1 with WithRequireLeader and WithPrevKV, so no change
-// between list and watch is lost. It lists again and re-watches when the
-// server cancels the watch (ErrCompacted, lost leader), when the watch
-// channel closes while the stream is live, and when a response or a
-// progress notification carries a revision below the one already seen
-// (data wiped or restored from an older snapshot: a resumed watch would
-// otherwise wait silently for a future revision).
+// between list and watch is lost, and every change after it arrives in
+// order. It lists again and re-watches when the server cancels the watch
+// (ErrCompacted, lost leader), when the watch channel closes while the
+// stream is live, and when a response carries a revision below the one
+// already seen (data wiped or restored from an older snapshot).
 //
-// A watch on an unreachable server stays open and silent, even with
-// WithRequireLeader. So after progress_interval without any response the
-// stream asks the server for a progress notification, and if nothing
-// arrives within another progress_interval it fails with
-// registry.ErrUnavailable: the registry marks the snapshot stale and
-// reopens the stream (which relists) with backoff. A stalled watch is
-// reported within about 2×progress_interval.
+// Two kinds of silence are not left to the client library, which resumes
+// watches by itself and would hide them:
+//
+//   - The connection dropped (server restarted, network cut): the driver
+//     follows the gRPC connection's state, and the stream fails with
+//     registry.ErrUnavailable as soon as it stops being ready. The registry
+//     marks the snapshot stale and reopens the stream with backoff; the new
+//     stream relists. So watchers learn about every outage, even one that
+//     lost nothing.
+//   - The watch is quiet: after progress_interval without a response the
+//     stream reads one key linearizably (one read per driver at a time,
+//     shared by all quiet streams). No answer within another
+//     progress_interval fails the stream with registry.ErrUnavailable; an
+//     answer whose revision is below the stream's means the data went back
+//     in time (a resumed watch would wait silently for a revision that
+//     will not come for a long time) and the stream relists. Watch progress
+//     notifications cannot serve here: etcd answers a progress request only
+//     when every watcher on the gRPC stream has reached its start revision,
+//     which a watch from revision+1 on a quiet cluster never has.
+//
+// A relist after a discontinuity is bounded by 2×progress_interval too, so
+// a member that lost its leader (watch cancelled, reads hang) is reported
+// as quickly. A stalled watch is thus reported within about
+// 2×progress_interval, and a dropped connection at once.
 //
 // # Guarantees and limits
 //
@@ -154,12 +169,13 @@ type Options struct {
 	// Prefix of every key, default DefaultPrefix. A trailing slash is
 	// dropped.
 	Prefix string
-	// RequestTimeout bounds each call whose context has no earlier
-	// deadline. Default DefaultRequestTimeout.
+	// RequestTimeout bounds each call (the caller's context may end it
+	// sooner). Default DefaultRequestTimeout.
 	RequestTimeout time.Duration
-	// ProgressInterval: a watch silent for this long asks for a progress
-	// notification, and fails with ErrUnavailable if none comes within
-	// another interval. Default DefaultProgressInterval.
+	// ProgressInterval: a watch silent for this long checks that the server
+	// answers and that its revision did not go back, and fails with
+	// ErrUnavailable if no answer comes within another interval. Default
+	// DefaultProgressInterval.
 	ProgressInterval time.Duration
 }
 

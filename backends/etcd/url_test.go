@@ -121,3 +121,52 @@ func TestOpenByURL(t *testing.T) {
 		t.Errorf("TTL 1s: %v, want ErrInvalid naming the 2s minimum", err)
 	}
 }
+
+func TestAuthentication(t *testing.T) {
+	c := startServer(t)
+	admin, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx := t.Context()
+	_, _ = admin.RoleAdd(ctx, "root")
+	for _, step := range []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw-0451"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatalf("enabling auth: %v", err)
+		}
+	}
+	hosts := strings.TrimPrefix(c.URL("/auth"), "etcd://")
+
+	_, err = registry.Open(ctx, "etcd://root:wrong-0451@"+hosts)
+	if !errors.Is(err, registry.ErrInvalid) || strings.Contains(err.Error(), "wrong-0451") {
+		t.Fatalf("wrong password: %v, want ErrInvalid without the password", err)
+	}
+
+	r, err := registry.Open(ctx, "etcd://root:rootpw-0451@"+hosts)
+	if err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+	defer r.Close()
+	if _, err := r.Register(ctx, registry.Instance{Service: "svc", Address: "127.0.0.1:80"}, registry.WithTTL(3*time.Second)); err != nil {
+		t.Fatalf("Register with authentication: %v", err)
+	}
+	sn, err := r.Lookup(ctx, "svc")
+	if err != nil || len(sn.Instances) != 1 {
+		t.Fatalf("Lookup with authentication: %v %v", sn.Instances, err)
+	}
+
+	// Without credentials the server refuses: an error, not an empty list.
+	anon, err := registry.Open(ctx, "etcd://"+hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if sn, err := anon.Lookup(ctx, "svc"); err == nil {
+		t.Fatalf("Lookup without credentials on an auth-enabled server = %v, want an error", sn.Instances)
+	}
+}

@@ -182,7 +182,14 @@ func (s *stream) apply(evs []*clientv3.Event) {
 func (s *stream) relist(ctx context.Context) error {
 	s.stopWatch()
 	s.lost = s.d.lostC() // before the read: a drop during it is not missed
-	lctx, cancel := context.WithTimeout(ctx, s.d.reqT)
+	timeout := s.d.reqT
+	if s.lists > 0 {
+		// A relist after a discontinuity (leader lost, say) must not keep
+		// watchers from learning about an outage for a whole request
+		// timeout: it gets the stall-detection budget.
+		timeout = min(timeout, 2*s.d.progress)
+	}
+	lctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	stop := context.AfterFunc(s.parent, cancel) // Close ends the read too
 	defer stop()
@@ -190,6 +197,9 @@ func (s *stream) relist(ctx context.Context) error {
 	if err != nil {
 		if s.parent.Err() != nil {
 			return s.closedErr()
+		}
+		if ctx.Err() == nil && lctx.Err() != nil {
+			return fmt.Errorf("etcd: watch %s: list: %w: no answer within %v", s.service, registry.ErrUnavailable, timeout)
 		}
 		return s.d.wrap(ctx, "watch "+s.service+": list", err)
 	}

@@ -19,6 +19,8 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -29,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -41,7 +44,9 @@ type Config struct {
 	// Members is the number of members, 1 by default.
 	Members int
 	// Dir holds the members' data. Default: a new temporary directory,
-	// removed by Close. A given Dir is left in place.
+	// removed by Close. A given Dir is left in place after Close, but Start
+	// always begins a new, empty cluster: member data an earlier Start left
+	// there is removed.
 	Dir string
 	// DirectClients makes Endpoints point at the members themselves rather
 	// than at the Cluster's proxies: one hop less (for benchmarks), but
@@ -51,6 +56,15 @@ type Config struct {
 	Logger *zap.Logger
 	// StartTimeout bounds each start of the cluster or a member. Default 30s.
 	StartTimeout time.Duration
+	// TLS, when set, serves clients over TLS with this certificate and key
+	// (PEM files; the certificate must be valid for 127.0.0.1). CAFile is
+	// the CA that signed it: Client and URL use it to verify the server.
+	TLS *TLSFiles
+}
+
+// TLSFiles names the PEM files of a server certificate.
+type TLSFiles struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // Cluster is a running etcd cluster. Its methods are safe for concurrent
@@ -101,6 +115,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		if err = c.allocate(); err != nil {
 			break
 		}
+		for i := range c.members {
+			os.RemoveAll(c.memberDir(i))
+		}
 		if err = c.startAll(ctx); err == nil {
 			return c, nil
 		}
@@ -126,7 +143,7 @@ func (c *Cluster) allocate() error {
 		}
 		m := &member{
 			name:      "m" + strconv.Itoa(i),
-			clientURL: url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(cp)},
+			clientURL: url.URL{Scheme: c.clientScheme(), Host: "127.0.0.1:" + strconv.Itoa(cp)},
 			peerURL:   url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(pp)},
 		}
 		if !c.cfg.DirectClients {
@@ -142,6 +159,13 @@ func (c *Cluster) allocate() error {
 	return nil
 }
 
+func (c *Cluster) clientScheme() string {
+	if c.cfg.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
 func (c *Cluster) memberDir(i int) string {
 	return filepath.Join(c.dir, fmt.Sprintf("gen%d-%s", c.gen, c.members[i].name))
 }
@@ -153,6 +177,9 @@ func (c *Cluster) embedConfig(i int) *embed.Config {
 	cfg.Dir = c.memberDir(i)
 	cfg.ListenClientUrls = []url.URL{m.clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
+	if c.cfg.TLS != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: c.cfg.TLS.CertFile, KeyFile: c.cfg.TLS.KeyFile}
+	}
 	cfg.ListenPeerUrls = []url.URL{m.peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
 	var ic []string
@@ -241,12 +268,12 @@ func (c *Cluster) closeFronts() {
 // Members returns the number of members.
 func (c *Cluster) Members() int { return len(c.members) }
 
-// Endpoints returns the client URLs ("http://127.0.0.1:port"), one per
-// member, for clientv3.Config.Endpoints.
+// Endpoints returns the client URLs ("http://127.0.0.1:port", https with
+// TLS), one per member, for clientv3.Config.Endpoints.
 func (c *Cluster) Endpoints() []string {
 	var out []string
 	for _, m := range c.members {
-		out = append(out, "http://"+c.clientHost(m))
+		out = append(out, c.clientScheme()+"://"+c.clientHost(m))
 	}
 	return out
 }
@@ -259,23 +286,31 @@ func (c *Cluster) clientHost(m *member) string {
 }
 
 // URL returns a Roster registry URL for the cluster, such as
-// "etcd://127.0.0.1:40001,127.0.0.1:40003?prefix=/roster". Extra query
-// options (for example "progress_interval=1s") are appended as given.
+// "etcd://127.0.0.1:40001,127.0.0.1:40003?prefix=/roster" (etcds:// with
+// ca_file under TLS). Extra query options (for example
+// "progress_interval=1s") are appended as given.
 func (c *Cluster) URL(prefix string, options ...string) string {
 	var hosts []string
 	for _, m := range c.members {
 		hosts = append(hosts, c.clientHost(m))
 	}
-	return registryURL(hosts, prefix, options)
+	return c.registryURL(hosts, prefix, options)
 }
 
-func registryURL(hosts []string, prefix string, options []string) string {
+func (c *Cluster) registryURL(hosts []string, prefix string, options []string) string {
 	q := []string{}
 	if prefix != "" {
 		q = append(q, "prefix="+url.QueryEscape(prefix))
 	}
+	scheme := "etcd://"
+	if c.cfg.TLS != nil {
+		scheme = "etcds://"
+		if c.cfg.TLS.CAFile != "" {
+			q = append(q, "ca_file="+url.QueryEscape(c.cfg.TLS.CAFile))
+		}
+	}
 	q = append(q, options...)
-	u := "etcd://" + strings.Join(hosts, ",")
+	u := scheme + strings.Join(hosts, ",")
 	if len(q) > 0 {
 		u += "?" + strings.Join(q, "&")
 	}
@@ -285,7 +320,20 @@ func registryURL(hosts []string, prefix string, options []string) string {
 // Client returns a new client of the cluster; the caller closes it
 // (before closing the Cluster).
 func (c *Cluster) Client() (*clientv3.Client, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if c.cfg.TLS != nil {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.cfg.TLS.CAFile != "" {
+			pem, err := os.ReadFile(c.cfg.TLS.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("etcdtest: client: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			tc.RootCAs.AppendCertsFromPEM(pem)
+		}
+		cfg.TLS = tc
+	}
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: client: %w", err)
 	}
@@ -356,6 +404,9 @@ func (c *Cluster) Restart(ctx context.Context, keepData bool) error {
 			os.RemoveAll(c.memberDir(i))
 		}
 		c.gen++
+		for i := range c.members {
+			os.RemoveAll(c.memberDir(i)) // left by an earlier Start in a given Dir
+		}
 	}
 	return c.startAll(ctx)
 }
@@ -438,7 +489,7 @@ func (l *Link) URL(prefix string, options ...string) string {
 	for _, p := range l.proxies {
 		hosts = append(hosts, p.Addr())
 	}
-	return registryURL(hosts, prefix, options)
+	return l.c.registryURL(hosts, prefix, options)
 }
 
 // SetConnected cuts (false) or restores (true) the link. Cutting drops

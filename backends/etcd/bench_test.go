@@ -1,0 +1,213 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/roster-go/roster/backends/etcd"
+	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/registry"
+)
+
+// The benchmarks run against one embedded member, in the same process:
+// CPU figures include the server's share. Clients dial the member
+// directly (no test proxy). Results and the command are in
+// docs/bench/etcd.md.
+
+func benchDriver(b *testing.B, c *etcdtest.Cluster) *etcd.Driver {
+	b.Helper()
+	d, err := etcd.New(etcd.Options{Client: clientv3.Config{Endpoints: c.Endpoints()}, Prefix: "/bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	return d
+}
+
+func benchInst(svc string, i int) registry.Instance {
+	return registry.Instance{ID: fmt.Sprintf("%s-%06d", svc, i), Service: svc, Address: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250),
+		Version: "1.4.2", Zone: "hz-1", Weight: 100, Metadata: map[string]string{"owner": "team-a"}}
+}
+
+// registerMany registers n instances of svc with 16 concurrent callers.
+func registerMany(b *testing.B, d *etcd.Driver, svc string, n int, ttl time.Duration) []registry.Registration {
+	b.Helper()
+	regs := make([]registry.Registration, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				r, err := d.Register(context.Background(), benchInst(svc, i), ttl)
+				if err != nil {
+					errs <- err
+					return
+				}
+				regs[i] = r
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return regs
+}
+
+func deregisterAll(regs []registry.Registration) {
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(regs); i += 16 {
+				if regs[i] != nil {
+					_ = regs[i].Deregister(context.Background())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkRegister: one registration (Grant + Put), sequential.
+func BenchmarkRegister(b *testing.B) {
+	c := startCluster(b, etcdtest.Config{DirectClients: true})
+	d := benchDriver(b, c)
+	regs := make([]registry.Registration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := d.Register(context.Background(), benchInst("reg", i), 10*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		regs = append(regs, r)
+	}
+	b.StopTimer()
+	deregisterAll(regs)
+}
+
+// BenchmarkKeepAlive1000: one op is a heartbeat of each of 1,000 leases
+// (KeepAliveOnce + key check), 16 at a time.
+func BenchmarkKeepAlive1000(b *testing.B) {
+	c := startCluster(b, etcdtest.Config{DirectClients: true})
+	d := benchDriver(b, c)
+	const n = 1000
+	regs := registerMany(b, d, "ka", n, 10*time.Second)
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < b.N; i++ {
+		var wg sync.WaitGroup
+		for w := 0; w < 16; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := w; j < n; j += 16 {
+					if err := regs[j].Heartbeat(context.Background()); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	perHB := (cpuTime() - cpu0) / time.Duration(b.N*n)
+	b.ReportMetric(float64(perHB.Microseconds()), "cpu-µs/heartbeat")
+	// The lease engine heartbeats every TTL/3: 1,000 leases at TTL 10s
+	// are 300 heartbeats a second.
+	b.ReportMetric(300*perHB.Seconds()*100, "cpu-%-for-1000-leases-ttl10s")
+	deregisterAll(regs)
+}
+
+// BenchmarkLookup1000: List of a service with 1,000 instances.
+func BenchmarkLookup1000(b *testing.B) {
+	c := startCluster(b, etcdtest.Config{DirectClients: true})
+	d := benchDriver(b, c)
+	regs := registerMany(b, d, "big", 1000, 30*time.Second)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sn, err := d.List(context.Background(), "big")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(sn.Instances) != 1000 {
+			b.Fatalf("got %d instances", len(sn.Instances))
+		}
+	}
+	b.StopTimer()
+	deregisterAll(regs)
+}
+
+// BenchmarkPropagation: time from calling Lease.Deregister on one client
+// to the removal reaching a Watcher on another; p50 and p99 over b.N runs.
+func BenchmarkPropagation(b *testing.B) {
+	c := startCluster(b, etcdtest.Config{DirectClients: true})
+	open := func() *registry.Registry {
+		r := registry.New(benchDriver(b, c))
+		b.Cleanup(func() { r.Close() })
+		return r
+	}
+	reg, obs := open(), open()
+	ctx := context.Background()
+	w, err := obs.Watch(ctx, "prop")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	until := func(pred func(registry.Snapshot) bool) {
+		for {
+			nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			sn, err := w.Next(nctx)
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if pred(sn) {
+				return
+			}
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		l, err := reg.Register(ctx, registry.Instance{Service: "prop", Address: "127.0.0.1:9000"}, registry.WithTTL(10*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		until(func(sn registry.Snapshot) bool { return len(sn.Instances) == 1 })
+		b.StartTimer()
+		t0 := time.Now()
+		if err := l.Deregister(ctx); err != nil {
+			b.Fatal(err)
+		}
+		until(func(sn registry.Snapshot) bool { return len(sn.Instances) == 0 })
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+}
