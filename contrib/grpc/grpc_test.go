@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+
 	_ "github.com/roster-go/roster/backends/memory"
 	rostergrpc "github.com/roster-go/roster/contrib/grpc"
 	"github.com/roster-go/roster/middleware"
@@ -220,4 +224,29 @@ func TestBadTarget(t *testing.T) {
 	if _, err := cl.UnaryCall(ctx, nil); err == nil {
 		t.Fatal("call on an invalid service name succeeded")
 	}
+}
+
+// The resolver alone works with gRPC's own policies.
+func TestResolverWithGRPCRoundRobin(t *testing.T) {
+	reg := openMem(t)
+	startServer(t, reg, "echo", "a", 0)
+	startServer(t, reg, "echo", "b", 0)
+	cc, err := grpc.NewClient(rostergrpc.Target("echo"),
+		grpc.WithResolvers(rostergrpc.NewResolverBuilder(reg)),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cl := testpb.NewTestServiceClient(cc)
+	seen := map[string]bool{}
+	waitFor(t, 10*time.Second, "both instances answer through round_robin", func() bool {
+		name, err := call(context.Background(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[name] = true
+		return len(seen) == 2
+	})
 }
