@@ -48,9 +48,9 @@ func TestEtcdStopGracefullyAndKillUnderLoad(t *testing.T) {
 	_, open := startEtcd(t)
 	srvReg := open()
 	ttl := registry.WithTTL(3 * time.Second)
-	// 2ms per call, so that RPCs are in flight on the killed server.
+	// Calls take 2ms, 20ms on b so that RPCs are in flight when it dies.
 	a := startServer(t, srvReg, "echo", "a", 2*time.Millisecond, ttl)
-	b := startServer(t, srvReg, "echo", "b", 2*time.Millisecond, ttl)
+	b := startServer(t, srvReg, "echo", "b", 20*time.Millisecond, ttl)
 	c := startServer(t, srvReg, "echo", "c", 2*time.Millisecond, ttl)
 	cl := dial(t, open(), "echo", rostergrpc.WithStrategy(selector.LeastRequest))
 
@@ -72,7 +72,11 @@ func TestEtcdStopGracefullyAndKillUnderLoad(t *testing.T) {
 
 	// Crash: b's process dies with RPCs in flight; its registration
 	// lingers until the TTL runs out.
-	cut := b.calls.Load() - b.ended.Load() // about the RPCs in flight when b dies
+	var cut int64 // about the RPCs in flight when b dies
+	waitFor(t, 10*time.Second, "RPCs in flight on b", func() bool {
+		cut = b.calls.Load() - b.ended.Load()
+		return cut > 0
+	})
 	b.kill()
 	l.progressed(t, 300)
 	killedAt := time.Now()
