@@ -70,11 +70,11 @@ func WithStrategy(s selector.Strategy) Option { return func(c *dialConfig) { c.s
 // included; default 3, gRPC caps it at 5) for the status codes given
 // (default UNAVAILABLE). Each retry avoids the instances this RPC already
 // tried while others are left. 1 disables retries.
-func WithRetry(maxAttempts int, codes ...codes.Code) Option {
+func WithRetry(maxAttempts int, retryOn ...codes.Code) Option {
 	return func(c *dialConfig) {
 		c.retries = maxAttempts
 		c.retryCodes = nil
-		for _, code := range codes {
+		for _, code := range retryOn {
 			c.retryCodes = append(c.retryCodes, codeName(code))
 		}
 	}
