@@ -39,7 +39,8 @@
 // The registry is closed after everything that uses it has stopped; a
 // Registry.Close also deregisters any lease still alive.
 //
-// Start errors (registry unreachable, invalid instance, health check that
+// Start errors (registry unreachable, invalid instance, an unspecified
+// address such as [::]:8080, a health check that
 // never passes) fail fx's Start with a message naming the service and
 // address; fx.App.Run then exits non-zero.
 package rosterfx
