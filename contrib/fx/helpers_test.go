@@ -17,13 +17,7 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// process-wide helpers of grpc-go (etcd's client) that never stop
-		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-		goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
-	)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testServer is an HTTP server in the usual fx shape: it listens in
 // OnStart and shuts down gracefully in OnStop. It records when it stopped

@@ -19,14 +19,7 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// grpc-go and the embedded etcd start process-wide helpers that
-		// never stop (see backends/etcd's tests).
-		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-		goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
-	)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // server is a real gRPC server of the interop TestService that answers
 // UnaryCall with its name, registered in a registry.
