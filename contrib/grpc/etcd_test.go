@@ -132,3 +132,34 @@ func TestEtcdResolverRecoversAfterRestart(t *testing.T) {
 		t.Fatalf("%d RPCs failed across the registry restart (first: %v)", len(l.failures), l.failures[0])
 	}
 }
+
+// TestEtcdResolverRecoversAfterWipe: etcd restarts with no data (every
+// key, lease and revision gone). The server's lease writes its
+// registration again by itself, the watch starts over from the new
+// revisions, and the client reaches both the re-registered server and
+// one registered after the wipe. (Calls may fail in between, while the
+// registry truly lists no instance.)
+func TestEtcdResolverRecoversAfterWipe(t *testing.T) {
+	cluster, open := startEtcd(t)
+	srvReg := open()
+	old := startServer(t, srvReg, "echo", "old", 0, registry.WithTTL(3*time.Second))
+	cl := dial(t, open(), "echo", rostergrpc.WithStrategy(selector.RoundRobin))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if name, err := call(ctx, cl); err != nil || name != "old" {
+		t.Fatalf("%q, %v", name, err)
+	}
+	if err := cluster.Wipe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nw := startServer(t, srvReg, "echo", "new", 0, registry.WithTTL(3*time.Second))
+	oldBefore := old.calls.Load()
+	waitFor(t, 30*time.Second, "old re-registered by its lease", func() bool {
+		s, err := srvReg.Lookup(ctx, "echo")
+		return err == nil && len(s.Instances) == 2
+	})
+	waitFor(t, 30*time.Second, "both servers reached after the wipe", func() bool {
+		_, _ = call(ctx, cl)
+		return nw.calls.Load() > 0 && old.calls.Load() > oldBefore+1
+	})
+}
