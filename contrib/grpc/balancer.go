@@ -1,0 +1,350 @@
+package rostergrpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/serviceconfig"
+	"google.golang.org/grpc/status"
+
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// BalancerName is the name of the Roster load-balancing policy, for
+// service configs: {"loadBalancingConfig":[{"roster":{"strategy":"p2c_ewma"}}]}.
+const BalancerName = "roster"
+
+func init() { balancer.Register(builder{}) }
+
+// lbConfig is the policy's JSON configuration.
+type lbConfig struct {
+	serviceconfig.LoadBalancingConfig `json:"-"`
+
+	// Strategy is a selector strategy name (selector.ParseStrategy);
+	// empty means selector.DefaultStrategy.
+	Strategy string `json:"strategy,omitempty"`
+}
+
+type builder struct{}
+
+func (builder) Name() string { return BalancerName }
+
+func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+	var c lbConfig
+	if err := json.Unmarshal(js, &c); err != nil {
+		return nil, fmt.Errorf("rostergrpc: balancer config: %w", err)
+	}
+	if c.Strategy != "" {
+		if _, err := selector.ParseStrategy(c.Strategy); err != nil {
+			return nil, fmt.Errorf("rostergrpc: balancer config: %w", err)
+		}
+	}
+	return &c, nil
+}
+
+func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	return &rosterBalancer{
+		cc:      cc,
+		service: opts.Target.Endpoint(),
+		conns:   map[string]*subConn{},
+		state:   connectivity.Connecting,
+	}
+}
+
+// settings are what a dial's Options give the balancer, through the
+// resolver state's attributes (a balancer is built by name, globally).
+type settings struct {
+	quarantine *middleware.Quarantine
+	classify   Classifier
+}
+
+type settingsKey struct{}
+
+// rosterBalancer keeps one SubConn per instance address and, on every
+// change (addresses, weights, connectivity), publishes an immutable picker
+// over the READY ones, backed by a Roster selector. gRPC calls its methods
+// (and the SubConn state listeners) one at a time; only the pickers run
+// concurrently.
+type rosterBalancer struct {
+	cc      balancer.ClientConn
+	service string
+
+	strategy selector.Strategy
+	sel      *selector.Selector
+	set      *settings
+
+	conns       map[string]*subConn // by address
+	state       connectivity.State
+	resolverErr error
+	connErr     error
+	closed      bool
+}
+
+type subConn struct {
+	sc    balancer.SubConn
+	inst  registry.Instance
+	state connectivity.State
+}
+
+func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	if b.closed {
+		return nil
+	}
+	if svc, ok := s.ResolverState.Attributes.Value(serviceKey{}).(string); ok {
+		b.service = svc
+	}
+	if set, ok := s.ResolverState.Attributes.Value(settingsKey{}).(*settings); ok {
+		b.set = set
+	}
+	if b.set == nil {
+		b.set = &settings{quarantine: middleware.NewQuarantine(middleware.QuarantineConfig{}), classify: DefaultClassify}
+	}
+	strategy := selector.DefaultStrategy
+	if c, ok := s.BalancerConfig.(*lbConfig); ok && c.Strategy != "" {
+		strategy = selector.Strategy(c.Strategy)
+	}
+	if b.sel == nil || strategy != b.strategy {
+		sel, err := selector.New(selector.WithStrategy(strategy))
+		if err != nil {
+			return fmt.Errorf("rostergrpc: %w", err) // validated by ParseConfig: not reached
+		}
+		b.sel, b.strategy = sel, strategy
+	}
+
+	seen := map[string]bool{}
+	for _, ep := range endpointsOf(s.ResolverState) {
+		if len(ep.Addresses) == 0 {
+			continue
+		}
+		addr := ep.Addresses[0]
+		inst, ok := InstanceOf(ep.Attributes)
+		if !ok {
+			// Not from the Roster resolver: an anonymous instance.
+			inst = registry.Instance{ID: addr.Addr, Service: b.service, Address: addr.Addr, Weight: registry.DefaultWeight}
+		}
+		if seen[addr.Addr] {
+			continue // two registrations of one address: one connection
+		}
+		seen[addr.Addr] = true
+		if c := b.conns[addr.Addr]; c != nil {
+			c.inst = inst // a new weight (drain) or metadata: no reconnection
+			continue
+		}
+		c := &subConn{inst: inst, state: connectivity.Idle}
+		sc, err := b.cc.NewSubConn([]resolver.Address{{Addr: addr.Addr}}, balancer.NewSubConnOptions{
+			StateListener: func(st balancer.SubConnState) { b.updateSubConnState(c, st) },
+		})
+		if err != nil {
+			continue
+		}
+		c.sc = sc
+		b.conns[addr.Addr] = c
+		sc.Connect()
+	}
+	for addr, c := range b.conns {
+		if !seen[addr] {
+			c.sc.Shutdown()
+			delete(b.conns, addr)
+		}
+	}
+	if len(b.conns) == 0 {
+		b.resolverErr = fmt.Errorf("rostergrpc: service %s has no instances", b.service)
+		b.publish()
+		return balancer.ErrBadResolverState
+	}
+	b.resolverErr = nil
+	b.publish()
+	return nil
+}
+
+func endpointsOf(s resolver.State) []resolver.Endpoint {
+	if len(s.Endpoints) > 0 {
+		return s.Endpoints
+	}
+	eps := make([]resolver.Endpoint, 0, len(s.Addresses))
+	for _, a := range s.Addresses {
+		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{a}, Attributes: a.BalancerAttributes})
+	}
+	return eps
+}
+
+func (b *rosterBalancer) ResolverError(err error) {
+	if b.closed {
+		return
+	}
+	b.resolverErr = err
+	if len(b.conns) == 0 {
+		b.publish()
+	}
+	// With connections, keep using them: an error never empties the list.
+}
+
+// UpdateSubConnState is unused: every SubConn has a StateListener.
+func (b *rosterBalancer) UpdateSubConnState(balancer.SubConn, balancer.SubConnState) {}
+
+func (b *rosterBalancer) updateSubConnState(c *subConn, st balancer.SubConnState) {
+	if b.closed || b.conns[c.inst.Address] != c {
+		return // shut down already
+	}
+	old := c.state
+	switch st.ConnectivityState {
+	case connectivity.Idle:
+		// Reconnect at once: we keep every instance connected, as the
+		// selector needs them all to choose from.
+		c.sc.Connect()
+		if old == connectivity.TransientFailure {
+			return // stay failed until it is READY again
+		}
+	case connectivity.Connecting:
+		if old == connectivity.TransientFailure {
+			return
+		}
+	case connectivity.TransientFailure:
+		b.connErr = st.ConnectionError
+	case connectivity.Shutdown:
+		return
+	}
+	c.state = st.ConnectivityState
+	if (old == connectivity.Ready) != (c.state == connectivity.Ready) || c.state == connectivity.TransientFailure {
+		b.publish()
+	}
+}
+
+func (b *rosterBalancer) Close() {
+	b.closed = true
+	for addr, c := range b.conns {
+		c.sc.Shutdown()
+		delete(b.conns, addr)
+	}
+}
+
+func (b *rosterBalancer) ExitIdle() {
+	for _, c := range b.conns {
+		if c.state == connectivity.Idle {
+			c.sc.Connect()
+		}
+	}
+}
+
+// publish computes the aggregate state and a new picker.
+func (b *rosterBalancer) publish() {
+	var ready []*subConn
+	connecting := false
+	for _, c := range b.conns {
+		switch c.state {
+		case connectivity.Ready:
+			ready = append(ready, c)
+		case connectivity.Idle, connectivity.Connecting:
+			connecting = true
+		}
+	}
+	switch {
+	case len(ready) > 0:
+		insts := make([]registry.Instance, 0, len(ready))
+		byID := make(map[string]balancer.SubConn, len(ready))
+		for _, c := range ready {
+			insts = append(insts, c.inst)
+			byID[c.inst.ID] = c.sc
+		}
+		registry.SortInstances(insts)
+		// The selector keeps per-instance state (in flight, latency) by
+		// ID across updates; the picker below only reads it.
+		b.sel.Update(registry.Snapshot{Service: b.service, Instances: insts, At: time.Now()})
+		b.state = connectivity.Ready
+		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: &picker{
+			service: b.service, sel: b.sel, byID: byID, set: b.set, total: len(ready),
+		}})
+	case connecting:
+		b.state = connectivity.Connecting
+		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Connecting, Picker: queuePicker{}})
+	default:
+		b.state = connectivity.TransientFailure
+		err := b.connErr
+		switch {
+		case err == nil && b.resolverErr != nil:
+			err = b.resolverErr
+		case err == nil:
+			err = errors.New("no instance reachable")
+		case b.resolverErr != nil:
+			err = fmt.Errorf("last connection error: %w; last resolver error: %v", err, b.resolverErr)
+		}
+		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
+			Picker: errPicker{status.Errorf(codes.Unavailable, "rostergrpc: %s: %v", b.service, err)}})
+	}
+}
+
+type queuePicker struct{}
+
+func (queuePicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
+	return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+}
+
+type errPicker struct{ err error }
+
+func (p errPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
+	return balancer.PickResult{}, p.err
+}
+
+// picker is immutable: the READY connections by instance ID, and the
+// selector that was updated with exactly those instances when it was
+// built.
+type picker struct {
+	service string
+	sel     *selector.Selector
+	byID    map[string]balancer.SubConn
+	set     *settings
+	total   int
+}
+
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	ctx := info.Ctx
+	key := keyFrom(ctx)
+	tr := triedFrom(ctx)
+	q := p.set.quarantine
+	exclude := func(in *registry.Instance) bool {
+		return tr.has(in.ID) || !q.Admit(p.service, in.ID, p.total)
+	}
+	in, done, err := p.sel.Pick(ctx, selector.PickOptions{Key: key, Exclude: exclude})
+	if errors.Is(err, selector.ErrAllExcluded) {
+		// Everything left was tried or is quarantined: an untried but
+		// quarantined instance, then any (quarantine is advice, and a
+		// retry on a tried instance beats failing).
+		in, done, err = p.sel.Pick(ctx, selector.PickOptions{Key: key, Exclude: func(in *registry.Instance) bool { return tr.has(in.ID) }})
+		if errors.Is(err, selector.ErrAllExcluded) {
+			in, done, err = p.sel.Pick(ctx, selector.PickOptions{Key: key})
+		}
+	}
+	if err != nil {
+		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "rostergrpc: %s: %v", p.service, err)
+	}
+	sc, ok := p.byID[in.ID]
+	if !ok {
+		// A newer picker updated the shared selector since this one was
+		// built: wait for it (gRPC re-picks when it is published).
+		done.Done(context.Canceled, 0)
+		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+	}
+	start := time.Now()
+	id, classify, service, total := in.ID, p.set.classify, p.service, p.total
+	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
+		err := di.Err
+		if status.Code(err) == codes.Canceled {
+			err = context.Canceled // the selector leaves latency alone then
+		}
+		done.Done(err, time.Since(start))
+		c := classify(ctx, di.Err)
+		q.Report(service, id, c, total)
+		if di.Err != nil {
+			tr.add(id)
+		}
+	}}, nil
+}

@@ -1,0 +1,47 @@
+// Package rostergrpc connects grpc-go to Roster: a resolver for
+// roster:///service-name targets fed by the registry's watch, and a
+// load-balancing policy ("roster") whose picker uses Roster's selector
+// strategies, with every RPC's outcome fed back to the selector (latency
+// EWMA, requests in flight) and to a middleware.Quarantine.
+//
+//	conn, err := grpc.NewClient(rostergrpc.Target("user-svc"),
+//		append(rostergrpc.DialOptions(reg, rostergrpc.WithStrategy(selector.LeastRequest)),
+//			grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+//
+// # Resolver
+//
+// One registry Watcher per ClientConn (watchers of one service share the
+// registry's cache). Every snapshot is pushed whole, one endpoint per
+// instance, with the instance in the endpoint's attributes (InstanceOf).
+// A backend outage never empties the list: stale snapshots keep the last
+// known instances; the error is reported only while no snapshot was ever
+// had. An empty snapshot is a real answer: RPCs then fail with
+// Unavailable (or wait, with grpc.WaitForReady).
+//
+// # Balancer
+//
+// One SubConn per instance address, kept connected. On every change of
+// addresses, weights or connectivity the balancer feeds the READY
+// instances to a selector.Selector and publishes an immutable picker; Pick
+// only reads it. Draining instances (weight 0, Lease.Drain) stay connected
+// but are picked only when nothing else is left, so in-flight and last-
+// resort traffic still works. Pick excludes instances the quarantine
+// ejected and, for a retried RPC, those its earlier attempts failed on
+// (while others are left). Done reports the latency and error to the
+// selector and the classified outcome (Classifier) to the quarantine.
+//
+// # Retries
+//
+// DialOptions installs gRPC's own retry policy (3 attempts on UNAVAILABLE
+// by default, WithRetry), and interceptors that record each RPC's failed
+// instances so that the retry goes elsewhere. gRPC retries only before
+// the server's response headers arrive, which covers a killed or
+// restarting server. Roster's middleware.Retry is not used here: retries
+// belong to the channel.
+//
+// # Graceful shutdown of a server
+//
+// Deregister (or Drain) first, wait until clients have seen it (the
+// rosterfx drain window), then GracefulStop: no RPC fails. See
+// docs/integration.md.
+package rostergrpc
