@@ -35,8 +35,11 @@ var epoch = time.Now()
 func monotonic() int64 { return int64(time.Since(epoch)) }
 
 // observe folds one latency sample into ep's peak EWMA (Finagle's
-// PeakEwma): a sample above the estimate replaces it at once, a lower one
-// is averaged in with weight 1 − e^(−Δt/τ).
+// PeakEwma). The estimate decays toward 0 while no sample arrives (Finagle
+// and tower decay it on every load() call; here picks only read it, so the
+// decay since the last sample is applied now): a sample above the decayed
+// estimate replaces it at once, a lower one is averaged in with weight
+// 1 − e^(−Δt/τ).
 func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool) {
 	now := sh.now()
 	sh.clock.Store(now)
@@ -47,12 +50,11 @@ func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool) {
 		if failed {
 			rtt = max(rtt, 2*cost)
 		}
-		var next float64
-		if rtt > cost {
-			next = rtt
-		} else {
-			dt := float64(now - ep.stamp.Load())
-			w := math.Exp(-max(dt, 0) / sh.tau)
+		dt := float64(now - ep.stamp.Load())
+		w := math.Exp(-max(dt, 0) / sh.tau)
+		cost *= w
+		next := rtt
+		if rtt <= cost {
 			next = cost*w + rtt*(1-w)
 		}
 		if ep.cost.CompareAndSwap(old, math.Float64bits(next)) {
