@@ -116,8 +116,9 @@ type PickOptions struct {
 // closure: returning and calling it allocates nothing. Call Done exactly
 // once per successful Pick; the zero Done (from a failed Pick) ignores it.
 type Done struct {
-	ep *endpoint
-	sh *shared
+	ep     *endpoint
+	sh     *shared
+	picked int64 // the selector's clock at pick time (P2CEWMA)
 }
 
 // Done feeds the call's outcome back: it ends the in-flight count that
@@ -139,7 +140,7 @@ func (d Done) Done(err error, latency time.Duration) {
 		if err != nil && errors.Is(err, context.Canceled) {
 			return
 		}
-		d.sh.observe(d.ep, latency, err != nil)
+		d.sh.observe(d.ep, d.picked, latency, err != nil)
 	}
 }
 
@@ -175,7 +176,11 @@ func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, 
 	if s.sh.bounded {
 		s.sh.total.Add(1)
 	}
-	return *inst, Done{ep: ep, sh: s.sh}, nil
+	d := Done{ep: ep, sh: s.sh}
+	if s.sh.ewma {
+		d.picked = s.sh.clock.Load()
+	}
+	return *inst, d, nil
 }
 
 // pickExcluding is the slow path of Pick: the strategy proposed an
