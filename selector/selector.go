@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,11 +262,15 @@ func (s *Selector) build(snap registry.Snapshot) *picker {
 		insts = f(insts)
 	}
 	var active, drain []registry.Instance
-	for _, in := range insts {
-		if in.Weight > 0 {
-			active = append(active, in)
-		} else {
-			drain = append(drain, in)
+	if !slices.ContainsFunc(insts, func(in registry.Instance) bool { return in.Weight == 0 }) {
+		active = insts // immutable: share it rather than copy
+	} else {
+		for _, in := range insts {
+			if in.Weight > 0 {
+				active = append(active, in)
+			} else {
+				drain = append(drain, in)
+			}
 		}
 	}
 	if len(active) == 0 {
