@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -99,6 +100,22 @@ func roster(s *selector.Selector, withClock bool) picker {
 	}
 }
 
+// rosterKeyed picks with an affinity key, for the hashing strategies.
+func rosterKeyed(s *selector.Selector) picker {
+	ctx := context.Background()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i)
+	}
+	return func() {
+		_, done, err := s.Pick(ctx, selector.PickOptions{Key: keys[rand.Uint32()&1023]})
+		if err != nil {
+			panic(err)
+		}
+		done.Done(nil, time.Millisecond)
+	}
+}
+
 func kratos(s kselector.Selector) picker {
 	ctx := context.Background()
 	return func() {
@@ -143,6 +160,13 @@ var algorithms = []struct {
 		{"roster-random", func(b *testing.B, n int) picker { return roster(rosterSelector(b, selector.Random, n), false) }},
 		{"kratos-random", func(b *testing.B, n int) picker { return kratos(kratosSelector(random.NewBuilder(), n)) }},
 		{"gokit-random", func(b *testing.B, n int) picker { return gokit(gokitBalancer(false, n)) }},
+	}},
+	// Strategies the peers do not have, measured in the same run so that
+	// they can be compared with kratos' p2c and wrr above.
+	{"RosterOnly", []impl{
+		{"roster-weighted_random", func(b *testing.B, n int) picker { return roster(rosterSelector(b, selector.WeightedRandom, n), false) }},
+		{"roster-consistent_hash", func(b *testing.B, n int) picker { return rosterKeyed(rosterSelector(b, selector.ConsistentHash, n)) }},
+		{"roster-maglev", func(b *testing.B, n int) picker { return rosterKeyed(rosterSelector(b, selector.Maglev, n)) }},
 	}},
 	{"RoundRobin", []impl{
 		{"roster-round_robin", func(b *testing.B, n int) picker { return roster(rosterSelector(b, selector.RoundRobin, n), false) }},

@@ -32,6 +32,9 @@ type shared struct {
 
 var epoch = time.Now()
 
+// clockGrain is how stale the shared clock may get before Done updates it.
+const clockGrain = int64(time.Millisecond)
+
 // monotonic returns monotonic nanoseconds since the process started.
 func monotonic() int64 { return int64(time.Since(epoch)) }
 
@@ -54,7 +57,9 @@ func (sh *shared) observe(ep *endpoint, picked int64, latency time.Duration, fai
 	if latency >= time.Millisecond || ep.dones.Add(1)&15 == 0 {
 		now = sh.now()
 	}
-	if now > clock {
+	if now > clock+clockGrain {
+		// Writing the shared clock on every Done would bounce its cache
+		// line between cores; a millisecond is plenty against τ.
 		sh.clock.CompareAndSwap(clock, now) // losing a race is fine: the winner is as recent
 	}
 	rtt := float64(max(latency, 0))
