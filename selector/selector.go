@@ -62,9 +62,11 @@ type Selector struct {
 
 	run struct {
 		sync.Mutex
-		cancel context.CancelFunc
-		done   chan struct{}
-		err    error
+		started bool
+		closed  bool
+		cancel  context.CancelFunc
+		done    chan struct{}
+		err     error
 	}
 }
 
@@ -354,15 +356,30 @@ func (s *Selector) Follow(ctx context.Context, w *registry.Watcher) error {
 // close w.
 func (s *Selector) Start(ctx context.Context, w *registry.Watcher) error {
 	s.run.Lock()
-	defer s.run.Unlock()
-	if s.run.done != nil {
+	if s.run.closed {
+		s.run.Unlock()
+		return fmt.Errorf("selector: start: %w", registry.ErrClosed)
+	}
+	if s.run.started {
+		s.run.Unlock()
 		return ErrStarted
 	}
+	s.run.started = true
+	s.run.Unlock()
+	// Not under the lock: Close must not wait for the first snapshot.
 	snap, err := w.Next(ctx)
 	if err != nil && !errors.Is(err, registry.ErrUnavailable) {
+		s.run.Lock()
+		s.run.started = false
+		s.run.Unlock()
 		return err
 	}
 	s.Update(snap)
+	s.run.Lock()
+	defer s.run.Unlock()
+	if s.run.closed { // Close ran while we waited
+		return fmt.Errorf("selector: start: %w", registry.ErrClosed)
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.run.cancel, s.run.done = cancel, done
@@ -378,11 +395,14 @@ func (s *Selector) Start(ctx context.Context, w *registry.Watcher) error {
 	return nil
 }
 
-// Close stops the goroutine started by Start and waits for it. It returns
-// the error that ended following early (a closed watcher), if any. The
-// selector keeps answering Pick from its last snapshot.
+// Close stops the goroutine started by Start and waits for it; a Start
+// after (or racing with) Close fails with an error wrapping
+// registry.ErrClosed. Close returns the error that ended following early
+// (a closed watcher), if any. The selector keeps answering Pick from its
+// last snapshot, and Update still works.
 func (s *Selector) Close() error {
 	s.run.Lock()
+	s.run.closed = true
 	cancel, done := s.run.cancel, s.run.done
 	s.run.Unlock()
 	if cancel == nil {

@@ -329,3 +329,21 @@ func TestConcurrentPickAndUpdate(t *testing.T) {
 		}
 	}
 }
+
+func TestCloseBeforeFirstSnapshot(t *testing.T) {
+	ctx := context.Background()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	w, err := reg.Watch(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s := mustNew(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx, w); !errors.Is(err, registry.ErrClosed) {
+		t.Fatalf("Start after Close = %v, want ErrClosed", err)
+	}
+}
