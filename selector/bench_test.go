@@ -66,6 +66,7 @@ func BenchmarkPickParallel(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/n=%d", st, n), func(b *testing.B) {
 				s := newBench(b, st, n)
 				b.ReportAllocs()
+				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					i := 0
 					for pb.Next() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,9 +62,11 @@ type Selector struct {
 
 	run struct {
 		sync.Mutex
-		cancel context.CancelFunc
-		done   chan struct{}
-		err    error
+		started bool
+		closed  bool
+		cancel  context.CancelFunc
+		done    chan struct{}
+		err     error
 	}
 }
 
@@ -116,8 +119,9 @@ type PickOptions struct {
 // closure: returning and calling it allocates nothing. Call Done exactly
 // once per successful Pick; the zero Done (from a failed Pick) ignores it.
 type Done struct {
-	ep *endpoint
-	sh *shared
+	ep     *endpoint
+	sh     *shared
+	picked int64 // the selector's clock at pick time (P2CEWMA)
 }
 
 // Done feeds the call's outcome back: it ends the in-flight count that
@@ -139,7 +143,7 @@ func (d Done) Done(err error, latency time.Duration) {
 		if err != nil && errors.Is(err, context.Canceled) {
 			return
 		}
-		d.sh.observe(d.ep, latency, err != nil)
+		d.sh.observe(d.ep, d.picked, latency, err != nil)
 	}
 }
 
@@ -175,7 +179,11 @@ func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, 
 	if s.sh.bounded {
 		s.sh.total.Add(1)
 	}
-	return *inst, Done{ep: ep, sh: s.sh}, nil
+	d := Done{ep: ep, sh: s.sh}
+	if s.sh.ewma {
+		d.picked = s.sh.clock.Load()
+	}
+	return *inst, d, nil
 }
 
 // pickExcluding is the slow path of Pick: the strategy proposed an
@@ -256,11 +264,15 @@ func (s *Selector) build(snap registry.Snapshot) *picker {
 		insts = f(insts)
 	}
 	var active, drain []registry.Instance
-	for _, in := range insts {
-		if in.Weight > 0 {
-			active = append(active, in)
-		} else {
-			drain = append(drain, in)
+	if !slices.ContainsFunc(insts, func(in registry.Instance) bool { return in.Weight == 0 }) {
+		active = insts // immutable: share it rather than copy
+	} else {
+		for _, in := range insts {
+			if in.Weight > 0 {
+				active = append(active, in)
+			} else {
+				drain = append(drain, in)
+			}
 		}
 	}
 	if len(active) == 0 {
@@ -344,15 +356,30 @@ func (s *Selector) Follow(ctx context.Context, w *registry.Watcher) error {
 // close w.
 func (s *Selector) Start(ctx context.Context, w *registry.Watcher) error {
 	s.run.Lock()
-	defer s.run.Unlock()
-	if s.run.done != nil {
+	if s.run.closed {
+		s.run.Unlock()
+		return fmt.Errorf("selector: start: %w", registry.ErrClosed)
+	}
+	if s.run.started {
+		s.run.Unlock()
 		return ErrStarted
 	}
+	s.run.started = true
+	s.run.Unlock()
+	// Not under the lock: Close must not wait for the first snapshot.
 	snap, err := w.Next(ctx)
 	if err != nil && !errors.Is(err, registry.ErrUnavailable) {
+		s.run.Lock()
+		s.run.started = false
+		s.run.Unlock()
 		return err
 	}
 	s.Update(snap)
+	s.run.Lock()
+	defer s.run.Unlock()
+	if s.run.closed { // Close ran while we waited
+		return fmt.Errorf("selector: start: %w", registry.ErrClosed)
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.run.cancel, s.run.done = cancel, done
@@ -368,11 +395,14 @@ func (s *Selector) Start(ctx context.Context, w *registry.Watcher) error {
 	return nil
 }
 
-// Close stops the goroutine started by Start and waits for it. It returns
-// the error that ended following early (a closed watcher), if any. The
-// selector keeps answering Pick from its last snapshot.
+// Close stops the goroutine started by Start and waits for it; a Start
+// after (or racing with) Close fails with an error wrapping
+// registry.ErrClosed. Close returns the error that ended following early
+// (a closed watcher), if any. The selector keeps answering Pick from its
+// last snapshot, and Update still works.
 func (s *Selector) Close() error {
 	s.run.Lock()
+	s.run.closed = true
 	cancel, done := s.run.cancel, s.run.done
 	s.run.Unlock()
 	if cancel == nil {

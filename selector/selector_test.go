@@ -244,3 +244,106 @@ func TestFollowReturnsOnClose(t *testing.T) {
 		t.Fatalf("Follow = %v, want ErrClosed", err)
 	}
 }
+
+// Pick allocates nothing, Done included, with a key and with an Exclude
+// closure over the caller's locals (what the retry middleware does).
+func TestPickDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	ctx := context.Background()
+	for _, st := range Strategies() {
+		s := mustNew(t, WithStrategy(st))
+		s.Update(snap(100))
+		var tried [3]string
+		n := 0
+		allocs := testing.AllocsPerRun(1000, func() {
+			ex := func(in *registry.Instance) bool {
+				for _, id := range tried[:n] {
+					if id == in.ID {
+						return true
+					}
+				}
+				return false
+			}
+			in, done, err := s.Pick(ctx, PickOptions{Key: "user-42", Exclude: ex})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n < len(tried) {
+				tried[n] = in.ID
+				n++
+			} else {
+				n = 0
+			}
+			done.Done(nil, time.Millisecond)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocs per pick, want 0", st, allocs)
+		}
+	}
+}
+
+// Picks and Dones race with Updates (run with -race): no lock is needed
+// on the pick path and in-flight counts balance out.
+func TestConcurrentPickAndUpdate(t *testing.T) {
+	ctx := context.Background()
+	for _, st := range Strategies() {
+		s := mustNew(t, WithStrategy(st), WithVirtualNodes(10), WithBoundedLoad(1.25))
+		s.Update(snap(10))
+		stop := make(chan struct{})
+		errc := make(chan error, 4)
+		for g := range 4 {
+			go func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						errc <- nil
+						return
+					default:
+					}
+					_, done, err := s.Pick(ctx, PickOptions{Key: fmt.Sprint(g, i%50)})
+					if err != nil {
+						errc <- err
+						return
+					}
+					done.Done(nil, time.Millisecond)
+				}
+			}()
+		}
+		for i := range 50 {
+			s.Update(snap(5 + i%10))
+		}
+		close(stop)
+		for range 4 {
+			if err := <-errc; err != nil {
+				t.Fatalf("%s: %v", st, err)
+			}
+		}
+		var total int64
+		for _, ep := range s.eps {
+			total += ep.inflight.Load()
+		}
+		if total != 0 || s.sh.total.Load() != 0 {
+			t.Errorf("%s: %d in flight after every Done (total counter %d)", st, total, s.sh.total.Load())
+		}
+	}
+}
+
+func TestCloseBeforeFirstSnapshot(t *testing.T) {
+	ctx := context.Background()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	w, err := reg.Watch(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s := mustNew(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx, w); !errors.Is(err, registry.ErrClosed) {
+		t.Fatalf("Start after Close = %v, want ErrClosed", err)
+	}
+}

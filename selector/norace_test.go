@@ -1,0 +1,5 @@
+//go:build !race
+
+package selector
+
+const raceEnabled = false
