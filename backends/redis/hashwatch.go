@@ -173,6 +173,9 @@ func (st *hashStream) apply(m goredis.XMessage) bool {
 			return false
 		}
 		st.insts[in.ID] = in
+		// A new member may expire before the sweep scheduled so far:
+		// sweep now, which learns the earliest deadline again.
+		st.nextSweep = time.Time{}
 	case "del":
 		delete(st.insts, str("id"))
 	default:
