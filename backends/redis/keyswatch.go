@@ -39,7 +39,9 @@ func (d *Driver) keysWatch(ctx context.Context, service string) (registry.Stream
 	if d.notifyEnabled(ctx) {
 		db := d.copts.DB
 		chans := []string{}
-		for _, ev := range []string{"set", "del", "expired", "expire"} {
+		// Not "expire": heartbeats (EXPIRE) change nothing a watcher sees,
+		// and would make every watcher relist on every heartbeat.
+		for _, ev := range []string{"set", "del", "expired"} {
 			chans = append(chans, "__keyevent@"+strconv.Itoa(db)+"__:"+ev)
 		}
 		st.ps = d.c.Subscribe(context.WithoutCancel(ctx), chans...)

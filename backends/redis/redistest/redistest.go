@@ -63,6 +63,7 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	pre  []string // arguments before the options (a config file)
 	args []string
 
 	mu     sync.Mutex
@@ -121,11 +122,11 @@ func (s *Server) Client() *redis.Client {
 }
 
 func (s *Server) start() error {
-	args := append([]string{
+	args := append(append(append([]string{}, s.pre...),
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--dir", s.dir, "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--protected-mode", "no", "--logfile", "",
-	}, s.args...)
+	), s.args...)
 	log, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
