@@ -32,9 +32,11 @@ type hashStream struct {
 	last    registry.Snapshot // last delivered
 	pending bool              // last not yet delivered (the first snapshot)
 
-	nextSweep  time.Time
 	lastActive time.Time // last log entry or relist
 	readFailed bool      // the last XREAD failed
+
+	kick        chan struct{} // 1-buffered: "sweep now"
+	stopSweeper context.CancelFunc
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -47,7 +49,39 @@ func (d *Driver) hashWatch(ctx context.Context, service string) (registry.Stream
 	}
 	st.pending = true
 	st.blk = d.watchClient()
+	st.kick = make(chan struct{}, 1)
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	st.stopSweeper = cancel
+	go st.sweeper(sctx)
 	return st, nil
+}
+
+// sweeper sweeps the service when the earliest deadline in its index falls
+// due, when a put arrives (the new member may be the earliest), and at
+// least every sweep interval. It keeps its own clock: a Redis blocking
+// read's timeout is only as precise as the server's hz (100ms at the
+// default 10), too coarse to time expiry announcements.
+func (st *hashStream) sweeper(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.kick:
+		case <-t.C:
+		}
+		wait, err := st.d.sweep(ctx, st.svc)
+		next := st.d.o.Sweep
+		switch {
+		case err != nil:
+			// The watch's own read reports the failure; retry soon.
+			next = min(next, 250*time.Millisecond)
+		case wait >= 0 && wait < next:
+			next = max(wait+time.Millisecond, minSweepGap)
+		}
+		t.Reset(next)
+	}
 }
 
 // relist replaces the stream's state with a fresh snapshot.
@@ -95,30 +129,17 @@ func (st *hashStream) Next(ctx context.Context) (registry.Snapshot, error) {
 		if err := ctx.Err(); err != nil {
 			return registry.Snapshot{}, err
 		}
-		now := time.Now()
-		if !now.Before(st.nextSweep) {
-			wait, err := st.d.sweep(ctx, st.svc)
-			if err != nil {
-				return registry.Snapshot{}, st.fail(ctx, err)
-			}
-			next := st.d.o.Sweep
-			if wait >= 0 && wait < next {
-				next = max(wait+time.Millisecond, minSweepGap)
-			}
-			st.nextSweep = time.Now().Add(next)
-		}
-		if now.Sub(st.lastActive) >= st.d.o.Quiet {
+		if time.Since(st.lastActive) >= st.d.o.Quiet {
 			if s, ok, err := st.resync(ctx); err != nil || ok {
 				return s, err
 			}
 		}
-		block := min(time.Until(st.nextSweep), st.d.o.Quiet-time.Since(st.lastActive))
-		block = max(block, time.Millisecond) // BLOCK 0 would mean forever
+		block := max(st.d.o.Quiet-time.Since(st.lastActive), time.Millisecond) // BLOCK 0 would mean forever
 		res, err := st.blk.XRead(ctx, &goredis.XReadArgs{
 			Streams: []string{st.keys.log, st.lastID}, Count: 1000, Block: block,
 		}).Result()
 		if errors.Is(err, goredis.Nil) {
-			continue // timed out: sweep or resync is due
+			continue // timed out: a resync is due
 		}
 		if err != nil {
 			// A broken connection may have missed nothing (the log is
@@ -175,7 +196,10 @@ func (st *hashStream) apply(m goredis.XMessage) bool {
 		st.insts[in.ID] = in
 		// A new member may expire before the sweep scheduled so far:
 		// sweep now, which learns the earliest deadline again.
-		st.nextSweep = time.Time{}
+		select {
+		case st.kick <- struct{}{}:
+		default:
+		}
 	case "del":
 		delete(st.insts, str("id"))
 	default:
@@ -218,6 +242,7 @@ func (st *hashStream) closeClient() { _ = st.blk.Close() }
 func (st *hashStream) Close() error {
 	st.closeOnce.Do(func() {
 		close(st.closed)
+		st.stopSweeper()
 		st.closeClient()
 	})
 	return nil
