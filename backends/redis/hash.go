@@ -156,6 +156,8 @@ type hashReg struct {
 	id   string
 	ttl  time.Duration
 	data string
+
+	svcWritten time.Time // last write of the services index
 }
 
 func (d *Driver) hashRegister(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
@@ -185,10 +187,16 @@ func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) 
 		return false, nil
 	}
 	deadline := res[0]
-	// The services index lives in another slot, so it is a second, best
-	// effort write: Services double-checks every entry against its index.
-	if err := r.d.c.ZAddGT(ctx, r.d.servicesKey(), goredis.Z{Score: float64(deadline), Member: r.svc}).Err(); err != nil {
-		return false, r.d.wrap(op+" "+r.svc+"/"+r.id, err)
+	// The services index lives in another slot (one hot key on Cluster),
+	// so it is a second, best effort write: Services double-checks every
+	// entry against the service's own index. Its score is a deadline, so
+	// refreshing it every other heartbeat (every TTL/2) keeps it ahead of
+	// the clock.
+	if op != "heartbeat" || time.Since(r.svcWritten) >= r.ttl/2 {
+		if err := r.d.c.ZAddGT(ctx, r.d.servicesKey(), goredis.Z{Score: float64(deadline), Member: r.svc}).Err(); err != nil {
+			return false, r.d.wrap(op+" "+r.svc+"/"+r.id, err)
+		}
+		r.svcWritten = time.Now()
 	}
 	return res[1] == 1, nil
 }
