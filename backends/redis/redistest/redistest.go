@@ -134,6 +134,7 @@ func (s *Server) start() error {
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = log, log
+	orphanProof(cmd)
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
