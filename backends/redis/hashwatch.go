@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -37,6 +38,7 @@ type hashStream struct {
 
 	kick        chan struct{} // 1-buffered: "sweep now"
 	stopSweeper context.CancelFunc
+	sweepErr    atomic.Pointer[error] // why the sweeper gave up
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -74,9 +76,14 @@ func (st *hashStream) sweeper(ctx context.Context) {
 		wait, err := st.d.sweep(ctx, st.svc)
 		next := st.d.o.Sweep
 		switch {
-		case err != nil:
-			// The watch's own read reports the failure; retry soon.
-			next = min(next, 250*time.Millisecond)
+		case err != nil && ctx.Err() == nil:
+			// The main client failed even after its retries: the backend is
+			// unreachable. A blocked read on a silent (blackholed) link
+			// would only notice after its block plus a 10s read timeout;
+			// interrupt it so that the watch reports the failure now.
+			st.sweepErr.CompareAndSwap(nil, &err)
+			st.closeClient()
+			return
 		case wait >= 0 && wait < next:
 			next = max(wait+time.Millisecond, minSweepGap)
 		}
@@ -146,7 +153,7 @@ func (st *hashStream) Next(ctx context.Context) (registry.Snapshot, error) {
 			// resumable) or a whole restart: relist once through the
 			// main client. If that fails too, or reading fails again
 			// right after, the backend is unavailable.
-			if st.readFailed || ctx.Err() != nil {
+			if st.readFailed || ctx.Err() != nil || st.sweepErr.Load() != nil {
 				return registry.Snapshot{}, st.fail(ctx, err)
 			}
 			st.readFailed = true
@@ -225,6 +232,9 @@ func (st *hashStream) resync(ctx context.Context) (registry.Snapshot, bool, erro
 func (st *hashStream) fail(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if serr := st.sweepErr.Load(); serr != nil {
+		return *serr // the sweeper closed the read: report its error
 	}
 	select {
 	case <-st.closed:
