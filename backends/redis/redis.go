@@ -400,7 +400,7 @@ func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
 		}
 		host, port, err := net.SplitHostPort(h)
 		if err != nil {
-			host, port = h, defPort
+			host, port = strings.Trim(h, "[]"), defPort // no port; "[::1]" too
 		}
 		if host == "" {
 			host = "localhost"

@@ -24,6 +24,8 @@ func TestParseURL(t *testing.T) {
 		prefix  string
 	}{
 		{url: "redis://127.0.0.1:6379", addrs: "127.0.0.1:6379", layout: "hash", prefix: "roster"},
+		{url: "redis://[::1]", addrs: "[::1]:6379", layout: "hash", prefix: "roster"},
+		{url: "redis://[::1]:7000/1", addrs: "[::1]:7000", db: 1, layout: "hash", prefix: "roster"},
 		{url: "redis://:pw@h/3?layout=keys", addrs: "h:6379", db: 3, layout: "keys", prefix: "service"},
 		{url: "redis://u:pw@h:1/0?layout=keys&prefix=svc&poll=250ms&notify=off", addrs: "h:1", layout: "keys", prefix: "svc"},
 		{url: "rediss://h:6380?skip_verify=true", addrs: "h:6380", tls: true, layout: "hash", prefix: "roster"},
