@@ -94,10 +94,14 @@ func runConformance(t *testing.T, query string, cfg conformance.Config, args ...
 	conformance.Run(t, h)
 }
 
+// Timing bounds: the backend's own bound (one sweep or poll interval) plus
+// a margin for a CI machine whose 2 cores are shared and slowed by -race.
+// Typical figures are far lower (docs/bench/redis.md).
+
 func TestConformanceHash(t *testing.T) {
 	t.Parallel()
 	runConformance(t, "layout=hash&sweep=200ms&quiet=2s", conformance.Config{
-		TTL: time.Second, ExpirySlack: 400 * time.Millisecond, Propagation: time.Second,
+		TTL: time.Second, ExpirySlack: 200*time.Millisecond + 500*time.Millisecond, Propagation: time.Second,
 	})
 }
 
@@ -106,7 +110,7 @@ func TestConformanceHash(t *testing.T) {
 func TestConformanceKeys(t *testing.T) {
 	t.Parallel()
 	runConformance(t, "layout=keys&poll=100ms&notify=off", conformance.Config{
-		TTL: time.Second, ExpirySlack: 500 * time.Millisecond, Propagation: time.Second,
+		TTL: time.Second, ExpirySlack: 100*time.Millisecond + 900*time.Millisecond, Propagation: time.Second,
 	})
 }
 
