@@ -23,23 +23,30 @@
 //	<prefix>:services       ZSet svc → latest deadline (for Services only)
 //
 // Register, Update and Heartbeat run the same script: it re-writes the whole
-// record with a fresh TTL and deadline, and appends a log entry only when the
-// stored record was missing or different. A heartbeat after a FLUSHALL or a
-// failover that lost the record therefore heals it in one round trip, and
-// watchers see it come back. Deadlines come from the server's TIME, so client
-// clock skew does not matter. Lookups read the index (ZRANGEBYSCORE now +inf),
-// never SCAN the keyspace, so an expired member is never listed even before
-// it is swept.
+// record with a fresh TTL and deadline (not just PEXPIRE, so an index entry
+// or record content lost in a failover is repaired), and appends a log entry
+// only when the stored record was missing or different. A heartbeat that
+// finds the record gone (expired during a partition, FLUSHALL, a failover
+// that lost it, a manual DEL) writes nothing and returns ErrNotFound; the
+// lease registers again at once, so the instance is back within one
+// heartbeat and watchers see it return. Deadlines come from the server's
+// TIME, so client clock skew does not matter. Lookups read the index
+// (ZRANGEBYSCORE now +inf), never SCAN the keyspace, so an expired member is
+// never listed even before it is swept.
 //
 // A watch takes a snapshot (instances, revision and the log's last ID in one
 // script), then reads the log with XREAD BLOCK on a connection of its own. A
 // revision that does not follow the last one (a trimmed log, a FLUSHALL, a
 // failover that lost writes) makes it relist; so does a quiet period without
-// entries (option quiet, default 10s). Each watch also sweeps its service:
-// a script removes members whose deadline passed and whose key is gone, and
-// logs their removal. It runs when the earliest deadline in the index falls
-// due, and at least every sweep interval (default 1s), so a crashed instance
-// reaches watchers within its TTL plus, at worst, one sweep interval.
+// entries (option quiet, default 10s), and so does a broken read (if the
+// relist fails as well, the stream reports ErrUnavailable and the registry
+// marks the watcher stale). Each watch also sweeps its service, from a
+// small goroutine with its own timer: a script removes members whose
+// deadline passed and whose key is gone, and logs their removal. It runs
+// when the earliest deadline in the index falls due, when a put arrives,
+// and at least every sweep interval (default 1s), so a crashed instance
+// reaches watchers within its TTL plus, at worst, one sweep interval —
+// typically a few milliseconds after its TTL.
 //
 // Options: prefix (default "roster"), sweep, quiet, maxlen (log cap, default
 // 1000). TTLs have millisecond granularity, minimum 10ms.
