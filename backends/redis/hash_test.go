@@ -125,3 +125,34 @@ func TestHashRawDeleteHealed(t *testing.T) {
 		t.Fatalf("Lookup after healing = %v, %v", s.Instances, err)
 	}
 }
+
+// Deadlines are the server's clock plus the TTL, whatever the client's
+// clock says: the index score matches the server's TIME, not time.Now.
+func TestHashDeadlineFromServerClock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	d := driver(t, "redis://"+srv.Addr())
+	in := registry.Instance{ID: "clock", Service: "clock", Address: "127.0.0.1:1", Weight: 1}
+	if _, err := d.Register(ctx, in, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	rdb := srv.Client()
+	defer rdb.Close()
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	score, err := rdb.ZScore(ctx, "roster:{clock}:idx", "clock").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := now.Add(time.Hour).UnixMilli()
+	if diff := int64(score) - want; diff > 0 || diff < -2000 {
+		t.Fatalf("deadline %d is %dms from server TIME + TTL (%d)", int64(score), diff, want)
+	}
+	pttl := rdb.PTTL(ctx, "roster:{clock}:i:clock").Val()
+	if pttl <= time.Hour-2*time.Second || pttl > time.Hour {
+		t.Fatalf("record PTTL %v, want about 1h", pttl)
+	}
+}
