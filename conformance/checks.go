@@ -793,12 +793,12 @@ func externalDelete(t TB, s *suite) {
 	l := s.register(t, r, s.inst(svc))
 	in := l.Instance()
 	w := s.watch(t, obs, svc)
-	waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, in.ID) })
+	prev := waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, in.ID) })
 	if err := s.h.(ExternalDeleter).DeleteExternally(t.Context(), in); err != nil {
 		t.Fatalf("DeleteExternally: %v", err)
 	}
 	// The owner notices at its next heartbeat and puts it back.
-	waitWatch(t, w, l.HeartbeatInterval()+l.TTL()+s.cfg.Propagation, "re-registration after an external delete", func(sn registry.Snapshot) bool {
+	converge(t, w, prev, lookupFn(t, r, svc), l.HeartbeatInterval()+l.TTL()+s.cfg.Propagation, "re-registration after an external delete", func(sn registry.Snapshot) bool {
 		i, ok := sn.Find(in.ID)
 		return ok && i.Equal(in)
 	})
@@ -920,13 +920,13 @@ func restart(t TB, s *suite, keep bool) {
 	l := s.register(t, r, s.inst(svc))
 	in := l.Instance()
 	w := s.watch(t, obs, svc)
-	waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, in.ID) })
+	prev := waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, in.ID) })
 	if err := s.h.(Restarter).Restart(t.Context(), keep); err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
 	// Whatever the backend lost, the lease puts it back and the watcher
 	// converges on it, with a fresh (non-stale) snapshot.
-	waitWatch(t, w, 2*l.TTL()+s.cfg.ExpirySlack+s.cfg.StaleDetect+10*time.Second, "instance present after the restart", func(sn registry.Snapshot) bool {
+	converge(t, w, prev, lookupFn(t, r, svc), 2*l.TTL()+s.cfg.ExpirySlack+s.cfg.StaleDetect+10*time.Second, "instance present after the restart", func(sn registry.Snapshot) bool {
 		i, ok := sn.Find(in.ID)
 		return ok && i.Equal(in)
 	})
@@ -945,7 +945,7 @@ func wipe(t TB, s *suite) {
 	if err := s.h.(Wiper).Wipe(t.Context()); err != nil {
 		t.Fatalf("Wipe: %v", err)
 	}
-	after := waitWatch(t, w, l.HeartbeatInterval()+l.TTL()+s.cfg.Propagation+5*time.Second, "instance re-registered after the wipe", func(sn registry.Snapshot) bool {
+	after := converge(t, w, before, lookupFn(t, r, svc), l.HeartbeatInterval()+l.TTL()+s.cfg.Propagation+5*time.Second, "instance re-registered after the wipe", func(sn registry.Snapshot) bool {
 		i, ok := sn.Find(in.ID)
 		return ok && i.Equal(in)
 	})

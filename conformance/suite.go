@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"runtime"
 	"sort"
@@ -299,6 +300,57 @@ func waitWatch(t TB, w *registry.Watcher, d time.Duration, what string, pred fun
 		if !s.Stale && pred(s) {
 			return s
 		}
+	}
+}
+
+// converge waits until the watcher's state satisfies pred, after a fault.
+// Unlike waitWatch it does not demand a new delivery: a backend may heal a
+// restart, wipe or external delete before the watcher could notice, and a
+// Watcher delivers only changes. The last delivered state (prev at first)
+// counts once the watcher has been quiet for a moment and a direct read of
+// the backend (lookup) agrees; deliveries on the way are checked as in
+// waitWatch.
+func converge(t TB, w *registry.Watcher, prev registry.Snapshot, lookup func() (registry.Snapshot, error), d time.Duration, what string, pred func(registry.Snapshot) bool) registry.Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	last := prev
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			t.Fatalf("watcher: %s not reached within %v (last delivered: %s)", what, d, describe(&last))
+		}
+		s, err := next(t, w, min(left, 250*time.Millisecond))
+		if err != nil && !s.Stale {
+			if !errors.Is(err, context.DeadlineExceeded) || t.Context().Err() != nil {
+				t.Fatalf("watcher: Next failed while waiting for %s: %v", what, err)
+			}
+			if !last.Stale && pred(last) {
+				if cur, err := lookup(); err == nil && !cur.Stale && pred(cur) {
+					return last
+				}
+			}
+			continue
+		}
+		if s.Revision < last.Revision {
+			t.Fatalf("watcher: revision went back from %d to %d", last.Revision, s.Revision)
+		}
+		if s.Stale == last.Stale && s.SameInstances(last) {
+			t.Fatalf("watcher: delivered the same state twice in a row (%s)", describe(&s))
+		}
+		last = s
+		if !s.Stale && pred(s) {
+			return s
+		}
+	}
+}
+
+// lookupFn reads svc through r, which must not watch it (so that the read
+// reaches the backend).
+func lookupFn(t TB, r *registry.Registry, svc string) func() (registry.Snapshot, error) {
+	return func() (registry.Snapshot, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		return r.Lookup(ctx, svc)
 	}
 }
 

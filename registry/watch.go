@@ -33,6 +33,8 @@ import (
 type Watcher struct {
 	e       *entry
 	seq     uint64
+	last    Snapshot // last returned, valid when sent
+	sent    bool
 	closed  chan struct{}
 	closing sync.Once
 }
@@ -56,6 +58,13 @@ func (w *Watcher) Next(ctx context.Context) (Snapshot, error) {
 			w.seq = e.seq
 			s, err := e.cur, e.err
 			e.mu.Unlock()
+			// The cache may have gone stale and fresh again (or changed
+			// and changed back) since this watcher last read: the state
+			// it now holds can equal the one already returned.
+			if w.sent && s.Stale == w.last.Stale && s.SameInstances(w.last) {
+				continue
+			}
+			w.last, w.sent = s, true
 			if !s.Stale {
 				err = nil
 			}

@@ -1,0 +1,227 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	rredis "github.com/roster-go/roster/backends/redis"
+	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/registry"
+)
+
+// Benchmarks run against a private redis-server on loopback. Throughput:
+//
+//	go test -run '^$' -bench 'Register|Heartbeat|Lookup' ./backends/redis/
+//
+// Propagation (each iteration waits for a watcher; p50/p99 reported):
+//
+//	go test -run '^$' -bench 'Propagation' -benchtime 100x ./backends/redis/
+
+var layouts = []struct{ name, query string }{
+	{"hash", "layout=hash"},
+	{"keys", "layout=keys&notify=off"},
+}
+
+func benchDriver(b *testing.B, srv *redistest.Server, query string) *rredis.Driver {
+	u, _ := url.Parse("redis://" + srv.Addr() + "/0?" + query)
+	d, err := rredis.OpenURL(context.Background(), u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+func BenchmarkRegister(b *testing.B) {
+	for _, lay := range layouts {
+		b.Run(lay.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			d := benchDriver(b, srv, lay.query)
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := range b.N {
+				in := registry.Instance{ID: fmt.Sprintf("i%d", i), Service: "bench", Address: fmt.Sprintf("10.0.%d.%d:80", i/250%250, i%250), Weight: 100, Version: "1.2.0", Zone: "hz-1"}
+				if _, err := d.Register(ctx, in, time.Minute); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkHeartbeat(b *testing.B) {
+	for _, lay := range layouts {
+		b.Run(lay.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			d := benchDriver(b, srv, lay.query)
+			ctx := context.Background()
+			reg, err := d.Register(ctx, registry.Instance{ID: "hb", Service: "bench", Address: "10.0.0.1:80", Weight: 100}, time.Minute)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := reg.Heartbeat(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLookup1000 lists a service of 1,000 instances (the keys layout
+// also holds 1,000 instances of another service in the same database:
+// SCAN walks them too).
+func BenchmarkLookup1000(b *testing.B) {
+	for _, lay := range layouts {
+		b.Run(lay.name, func(b *testing.B) {
+			srv := redistest.Start(b)
+			d := benchDriver(b, srv, lay.query)
+			ctx := context.Background()
+			for _, svc := range []string{"big", "other"} {
+				for i := range 1000 {
+					in := registry.Instance{ID: fmt.Sprintf("%s-%d", svc, i), Service: svc, Address: fmt.Sprintf("10.0.%d.%d:80", i/250, i%250), Weight: 100, Metadata: map[string]string{"zone": "hz-1"}}
+					if _, err := d.Register(ctx, in, 10*time.Minute); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				s, err := d.List(ctx, "big")
+				if err != nil || len(s.Instances) != 1000 {
+					b.Fatalf("List = %d instances, %v", len(s.Instances), err)
+				}
+			}
+		})
+	}
+}
+
+// report adds p50/p99 of the samples as benchmark metrics.
+func report(b *testing.B, unit string, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	q := func(p float64) float64 {
+		return float64(d[min(len(d)-1, int(p*float64(len(d))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(q(0.50), unit+"-p50-ms")
+	b.ReportMetric(q(0.99), unit+"-p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+var propLayouts = []struct{ name, query, args string }{
+	{"hash", "layout=hash", ""},
+	{"keys-poll200ms", "layout=keys&notify=off&poll=200ms", ""},
+	{"keys-notify", "layout=keys&notify=on", "Eg$x"},
+}
+
+// nextMatching reads w until pred holds.
+func nextMatching(b *testing.B, w *registry.Watcher, pred func(registry.Snapshot) bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		s, err := w.Next(ctx)
+		if err != nil && !s.Stale {
+			b.Fatal(err)
+		}
+		if !s.Stale && pred(s) {
+			return
+		}
+	}
+}
+
+// BenchmarkPropagationDeregister: Deregister is called → a watcher in
+// another registry delivers the removal.
+func BenchmarkPropagationDeregister(b *testing.B) {
+	for _, lay := range propLayouts {
+		b.Run(lay.name, func(b *testing.B) {
+			var args []string
+			if lay.args != "" {
+				args = []string{"--notify-keyspace-events", lay.args}
+			}
+			srv := redistest.Start(b, args...)
+			ctx := context.Background()
+			r, _ := registry.Open(ctx, "redis://"+srv.Addr()+"/0?"+lay.query)
+			obs, _ := registry.Open(ctx, "redis://"+srv.Addr()+"/0?"+lay.query)
+			defer r.Close()
+			defer obs.Close()
+			w, err := obs.Watch(ctx, "prop")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			var samples []time.Duration
+			b.ResetTimer()
+			for range b.N {
+				l, err := r.Register(ctx, registry.Instance{Service: "prop", Address: "10.0.0.1:80"}, registry.WithTTL(time.Minute))
+				if err != nil {
+					b.Fatal(err)
+				}
+				nextMatching(b, w, func(s registry.Snapshot) bool { return len(s.Instances) == 1 })
+				start := time.Now() // the removal may reach the watcher before Deregister returns
+				if err := l.Deregister(ctx); err != nil {
+					b.Fatal(err)
+				}
+				nextMatching(b, w, func(s registry.Snapshot) bool { return len(s.Instances) == 0 })
+				samples = append(samples, time.Since(start))
+			}
+			report(b, "dereg", samples)
+		})
+	}
+}
+
+// BenchmarkPropagationCrash: an instance stops heartbeating; the samples
+// are from the moment its record expired in Redis (PTTL read right after
+// the crash) to the watcher's delivery of its removal.
+func BenchmarkPropagationCrash(b *testing.B) {
+	for _, lay := range propLayouts {
+		b.Run(lay.name, func(b *testing.B) {
+			var args []string
+			if lay.args != "" {
+				args = []string{"--notify-keyspace-events", lay.args}
+			}
+			srv := redistest.Start(b, args...)
+			rdb := srv.Client()
+			defer rdb.Close()
+			ctx := context.Background()
+			r, _ := registry.Open(ctx, "redis://"+srv.Addr()+"/0?"+lay.query)
+			obs, _ := registry.Open(ctx, "redis://"+srv.Addr()+"/0?"+lay.query)
+			defer r.Close()
+			defer obs.Close()
+			w, err := obs.Watch(ctx, "crash")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			ttl := 300 * time.Millisecond
+			if lay.name != "hash" {
+				ttl = time.Second // whole seconds in the keys layout
+			}
+			var samples []time.Duration
+			b.ResetTimer()
+			for range b.N {
+				l, err := r.Register(ctx, registry.Instance{Service: "crash", Address: "10.0.0.1:80"}, registry.WithTTL(ttl))
+				if err != nil {
+					b.Fatal(err)
+				}
+				nextMatching(b, w, func(s registry.Snapshot) bool { return len(s.Instances) == 1 })
+				l.Abandon()
+				key := "roster:{crash}:i:" + l.Instance().ID
+				if lay.name != "hash" {
+					key = "service:crash:10.0.0.1:80"
+				}
+				pttl := rdb.PTTL(ctx, key).Val()
+				expiry := time.Now().Add(pttl)
+				nextMatching(b, w, func(s registry.Snapshot) bool { return len(s.Instances) == 0 })
+				samples = append(samples, time.Since(expiry))
+			}
+			report(b, "expiry", samples)
+		})
+	}
+}

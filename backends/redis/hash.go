@@ -1,0 +1,320 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// hashKeys are the keys of one service in the hash layout. They share the
+// hash tag {svc}: one Cluster slot, so one script can touch them all.
+type hashKeys struct {
+	inst string // prefix of instance keys; the ID follows
+	idx  string
+	rev  string
+	log  string
+}
+
+func (d *Driver) hkeys(service string) hashKeys {
+	base := d.o.Prefix + ":{" + service + "}:"
+	return hashKeys{inst: base + "i:", idx: base + "idx", rev: base + "rev", log: base + "log"}
+}
+
+func (d *Driver) servicesKey() string { return d.o.Prefix + ":services" }
+
+// luaNow is the server's clock in milliseconds. Redis 7 replicates script
+// effects, so reading TIME before writing is allowed.
+const luaNow = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// putScript registers, heartbeats and updates: it re-writes the whole
+// record with a fresh TTL, moves the deadline, and logs a put when the
+// stored record was missing or different. It returns the new deadline and
+// whether the record existed. A heartbeat (ARGV[5]) writes nothing when
+// the record is gone: the lease then registers again.
+//
+// KEYS: inst, idx, rev, log. ARGV: id, data, ttl ms, log cap, mode.
+var putScript = goredis.NewScript(luaNow + `
+local ttl = tonumber(ARGV[3])
+local old = redis.call('GET', KEYS[1])
+if not old and ARGV[5] == 'heartbeat' then return {0, 0} end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+if old ~= ARGV[2] then
+  local rev = redis.call('INCR', KEYS[3])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'rev', rev, 'op', 'put', 'id', ARGV[1], 'data', ARGV[2])
+end
+if old then return {now + ttl, 1} end
+return {now + ttl, 0}
+`)
+
+// delScript deregisters. KEYS: inst, idx, rev, log. ARGV: id, log cap.
+var delScript = goredis.NewScript(`
+local a = redis.call('DEL', KEYS[1])
+local b = redis.call('ZREM', KEYS[2], ARGV[1])
+if a + b > 0 then
+  local rev = redis.call('INCR', KEYS[3])
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], '*', 'rev', rev, 'op', 'del', 'id', ARGV[1])
+end
+return a + b
+`)
+
+// sweepScript removes members whose deadline passed and whose record is
+// gone (EXISTS also makes Redis expire it now), logging each removal. A
+// member whose record still lives (its deadline was not moved, say by a
+// restored snapshot) gets the record's real deadline back. It returns the
+// number removed and the milliseconds until the next deadline (-1: none).
+//
+// KEYS: idx, rev, log. ARGV: instance key prefix, log cap, batch size.
+var sweepScript = goredis.NewScript(luaNow + `
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local n = 0
+for _, id in ipairs(due) do
+  local k = ARGV[1] .. id
+  local pttl = redis.call('PTTL', k)
+  if pttl == -2 then
+    redis.call('ZREM', KEYS[1], id)
+    local rev = redis.call('INCR', KEYS[2])
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*', 'rev', rev, 'op', 'del', 'id', id)
+    n = n + 1
+  elseif pttl >= 0 then
+    redis.call('ZADD', KEYS[1], now + pttl, id)
+  else
+    redis.call('ZADD', KEYS[1], now + 3600000, id)
+  end
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local wait = -1
+if first[2] then
+  wait = tonumber(first[2]) - now
+  if wait < 0 then wait = 0 end
+end
+return {n, wait}
+`)
+
+// snapshotScript reads the live members, their records, the revision and
+// the log's last ID in one atomic step, so a watch can resume from exactly
+// that point. Reply: {rev, lastID, id1, data1, id2, data2, …}.
+//
+// KEYS: idx, rev, log. ARGV: instance key prefix.
+var snapshotScript = goredis.NewScript(luaNow + `
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+local out = {redis.call('GET', KEYS[2]) or '0', '0-0'}
+local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
+if last[1] then out[2] = last[1][1] end
+for _, id in ipairs(ids) do
+  local v = redis.call('GET', ARGV[1] .. id)
+  if v then
+    out[#out + 1] = id
+    out[#out + 1] = v
+  end
+end
+return out
+`)
+
+// record is the stored form of an instance in the hash layout.
+type record struct {
+	ID       string            `json:"id"`
+	Service  string            `json:"service"`
+	Address  string            `json:"address"`
+	Version  string            `json:"version,omitempty"`
+	Zone     string            `json:"zone,omitempty"`
+	Weight   uint32            `json:"weight"`
+	Tags     []string          `json:"tags,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+func encodeRecord(in registry.Instance) (string, error) {
+	b, err := json.Marshal(record{in.ID, in.Service, in.Address, in.Version, in.Zone, in.Weight, in.Tags, in.Metadata})
+	if err != nil {
+		return "", fmt.Errorf("%w: redis: encode %s: %v", registry.ErrInvalid, in.ID, err)
+	}
+	return string(b), nil
+}
+
+func decodeRecord(s string) (registry.Instance, error) {
+	var r record
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return registry.Instance{}, err
+	}
+	return registry.Instance{ID: r.ID, Service: r.Service, Address: r.Address, Version: r.Version,
+		Zone: r.Zone, Weight: r.Weight, Tags: r.Tags, Metadata: r.Metadata}, nil
+}
+
+type hashReg struct {
+	d    *Driver
+	keys hashKeys
+	svc  string
+	id   string
+	ttl  time.Duration
+	data string
+
+	svcWritten time.Time // last write of the services index
+}
+
+func (d *Driver) hashRegister(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+	data, err := encodeRecord(inst)
+	if err != nil {
+		return nil, err
+	}
+	r := &hashReg{d: d, keys: d.hkeys(inst.Service), svc: inst.Service, id: inst.ID, ttl: ttl, data: data}
+	if _, err := r.put(ctx, "register"); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// put writes the record; existed reports whether Redis still held it.
+func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) {
+	k := r.keys
+	res, err := putScript.Run(ctx, r.d.c, []string{k.inst + r.id, k.idx, k.rev, k.log},
+		r.id, r.data, r.ttl.Milliseconds(), r.d.o.MaxLen, op).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("reply of %d items", len(res))
+	}
+	if err != nil {
+		return false, r.d.wrap(op+" "+r.svc+"/"+r.id, err)
+	}
+	if res[1] == 0 && op == "heartbeat" {
+		return false, nil
+	}
+	deadline := res[0]
+	// The services index lives in another slot (one hot key on Cluster),
+	// so it is a second, best effort write: Services double-checks every
+	// entry against the service's own index. Its score is a deadline, so
+	// refreshing it every other heartbeat (every TTL/2) keeps it ahead of
+	// the clock.
+	if op != "heartbeat" || time.Since(r.svcWritten) >= r.ttl/2 {
+		if err := r.d.c.ZAddGT(ctx, r.d.servicesKey(), goredis.Z{Score: float64(deadline), Member: r.svc}).Err(); err != nil {
+			return false, r.d.wrap(op+" "+r.svc+"/"+r.id, err)
+		}
+		r.svcWritten = time.Now()
+	}
+	return res[1] == 1, nil
+}
+
+// Heartbeat re-writes the whole record with a fresh TTL and deadline (not
+// just PEXPIRE), which repairs an index entry or record content lost in a
+// failover. If the record itself is gone (expired during a partition,
+// FLUSHALL, an external DEL) it writes nothing and returns ErrNotFound:
+// the lease registers again at once, so the instance is back within one
+// heartbeat.
+func (r *hashReg) Heartbeat(ctx context.Context) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	existed, err := r.put(ctx, "heartbeat")
+	if err == nil && !existed {
+		err = fmt.Errorf("redis %s: heartbeat %s/%s: record is gone: %w", r.d.name, r.svc, r.id, registry.ErrNotFound)
+	}
+	return err
+}
+
+func (r *hashReg) Update(ctx context.Context, inst registry.Instance) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	data, err := encodeRecord(inst)
+	if err != nil {
+		return err
+	}
+	r.data = data
+	_, err = r.put(ctx, "update")
+	return err
+}
+
+func (r *hashReg) Deregister(ctx context.Context) error {
+	if err := r.d.enter(ctx); err != nil {
+		return err
+	}
+	k := r.keys
+	if err := delScript.Run(ctx, r.d.c, []string{k.inst + r.id, k.idx, k.rev, k.log}, r.id, r.d.o.MaxLen).Err(); err != nil {
+		return r.d.wrap("deregister "+r.svc+"/"+r.id, err)
+	}
+	return nil
+}
+
+// hashSnapshot reads a service's live instances, its revision and the ID
+// of the last log entry.
+func (d *Driver) hashSnapshot(ctx context.Context, service string) (registry.Snapshot, string, error) {
+	k := d.hkeys(service)
+	res, err := snapshotScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log}, k.inst).StringSlice()
+	if err != nil {
+		return registry.Snapshot{}, "", d.wrap("list "+service, err)
+	}
+	if len(res) < 2 {
+		return registry.Snapshot{}, "", d.wrap("list "+service, fmt.Errorf("short snapshot reply (%d items)", len(res)))
+	}
+	rev, _ := strconv.ParseUint(res[0], 10, 64)
+	s := registry.Snapshot{Service: service, Revision: rev, At: time.Now(), Instances: make([]registry.Instance, 0, (len(res)-2)/2)}
+	for i := 2; i+1 < len(res); i += 2 {
+		in, err := decodeRecord(res[i+1])
+		if err != nil || in.ID != res[i] {
+			continue // not ours: ignore rather than fail the whole list
+		}
+		s.Instances = append(s.Instances, in)
+	}
+	registry.SortInstances(s.Instances)
+	return s, res[1], nil
+}
+
+// sweep runs the sweep script once; it returns how long until the next
+// deadline (negative: none).
+func (d *Driver) sweep(ctx context.Context, service string) (time.Duration, error) {
+	k := d.hkeys(service)
+	res, err := sweepScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log}, k.inst, d.o.MaxLen, 100).Int64Slice()
+	if err != nil {
+		return 0, d.wrap("sweep "+service, err)
+	}
+	if len(res) != 2 {
+		return 0, d.wrap("sweep "+service, fmt.Errorf("reply of %d items", len(res)))
+	}
+	if res[0] >= 100 {
+		return 0, nil // more due: go again at once
+	}
+	return time.Duration(res[1]) * time.Millisecond, nil
+}
+
+func (d *Driver) hashServices(ctx context.Context) ([]string, error) {
+	now, err := d.c.Time(ctx).Result()
+	if err != nil {
+		return nil, d.wrap("services", err)
+	}
+	ms := now.UnixMilli()
+	key := d.servicesKey()
+	// Entries whose deadline passed an hour ago are surely dead: trim them.
+	if err := d.c.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(ms-3600_000, 10)).Err(); err != nil {
+		return nil, d.wrap("services", err)
+	}
+	cands, err := d.c.ZRangeByScore(ctx, key, &goredis.ZRangeBy{Min: "(" + strconv.FormatInt(ms, 10), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, d.wrap("services", err)
+	}
+	// A service's entry outlives a deregistration: check its own index.
+	cmds := make([]*goredis.IntCmd, len(cands))
+	_, err = d.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, svc := range cands {
+			cmds[i] = p.ZCount(ctx, d.hkeys(svc).idx, "("+strconv.FormatInt(ms, 10), "+inf")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, d.wrap("services", err)
+	}
+	out := []string{}
+	for i, svc := range cands {
+		if cmds[i].Val() > 0 {
+			out = append(out, svc)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

@@ -1,0 +1,259 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// minSweepGap keeps a watch from sweeping in a tight loop when a deadline
+// is due but its record is still alive for a few more microseconds.
+const minSweepGap = 5 * time.Millisecond
+
+// hashStream follows one service: XREAD BLOCK on the change log, applying
+// entries to its copy of the instances while their revisions follow each
+// other, relisting when they do not.
+type hashStream struct {
+	d    *Driver
+	svc  string
+	keys hashKeys
+	blk  goredis.UniversalClient // dedicated: blocking reads only
+
+	insts   map[string]registry.Instance
+	rev     uint64
+	lastID  string
+	last    registry.Snapshot // last delivered
+	pending bool              // last not yet delivered (the first snapshot)
+
+	lastActive time.Time // last log entry or relist
+	readFailed bool      // the last XREAD failed
+
+	kick        chan struct{} // 1-buffered: "sweep now"
+	stopSweeper context.CancelFunc
+	sweepErr    atomic.Pointer[error] // why the sweeper gave up
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (d *Driver) hashWatch(ctx context.Context, service string) (registry.Stream, error) {
+	st := &hashStream{d: d, svc: service, keys: d.hkeys(service), closed: make(chan struct{})}
+	if err := st.relist(ctx); err != nil {
+		return nil, err
+	}
+	st.pending = true
+	st.blk = d.watchClient()
+	st.kick = make(chan struct{}, 1)
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	st.stopSweeper = cancel
+	go st.sweeper(sctx)
+	return st, nil
+}
+
+// sweeper sweeps the service when the earliest deadline in its index falls
+// due, when a put arrives (the new member may be the earliest), and at
+// least every sweep interval. It keeps its own clock: a Redis blocking
+// read's timeout is only as precise as the server's hz (100ms at the
+// default 10), too coarse to time expiry announcements.
+func (st *hashStream) sweeper(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.kick:
+		case <-t.C:
+		}
+		wait, err := st.d.sweep(ctx, st.svc)
+		next := st.d.o.Sweep
+		switch {
+		case err != nil && ctx.Err() == nil:
+			// The main client failed even after its retries: the backend is
+			// unreachable. A blocked read on a silent (blackholed) link
+			// would only notice after its block plus a 10s read timeout;
+			// interrupt it so that the watch reports the failure now.
+			st.sweepErr.CompareAndSwap(nil, &err)
+			st.closeClient()
+			return
+		case wait >= 0 && wait < next:
+			next = max(wait+time.Millisecond, minSweepGap)
+		}
+		t.Reset(next)
+	}
+}
+
+// relist replaces the stream's state with a fresh snapshot.
+func (st *hashStream) relist(ctx context.Context) error {
+	s, lastID, err := st.d.hashSnapshot(ctx, st.svc)
+	if err != nil {
+		return err
+	}
+	st.insts = make(map[string]registry.Instance, len(s.Instances))
+	for _, in := range s.Instances {
+		st.insts[in.ID] = in
+	}
+	st.rev, st.lastID = s.Revision, lastID
+	st.last = s
+	st.lastActive = time.Now()
+	return nil
+}
+
+// current builds a sorted snapshot of the stream's state.
+func (st *hashStream) current() registry.Snapshot {
+	s := registry.Snapshot{Service: st.svc, Revision: st.rev, At: time.Now(), Instances: make([]registry.Instance, 0, len(st.insts))}
+	for _, in := range st.insts {
+		s.Instances = append(s.Instances, in)
+	}
+	registry.SortInstances(s.Instances)
+	return s
+}
+
+func (st *hashStream) Next(ctx context.Context) (registry.Snapshot, error) {
+	select {
+	case <-st.closed:
+		return registry.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, registry.ErrClosed)
+	default:
+	}
+	if st.pending {
+		st.pending = false
+		return st.last, nil
+	}
+	// A blocked read ignores its context; closing the dedicated client is
+	// what interrupts it. The stream is then finished, as the registry
+	// only cancels a stream it is about to close.
+	stop := context.AfterFunc(ctx, st.closeClient)
+	defer stop()
+	for {
+		if err := ctx.Err(); err != nil {
+			return registry.Snapshot{}, err
+		}
+		if time.Since(st.lastActive) >= st.d.o.Quiet {
+			if s, ok, err := st.resync(ctx); err != nil || ok {
+				return s, err
+			}
+		}
+		block := max(st.d.o.Quiet-time.Since(st.lastActive), time.Millisecond) // BLOCK 0 would mean forever
+		res, err := st.blk.XRead(ctx, &goredis.XReadArgs{
+			Streams: []string{st.keys.log, st.lastID}, Count: 1000, Block: block,
+		}).Result()
+		if errors.Is(err, goredis.Nil) {
+			continue // timed out: a resync is due
+		}
+		if err != nil {
+			// A broken connection may have missed nothing (the log is
+			// resumable) or a whole restart: relist once through the
+			// main client. If that fails too, or reading fails again
+			// right after, the backend is unavailable.
+			if st.readFailed || ctx.Err() != nil || st.sweepErr.Load() != nil {
+				return registry.Snapshot{}, st.fail(ctx, err)
+			}
+			st.readFailed = true
+			if s, ok, err := st.resync(ctx); err != nil || ok {
+				return s, err
+			}
+			continue
+		}
+		st.readFailed = false
+		st.lastActive = time.Now()
+		gap := false
+		for _, xs := range res {
+			for _, m := range xs.Messages {
+				if !st.apply(m) {
+					gap = true
+					break
+				}
+			}
+		}
+		if gap {
+			// A trimmed log, a FLUSHALL or lost writes: relist.
+			if s, ok, err := st.resync(ctx); err != nil || ok {
+				return s, err
+			}
+			continue
+		}
+		if s := st.current(); !s.SameInstances(st.last) {
+			st.last = s
+			return s, nil
+		}
+	}
+}
+
+// apply applies one log entry; false when its revision does not follow.
+func (st *hashStream) apply(m goredis.XMessage) bool {
+	str := func(k string) string { v, _ := m.Values[k].(string); return v }
+	rev, err := strconv.ParseUint(str("rev"), 10, 64)
+	if err != nil || rev != st.rev+1 {
+		return false
+	}
+	switch str("op") {
+	case "put":
+		in, err := decodeRecord(str("data"))
+		if err != nil || in.ID != str("id") {
+			return false
+		}
+		st.insts[in.ID] = in
+		// A new member may expire before the sweep scheduled so far:
+		// sweep now, which learns the earliest deadline again.
+		select {
+		case st.kick <- struct{}{}:
+		default:
+		}
+	case "del":
+		delete(st.insts, str("id"))
+	default:
+		return false
+	}
+	st.rev, st.lastID = rev, m.ID
+	return true
+}
+
+// resync relists; ok reports a changed state to deliver.
+func (st *hashStream) resync(ctx context.Context) (registry.Snapshot, bool, error) {
+	prev := st.last
+	if err := st.relist(ctx); err != nil {
+		return registry.Snapshot{}, false, st.fail(ctx, err)
+	}
+	if st.last.SameInstances(prev) {
+		st.last = prev
+		return registry.Snapshot{}, false, nil
+	}
+	return st.last, true, nil
+}
+
+func (st *hashStream) fail(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if serr := st.sweepErr.Load(); serr != nil {
+		return *serr // the sweeper closed the read: report its error
+	}
+	select {
+	case <-st.closed:
+		return fmt.Errorf("redis: watch %s: %w", st.svc, registry.ErrClosed)
+	default:
+	}
+	if errors.Is(err, registry.ErrUnavailable) || errors.Is(err, registry.ErrClosed) {
+		return err
+	}
+	return st.d.wrap("watch "+st.svc, err)
+}
+
+func (st *hashStream) closeClient() { _ = st.blk.Close() }
+
+func (st *hashStream) Close() error {
+	st.closeOnce.Do(func() {
+		close(st.closed)
+		st.stopSweeper()
+		st.closeClient()
+	})
+	return nil
+}

@@ -1,0 +1,139 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// keysStream follows one service in the keys layout: it relists every poll
+// interval, and at once when a keyspace event names one of the service's
+// keys (when the server publishes them). Events are only hints: they are
+// lost while disconnected and late under load, so polling stays on.
+type keysStream struct {
+	d    *Driver
+	svc  string
+	last registry.Snapshot
+
+	pending bool
+	ps      *goredis.PubSub // nil without notifications
+	hints   chan struct{}   // 1-buffered: "relist now"
+	done    chan struct{}   // hint goroutine finished
+	closed  chan struct{}
+	once    sync.Once
+}
+
+func (d *Driver) keysWatch(ctx context.Context, service string) (registry.Stream, error) {
+	s, err := d.keysList(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	st := &keysStream{d: d, svc: service, last: s, pending: true, hints: make(chan struct{}, 1), closed: make(chan struct{})}
+	if d.notifyEnabled(ctx) {
+		db := d.copts.DB
+		chans := []string{}
+		// Not "expire": heartbeats (EXPIRE) change nothing a watcher sees,
+		// and would make every watcher relist on every heartbeat.
+		for _, ev := range []string{"set", "del", "expired"} {
+			chans = append(chans, "__keyevent@"+strconv.Itoa(db)+"__:"+ev)
+		}
+		st.ps = d.c.Subscribe(context.WithoutCancel(ctx), chans...)
+		st.done = make(chan struct{})
+		go st.listen()
+	}
+	return st, nil
+}
+
+// notifyEnabled decides whether to subscribe to keyspace events.
+func (d *Driver) notifyEnabled(ctx context.Context) bool {
+	switch {
+	case d.o.Notify == NotifyOff, d.isCluster():
+		// Cluster events are node-local: a subscription on one node misses
+		// the others'. Poll only.
+		return false
+	case d.o.Notify == NotifyOn:
+		return true
+	}
+	cfg, err := d.c.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return true // CONFIG may be renamed away; subscribing costs little
+	}
+	f := cfg["notify-keyspace-events"]
+	return strings.Contains(f, "E") && (strings.Contains(f, "A") || strings.Contains(f, "g") || strings.Contains(f, "x"))
+}
+
+// listen turns events about the service's keys, and every
+// (re)subscription — events may have been lost before it — into hints.
+func (st *keysStream) listen() {
+	defer close(st.done)
+	prefix := st.d.keyPrefix(st.svc)
+	for msg := range st.ps.ChannelWithSubscriptions() {
+		switch m := msg.(type) {
+		case *goredis.Message:
+			if !strings.HasPrefix(m.Payload, prefix) {
+				continue
+			}
+		case *goredis.Subscription:
+		default:
+			continue
+		}
+		select {
+		case st.hints <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (st *keysStream) Next(ctx context.Context) (registry.Snapshot, error) {
+	select {
+	case <-st.closed:
+		return registry.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, registry.ErrClosed)
+	default:
+	}
+	if st.pending {
+		st.pending = false
+		return st.last, nil
+	}
+	t := time.NewTimer(st.d.o.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return registry.Snapshot{}, ctx.Err()
+		case <-st.closed:
+			return registry.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, registry.ErrClosed)
+		case <-st.hints:
+		case <-t.C:
+		}
+		s, err := st.d.keysList(ctx, st.svc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return registry.Snapshot{}, ctx.Err()
+			}
+			return registry.Snapshot{}, err
+		}
+		t.Reset(st.d.o.Poll)
+		if !s.SameInstances(st.last) {
+			st.last = s
+			return s, nil
+		}
+	}
+}
+
+func (st *keysStream) Close() error {
+	st.once.Do(func() {
+		close(st.closed)
+		if st.ps != nil {
+			_ = st.ps.Close()
+			<-st.done
+		}
+	})
+	return nil
+}

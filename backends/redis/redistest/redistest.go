@@ -1,0 +1,273 @@
+// Package redistest starts private redis-server processes for tests: one
+// per call, on a free loopback port, in a temporary directory, stopped at
+// test cleanup. It never skips: a missing redis-server fails the test with
+// a message saying how to install it.
+//
+// The binary is $ROSTER_REDIS_SERVER if set, else redis-server on PATH
+// (Debian: apt-get install -y redis-server; scripts/test.sh does that).
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/roster-go/roster/internal/loopback"
+)
+
+// EnvServer names the environment variable that points at redis-server.
+const EnvServer = "ROSTER_REDIS_SERVER"
+
+// FindServer returns the path of the redis-server binary.
+func FindServer() (string, error) {
+	if p := os.Getenv(EnvServer); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("redistest: %s=%s: %w", EnvServer, p, err)
+		}
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", fmt.Errorf("redistest: redis-server not found: set %s or install it (apt-get install -y redis-server; scripts/test.sh does this): %w", EnvServer, err)
+	}
+	return p, nil
+}
+
+// findCLI returns redis-cli, next to redis-server or on PATH.
+func findCLI(server string) (string, error) {
+	if p := filepath.Join(filepath.Dir(server), "redis-cli"); fileExists(p) {
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return "", fmt.Errorf("redistest: redis-cli not found (it ships with redis-server): %w", err)
+	}
+	return p, nil
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// Server is one private redis-server process.
+type Server struct {
+	bin  string
+	dir  string
+	port int
+	pre  []string // arguments before the options (a config file)
+	args []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	log    *os.File
+	exited chan error // receives the process's exit once
+}
+
+// Start starts a redis-server with the extra command-line arguments (for
+// example "--notify-keyspace-events", "Ex") and stops it when the test
+// ends. Persistence is off except for the RDB file Restart(keepData=true)
+// writes on shutdown.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	s, err := NewServer(t.TempDir(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Stop() })
+	return s
+}
+
+// NewServer starts a redis-server in dir (for benchmarks and programs
+// without a testing.TB). The caller stops it with Stop.
+func NewServer(dir string, args ...string) (*Server, error) {
+	bin, err := FindServer()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, dir: dir, args: args}
+	// A port is free when we ask; another process may take it before the
+	// server binds, so retry a few times on a bind failure.
+	for range 5 {
+		if s.port, err = loopback.FreePort(); err != nil {
+			return nil, err
+		}
+		if err = s.start(); err == nil {
+			return s, nil
+		}
+	}
+	return nil, err
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port is the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// Dir is the server's working directory (RDB file, log, cluster config).
+func (s *Server) Dir() string { return s.dir }
+
+// Client returns a new client to the server; the caller closes it.
+func (s *Server) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+}
+
+func (s *Server) start() error {
+	args := append(append(append([]string{}, s.pre...),
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--dir", s.dir, "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--protected-mode", "no", "--logfile", "",
+	), s.args...)
+	log, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = log, log
+	orphanProof(cmd)
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if err := waitReady(s.Addr(), exited); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		log.Close()
+		return fmt.Errorf("redistest: %s on port %d: %w (log: %s)", s.bin, s.port, err, tail(filepath.Join(s.dir, "redis.log")))
+	}
+	s.mu.Lock()
+	s.cmd, s.log, s.exited = cmd, log, exited
+	s.mu.Unlock()
+	return nil
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 800 {
+		b = b[len(b)-800:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// waitReady polls PING until the server answers or 10s pass.
+func waitReady(addr string, exited <-chan error) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case werr := <-exited:
+			return fmt.Errorf("exited before answering: %v", werr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer within 10s: %w", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// shutdown stops the process: SHUTDOWN SAVE or NOSAVE, then a kill if it
+// has not exited within 5s.
+func (s *Server) shutdown(save bool) error {
+	s.mu.Lock()
+	cmd, log, exited := s.cmd, s.log, s.exited
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	mode := "NOSAVE"
+	if save {
+		mode = "SAVE"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// SHUTDOWN closes the connection instead of replying: the error is expected.
+	_ = c.Do(ctx, "SHUTDOWN", mode).Err()
+	cancel()
+	c.Close()
+	var err error
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		if save {
+			err = errors.New("redistest: redis-server did not exit after SHUTDOWN SAVE; killed")
+		}
+	}
+	log.Close()
+	return err
+}
+
+// Stop stops the server without saving. It is safe to call twice.
+func (s *Server) Stop() { _ = s.shutdown(false) }
+
+// Kill stops the server abruptly (SIGKILL), as a crash would.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		s.mu.Lock()
+		s.log.Close()
+		s.cmd = nil
+		s.mu.Unlock()
+	}
+}
+
+// Restart stops the server and starts it again on the same port. With
+// keepData it saves an RDB snapshot on shutdown and loads it on start (keys
+// keep their absolute expiry times); without, it comes back empty.
+func (s *Server) Restart(_ context.Context, keepData bool) error {
+	if err := s.shutdown(keepData); err != nil {
+		return err
+	}
+	if !keepData {
+		if err := os.Remove(filepath.Join(s.dir, "dump.rdb")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return s.Start()
+}
+
+// Start starts a stopped server again on the same port and directory.
+func (s *Server) Start() error {
+	var err error
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The port may still be held for a moment after the old process exits.
+		if err = s.start(); err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// FlushAll deletes every key in every database (the conformance wipe).
+func (s *Server) FlushAll(ctx context.Context) error {
+	c := s.Client()
+	defer c.Close()
+	return c.FlushAll(ctx).Err()
+}

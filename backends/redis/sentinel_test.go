@@ -1,0 +1,58 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/registry"
+)
+
+// Sentinel: the master crashes, Sentinel promotes the replica; the lease
+// keeps (or re-creates) its instance on the new master and a watcher
+// converges, with registrations flowing again.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	f := redistest.StartFailover(t)
+	ctx := t.Context()
+	u := "redis+sentinel://" + f.Sentinel.Addr() + "?master=" + f.Name + "&dial_timeout=300ms"
+	r := open(t, u)
+	obs := open(t, u)
+	l, err := r.Register(ctx, registry.Instance{Service: "fo", Address: "127.0.0.1:1"}, registry.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := obs.Watch(ctx, "fo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if s, err := w.Next(ctx); err != nil || len(s.Instances) != 1 {
+		t.Fatalf("first Next = %v, %v", s.Instances, err)
+	}
+	f.Master.Kill()
+	var l2 *registry.Lease
+	waitFor(t, 30*time.Second, "a registration accepted by the promoted replica", func() bool {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		l2, err = r.Register(cctx, registry.Instance{Service: "fo", Address: "127.0.0.1:2"}, registry.WithTTL(2*time.Second))
+		return err == nil
+	})
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	for {
+		s, err := w.Next(wctx)
+		if err != nil && !s.Stale {
+			t.Fatalf("watcher after failover: %v", err)
+		}
+		_, ok1 := s.Find(l.Instance().ID)
+		_, ok2 := s.Find(l2.Instance().ID)
+		if !s.Stale && ok1 && ok2 {
+			break
+		}
+	}
+	if st := l.State(); st == registry.LeaseClosed {
+		t.Fatalf("lease state %v after failover", st)
+	}
+}
