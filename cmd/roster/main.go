@@ -25,6 +25,7 @@ import (
 	_ "github.com/roster-go/roster/backends/consul"
 	_ "github.com/roster-go/roster/backends/etcd"
 	_ "github.com/roster-go/roster/backends/memory"
+	_ "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/registry"
 )
 
