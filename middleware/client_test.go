@@ -375,7 +375,18 @@ func TestZeroProtection(t *testing.T) {
 	// An operator wipes the service by mistake: the client keeps the list.
 	e.srv.Delete("api", b.id())
 	b.lease.Abandon()
-	time.Sleep(50 * time.Millisecond) // let the watch deliver the empty answer
+	// Wait until the client's (shared) watch cache holds the empty answer.
+	waitEmpty := time.Now().Add(3 * time.Second)
+	for {
+		s, err := e.reader.Lookup(context.Background(), "api")
+		if err == nil && len(s.Instances) == 0 {
+			break
+		}
+		if time.Now().After(waitEmpty) {
+			t.Fatal("the empty answer never reached the client's watch cache")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if err := c.Do(context.Background(), "api", get); err != nil {
 		t.Fatalf("call failed inside the zero-instance protection window: %v", err)
 	}
