@@ -236,7 +236,9 @@ func (e *entry) run(ctx context.Context) {
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		results := make(chan streamResult)
+		readerDone := make(chan struct{})
 		go func() {
+			defer close(readerDone)
 			for {
 				s, err := st.Next(sctx)
 				select {
@@ -273,6 +275,7 @@ func (e *entry) run(ctx context.Context) {
 		}
 		cancel()
 		st.Close()
+		<-readerDone // drivers honour ctx: Close never leaves a reader behind
 		if !failed || !e.sleep(ctx, policy.Delay(attempt), resyncC) {
 			return
 		}
