@@ -49,6 +49,7 @@ func (s LeaseState) String() string {
 // concurrent use.
 type Lease struct {
 	r          *Registry
+	id         string // the instance ID, fixed for the lease's life
 	ttl        time.Duration
 	interval   time.Duration
 	policy     backoff.Policy
@@ -150,7 +151,7 @@ func (l *Lease) update(ctx context.Context, f func(*Instance)) error {
 // ErrClosed.
 func (l *Lease) Deregister(ctx context.Context) error {
 	if !l.halt() {
-		return fmt.Errorf("lease %s: %w", l.inst.ID, ErrClosed)
+		return fmt.Errorf("lease %s: %w", l.id, ErrClosed)
 	}
 	l.r.forget(l)
 	l.opMu.Lock()
@@ -161,7 +162,7 @@ func (l *Lease) Deregister(ctx context.Context) error {
 		return nil
 	}
 	if err := reg.Deregister(ctx); err != nil {
-		return fmt.Errorf("lease %s: deregister: %w", l.inst.ID, err)
+		return fmt.Errorf("lease %s: deregister: %w", l.id, err)
 	}
 	return nil
 }

@@ -124,7 +124,7 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	}
 
 	l := &Lease{
-		r: r, ttl: ttl, interval: interval,
+		r: r, id: inst.ID, ttl: ttl, interval: interval,
 		policy: backoff.Policy{Base: o.backoffBase, Max: o.backoffMax},
 		check:  o.check, checkEvery: o.checkInterval, onState: o.onState,
 		inst: inst,
