@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -86,10 +85,22 @@ check fails.`,
 				}
 			}
 			out := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			// Rows are printed as checks finish, so the columns are sized
+			// up front (a tabwriter flushed per row aligns nothing).
+			shown := names
+			if len(shown) == 0 {
+				shown = conformance.Names()
+			}
+			width := len("CHECK")
+			for _, n := range shown {
+				width = max(width, len(n))
+			}
+			row := func(name, res, dur, reason string) {
+				fmt.Fprintln(out, strings.TrimRight(fmt.Sprintf("%-*s  %-7s  %6s  %s", width, name, res, dur, reason), " "))
+			}
 			if !asJSON {
 				fmt.Fprintf(out, "conformance of %s (ttl %v)\n", registry.Redact(u), cfg.TTL)
-				fmt.Fprintln(tw, "CHECK\tRESULT\tTIME\tREASON")
+				row("CHECK", "RESULT", "TIME", "REASON")
 			}
 			var passed, failed, notRun int
 			results := conformance.RunChecks(cmd.Context(), urlHarness{u, cfg}, names, func(r conformance.Result) {
@@ -105,8 +116,7 @@ check fails.`,
 					passed++
 				}
 				if !asJSON {
-					fmt.Fprintf(tw, "%s\t%s\t%.1fs\t%s\n", r.Name, res, r.Duration.Seconds(), r.Reason)
-					tw.Flush()
+					row(r.Name, res, fmt.Sprintf("%.1fs", r.Duration.Seconds()), r.Reason)
 				}
 			})
 			if asJSON {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -323,6 +324,17 @@ func checkConformance(t *testing.T, url string, secrets ...string) string {
 	}
 	if !strings.Contains(out, "5 passed, 0 failed, 1 not run") {
 		t.Errorf("conformance summary wrong:\n%s", out)
+	}
+	// The table is aligned although its rows are printed as checks finish.
+	col := -1
+	for _, l := range strings.Split(out, "\n") {
+		if i := strings.Index(l, "RESULT"); strings.HasPrefix(l, "CHECK ") {
+			col = i
+		} else if name, _, ok := strings.Cut(l, " "); ok && slices.Contains(append(conformancePass, conformanceFault), name) {
+			if i := strings.Index(l, " pass "); name != conformanceFault && i+1 != col {
+				t.Errorf("RESULT column not aligned (at %d, header at %d):\n%s", i+1, col, out)
+			}
+		}
 	}
 	noSecrets(t, out+errOut, secrets...)
 	t.Logf("conformance took %v:\n%s", time.Since(start).Round(time.Millisecond), out)
