@@ -381,6 +381,11 @@ func TestConformanceCommandRedis(t *testing.T) {
 			if !strings.Contains(out, "redis://:xxxxx@"+srv.Addr()) {
 				t.Errorf("conformance header does not name the redacted URL:\n%s", out)
 			}
+			// The server has no keyspace notifications: layout keys says so.
+			note := "note: keyspace notifications disabled"
+			if got := strings.Contains(out, note); got != (layout == "keys") {
+				t.Errorf("layout %s: note %q shown = %v:\n%s", layout, note, got, out)
+			}
 		})
 	}
 	t.Run("wrong password", func(t *testing.T) {
@@ -400,6 +405,9 @@ func TestConformanceCommandConsul(t *testing.T) {
 		`acl { enabled = true, default_policy = "allow", tokens { initial_management = "`+token+`" } }`)
 	t.Run("ok", func(t *testing.T) {
 		out := checkConformance(t, agent.URL("token="+token+"&wait=5s"), token)
+		if strings.Contains(out, "note:") {
+			t.Errorf("notes on a plain Consul agent:\n%s", out)
+		}
 		if !strings.Contains(out, "token=xxxxx") {
 			t.Errorf("conformance header does not show the token redacted:\n%s", out)
 		}
