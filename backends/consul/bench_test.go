@@ -18,7 +18,7 @@ import (
 func benchDriver(b *testing.B) *consul.Driver {
 	b.Helper()
 	a := sharedAgent(b)
-	d, err := consul.NewDriver(consul.Options{Address: a.http})
+	d, err := consul.NewDriver(consul.Options{Address: a.Addr()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,12 +144,12 @@ func BenchmarkLookup1000(b *testing.B) {
 func BenchmarkPropagation(b *testing.B) {
 	a := sharedAgent(b)
 	ctx := context.Background()
-	writer, err := openRegistry(a.http)
+	writer, err := openRegistry(a.Addr())
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer writer.Close()
-	reader, err := openRegistry(a.http)
+	reader, err := openRegistry(a.Addr())
 	if err != nil {
 		b.Fatal(err)
 	}

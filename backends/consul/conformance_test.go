@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/roster-go/roster/backends/consul"
+	"github.com/roster-go/roster/backends/consul/consultest"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/registry"
@@ -16,7 +17,7 @@ import (
 
 // harness runs the suite on the shared agent.
 type harness struct {
-	a *agent
+	a *consultest.Agent
 
 	mu      sync.Mutex
 	proxies []*loopback.Proxy
@@ -39,7 +40,7 @@ func openRegistry(addr string) (*registry.Registry, error) {
 	return registry.New(d, registry.WithResyncInterval(5*time.Second)), nil
 }
 
-func (h *harness) Open(context.Context) (*registry.Registry, error) { return openRegistry(h.a.http) }
+func (h *harness) Open(context.Context) (*registry.Registry, error) { return openRegistry(h.a.Addr()) }
 
 func (h *harness) Config() conformance.Config {
 	return conformance.Config{
@@ -64,7 +65,7 @@ func (h *harness) Config() conformance.Config {
 
 // OpenLinked puts a TCP proxy between the client and the agent.
 func (h *harness) OpenLinked(context.Context) (*registry.Registry, conformance.Link, error) {
-	p, err := loopback.NewProxy(h.a.http)
+	p, err := loopback.NewProxy(h.a.Addr())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -85,7 +86,7 @@ func (h *harness) Restart(ctx context.Context, keepData bool) error {
 // DeleteExternally deregisters the instance through the agent's HTTP API,
 // as an operator's `consul services deregister -id` would.
 func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) error {
-	c, tr, err := rawClient(h.a.http)
+	c, tr, err := rawClient(h.a.Addr())
 	if err != nil {
 		return err
 	}

@@ -157,7 +157,7 @@ func TestArticlePayloadDiscovered(t *testing.T) {
 	}`, id, svc, host, port, host, port)
 	put := func(path, body string) {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://"+a.http+path, strings.NewReader(body))
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://"+a.Addr()+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		c := &http.Client{Timeout: 3 * time.Second} // CURLOPT_TIMEOUT 3
 		defer c.CloseIdleConnections()
@@ -172,12 +172,12 @@ func TestArticlePayloadDiscovered(t *testing.T) {
 	}
 	put("/v1/agent/service/register", payload)
 	t.Cleanup(func() {
-		c, tr, _ := rawClient(a.http)
+		c, tr, _ := rawClient(a.Addr())
 		_ = c.Agent().ServiceDeregister(id)
 		tr.CloseIdleConnections()
 	})
 
-	r, err := openRegistry(a.http)
+	r, err := openRegistry(a.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestHTTPCheck(t *testing.T) {
 	t.Parallel()
 	a := sharedAgent(t)
 	addr, healthy := healthServer(t)
-	r, err := registry.Open(t.Context(), "consul://"+a.http+"?check=http&http_interval=1s&http_timeout=500ms&wait=5s")
+	r, err := registry.Open(t.Context(), "consul://"+a.Addr()+"?check=http&http_interval=1s&http_timeout=500ms&wait=5s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestHTTPCheck(t *testing.T) {
 	wait("withdrawn when /healthz fails", 5*time.Second, func(sn registry.Snapshot) bool { return !present(sn) })
 	healthy.Store(true)
 	wait("back when /healthz passes", 5*time.Second, present)
-	c, tr, _ := rawClient(a.http)
+	c, tr, _ := rawClient(a.Addr())
 	defer tr.CloseIdleConnections()
 	if err := c.Agent().ServiceDeregister(id); err != nil {
 		t.Fatal(err)

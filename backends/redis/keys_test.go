@@ -202,3 +202,36 @@ func TestKeysNotificationHints(t *testing.T) {
 		t.Fatalf("expiry via an expired event: %v, %v", s.Instances, err)
 	}
 }
+
+// Notes tell "roster conformance" when layout keys runs on polling alone.
+func TestKeysNotes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t) // notify-keyspace-events "" by default
+	notes := func(url string) []string {
+		var drv registry.Driver
+		if r := open(t, url); !r.As(&drv) {
+			t.Fatal("As(*registry.Driver) = false")
+		}
+		return drv.(interface {
+			Notes(context.Context) []string
+		}).Notes(t.Context())
+	}
+	base := "redis://" + srv.Addr()
+	if n := notes(base); n != nil {
+		t.Errorf("layout hash: notes %q", n)
+	}
+	if n := notes(base + "?layout=keys"); len(n) != 1 || !strings.Contains(n[0], "keyspace notifications disabled") || !strings.Contains(n[0], "within 1s") {
+		t.Errorf("layout keys, notifications disabled: notes %q", n)
+	}
+	if n := notes(base + "?layout=keys&notify=off&poll=250ms"); len(n) != 1 || !strings.Contains(n[0], "notify=off") || !strings.Contains(n[0], "within 250ms") {
+		t.Errorf("layout keys, notify=off: notes %q", n)
+	}
+	c := srv.Client()
+	defer c.Close()
+	if err := c.ConfigSet(t.Context(), "notify-keyspace-events", "Eg$x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := notes(base + "?layout=keys"); n != nil {
+		t.Errorf("layout keys, notifications enabled: notes %q", n)
+	}
+}

@@ -61,12 +61,56 @@ func (d *Driver) notifyEnabled(ctx context.Context) bool {
 	case d.o.Notify == NotifyOn:
 		return true
 	}
-	cfg, err := d.c.ConfigGet(ctx, "notify-keyspace-events").Result()
+	f, err := d.notifyFlags(ctx)
 	if err != nil {
 		return true // CONFIG may be renamed away; subscribing costs little
 	}
-	f := cfg["notify-keyspace-events"]
+	return eventsUsable(f)
+}
+
+// notifyFlags returns the server's notify-keyspace-events.
+func (d *Driver) notifyFlags(ctx context.Context) (string, error) {
+	cfg, err := d.c.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return "", err
+	}
+	return cfg["notify-keyspace-events"], nil
+}
+
+// eventsUsable reports whether notify-keyspace-events flags f publish the
+// keyevent set, del and expired events a keys-layout watch listens to.
+func eventsUsable(f string) bool {
 	return strings.Contains(f, "E") && (strings.Contains(f, "A") || strings.Contains(f, "g") || strings.Contains(f, "x"))
+}
+
+// Notes describes where this deployment makes the driver behave worse than
+// its best case, one sentence each ("roster conformance" prints them
+// before its results). Only layout keys has any: without keyspace
+// notifications, changes and expiries reach watchers by polling alone. It
+// may ask the server (CONFIG GET notify-keyspace-events); a failure there
+// is a note too, never an error.
+func (d *Driver) Notes(ctx context.Context) []string {
+	if d.o.Layout != LayoutKeys {
+		return nil
+	}
+	polled := fmt.Sprintf("changes and expiries reach watchers only by the poll relist, within %v (option poll)", d.o.Poll)
+	switch {
+	case d.isCluster():
+		return []string{"layout keys on Redis Cluster: keyspace notifications are node-local and not used; " + polled}
+	case d.o.Notify == NotifyOff:
+		return []string{"keyspace notifications not used (notify=off): " + polled}
+	}
+	f, err := d.notifyFlags(ctx)
+	switch {
+	case err != nil && d.o.Notify == NotifyOn:
+		return nil
+	case err != nil:
+		return []string{fmt.Sprintf("cannot read notify-keyspace-events (%v): watches subscribe anyway; if the server publishes no events, %s",
+			d.wrap("config get", err), polled)}
+	case !eventsUsable(f):
+		return []string{fmt.Sprintf("keyspace notifications disabled (notify-keyspace-events=%q; set it to Eg$x or EA): %s", f, polled)}
+	}
+	return nil
 }
 
 // listen turns events about the service's keys, and every

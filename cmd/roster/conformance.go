@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,6 +28,25 @@ func (h urlHarness) Open(ctx context.Context) (*registry.Registry, error) {
 
 func (h urlHarness) Config() conformance.Config { return h.cfg }
 
+// noter is what a driver implements to describe its deployment where it
+// makes the backend behave worse than its best case (for example Redis
+// layout keys without keyspace notifications). It is optional.
+type noter interface {
+	Notes(ctx context.Context) []string
+}
+
+// driverNotes returns the notes of the registry's driver, if it has any.
+func driverNotes(ctx context.Context, r *registry.Registry) []string {
+	var drv registry.Driver
+	if !r.As(&drv) {
+		return nil
+	}
+	if n, ok := drv.(noter); ok {
+		return n.Notes(ctx)
+	}
+	return nil
+}
+
 func newConformance() *cobra.Command {
 	var (
 		cfg    conformance.Config
@@ -43,8 +61,9 @@ func newConformance() *cobra.Command {
 
 It only touches services named conf-<random>-…, and deregisters what it
 registers. Checks that need control of the server (restart, wipe, partition,
-deleting keys by hand) are reported as not run. The exit status is 1 if any
-check fails.`,
+deleting keys by hand) are reported as not run. Notes the backend gives about
+the deployment (say, Redis without keyspace notifications) are printed before
+the results (on stderr with --json). The exit status is 1 if any check fails.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u := registryURL(cmd)
@@ -61,6 +80,10 @@ check fails.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			_, err = probe.Services(ctx)
+			var notes []string
+			if err == nil {
+				notes = driverNotes(ctx, probe)
+			}
 			cancel()
 			lim := probe.Limits()
 			probe.Close()
@@ -86,10 +109,29 @@ check fails.`,
 				}
 			}
 			out := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			// Rows are printed as checks finish, so the columns are sized
+			// up front (a tabwriter flushed per row aligns nothing).
+			shown := names
+			if len(shown) == 0 {
+				shown = conformance.Names()
+			}
+			width := len("CHECK")
+			for _, n := range shown {
+				width = max(width, len(n))
+			}
+			row := func(name, res, dur, reason string) {
+				fmt.Fprintln(out, strings.TrimRight(fmt.Sprintf("%-*s  %-7s  %6s  %s", width, name, res, dur, reason), " "))
+			}
 			if !asJSON {
 				fmt.Fprintf(out, "conformance of %s (ttl %v)\n", registry.Redact(u), cfg.TTL)
-				fmt.Fprintln(tw, "CHECK\tRESULT\tTIME\tREASON")
+				for _, n := range notes {
+					fmt.Fprintf(out, "note: %s\n", n)
+				}
+				row("CHECK", "RESULT", "TIME", "REASON")
+			} else {
+				for _, n := range notes {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
+				}
 			}
 			var passed, failed, notRun int
 			results := conformance.RunChecks(cmd.Context(), urlHarness{u, cfg}, names, func(r conformance.Result) {
@@ -105,8 +147,7 @@ check fails.`,
 					passed++
 				}
 				if !asJSON {
-					fmt.Fprintf(tw, "%s\t%s\t%.1fs\t%s\n", r.Name, res, r.Duration.Seconds(), r.Reason)
-					tw.Flush()
+					row(r.Name, res, fmt.Sprintf("%.1fs", r.Duration.Seconds()), r.Reason)
 				}
 			})
 			if asJSON {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/backends/consul/consultest"
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -288,6 +293,136 @@ func TestConformanceCommand(t *testing.T) {
 	if strings.Contains(out+errOut, "s3cret") {
 		t.Errorf("the password leaked: %s%s", out, errOut)
 	}
+}
+
+// conformanceSubset is what the per-backend tests run: five cheap checks
+// that touch every driver method (register, lookup, watch, deregister,
+// validation) and one fault check, which a URL alone cannot run.
+var (
+	conformancePass  = []string{"RoundTripEveryField", "PrefixIsolation", "Deregister", "InvalidInputRejected", "WatchLastInstanceRemoval"}
+	conformanceFault = "ExternalDeleteReregisters"
+	conformanceRun   = "^(" + strings.Join(append(append([]string{}, conformancePass...), conformanceFault), "|") + ")$"
+)
+
+// checkConformance runs the subset against url and asserts that it
+// passes, with the fault check reported as not run, and that none of
+// secrets appears in the output.
+func checkConformance(t *testing.T, url string, secrets ...string) string {
+	t.Helper()
+	start := time.Now()
+	out, errOut, code := run(t, 2*time.Minute, "conformance", url, "--run", conformanceRun)
+	if code != 0 {
+		t.Fatalf("conformance: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, name := range conformancePass {
+		if !regexp.MustCompile(`(?m)^` + name + `\s+pass\s`).MatchString(out) {
+			t.Errorf("conformance output lacks a pass line for %s:\n%s", name, out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^` + conformanceFault + `\s+not run\s.*harness has no ExternalDeleter hook$`).MatchString(out) {
+		t.Errorf("conformance output lacks the not-run line of %s and its reason:\n%s", conformanceFault, out)
+	}
+	if !strings.Contains(out, "5 passed, 0 failed, 1 not run") {
+		t.Errorf("conformance summary wrong:\n%s", out)
+	}
+	// The table is aligned although its rows are printed as checks finish.
+	col := -1
+	for _, l := range strings.Split(out, "\n") {
+		if i := strings.Index(l, "RESULT"); strings.HasPrefix(l, "CHECK ") {
+			col = i
+		} else if name, _, ok := strings.Cut(l, " "); ok && slices.Contains(append(conformancePass, conformanceFault), name) {
+			if i := strings.Index(l, " pass "); name != conformanceFault && i+1 != col {
+				t.Errorf("RESULT column not aligned (at %d, header at %d):\n%s", i+1, col, out)
+			}
+		}
+	}
+	noSecrets(t, out+errOut, secrets...)
+	t.Logf("conformance took %v:\n%s", time.Since(start).Round(time.Millisecond), out)
+	return out
+}
+
+// checkMisconfigured runs the conformance command against a URL that
+// cannot work and asserts a non-zero exit, a reason on stderr matching
+// every one of reasons, and no secret in the output.
+func checkMisconfigured(t *testing.T, url string, reasons []string, secrets ...string) {
+	t.Helper()
+	out, errOut, code := run(t, time.Minute, "conformance", url, "--run", conformanceRun)
+	if code == 0 {
+		t.Fatalf("conformance on a misconfigured registry succeeded:\n%s\n%s", out, errOut)
+	}
+	for _, r := range reasons {
+		if !strings.Contains(errOut, r) {
+			t.Errorf("conformance failure reason lacks %q:\nstdout:\n%s\nstderr:\n%s", r, out, errOut)
+		}
+	}
+	if strings.Contains(out, "CHECK") {
+		t.Errorf("conformance ran checks on an unusable registry:\n%s", out)
+	}
+	noSecrets(t, out+errOut, secrets...)
+	t.Logf("conformance failed as expected: %s", strings.TrimSpace(errOut))
+}
+
+func noSecrets(t *testing.T, output string, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if strings.Contains(output, s) {
+			t.Errorf("the secret %q leaked into the output:\n%s", s, output)
+		}
+	}
+}
+
+func TestConformanceCommandRedis(t *testing.T) {
+	const password, wrong = "pw-R3dis-s3cret", "pw-wr0ng-guess"
+	srv := redistest.Start(t, "--requirepass", password)
+	for _, layout := range []string{"hash", "keys"} {
+		t.Run(layout, func(t *testing.T) {
+			url := fmt.Sprintf("redis://:%s@%s/0?layout=%s&prefix=cli-%s", password, srv.Addr(), layout, layout)
+			out := checkConformance(t, url, password)
+			if !strings.Contains(out, "redis://:xxxxx@"+srv.Addr()) {
+				t.Errorf("conformance header does not name the redacted URL:\n%s", out)
+			}
+			// The server has no keyspace notifications: layout keys says so.
+			note := "note: keyspace notifications disabled"
+			if got := strings.Contains(out, note); got != (layout == "keys") {
+				t.Errorf("layout %s: note %q shown = %v:\n%s", layout, note, got, out)
+			}
+		})
+	}
+	t.Run("wrong password", func(t *testing.T) {
+		checkMisconfigured(t, fmt.Sprintf("redis://:%s@%s/0", wrong, srv.Addr()),
+			[]string{"is not usable", "WRONGPASS"}, password, wrong)
+	})
+	t.Run("no password", func(t *testing.T) {
+		checkMisconfigured(t, fmt.Sprintf("redis://%s/0?layout=keys", srv.Addr()),
+			[]string{"is not usable", "NOAUTH"}, password)
+	})
+}
+
+func TestConformanceCommandConsul(t *testing.T) {
+	// ACLs on, default allow: a valid token works, an unknown one is refused.
+	const token, wrong = "6a1c2f4e-0d3b-4c9a-9e57-2b8f1d6c7a30", "0f9e8d7c-6b5a-4948-8372-6150f4e3d2c1"
+	agent := consultest.Start(t, "-hcl",
+		`acl { enabled = true, default_policy = "allow", tokens { initial_management = "`+token+`" } }`)
+	t.Run("ok", func(t *testing.T) {
+		out := checkConformance(t, agent.URL("token="+token+"&wait=5s"), token)
+		if strings.Contains(out, "note:") {
+			t.Errorf("notes on a plain Consul agent:\n%s", out)
+		}
+		if !strings.Contains(out, "token=xxxxx") {
+			t.Errorf("conformance header does not show the token redacted:\n%s", out)
+		}
+	})
+	t.Run("unknown token", func(t *testing.T) {
+		checkMisconfigured(t, agent.URL("token="+wrong), []string{"is not usable", "ACL token"}, token, wrong)
+	})
+	t.Run("closed port", func(t *testing.T) {
+		port, err := loopback.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkMisconfigured(t, fmt.Sprintf("consul://127.0.0.1:%d?token=%s&timeout=2s", port, token),
+			[]string{"is not usable", "connection refused"}, token)
+	})
 }
 
 // syncBuffer is a bytes.Buffer safe to read while a process writes to it.

@@ -65,6 +65,7 @@ type Server struct {
 	port int
 	pre  []string // arguments before the options (a config file)
 	args []string
+	pass string // the default user's password (--requirepass), if any
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -74,7 +75,8 @@ type Server struct {
 
 // Start starts a redis-server with the extra command-line arguments (for
 // example "--notify-keyspace-events", "Ex") and stops it when the test
-// ends. Persistence is off except for the RDB file Restart(keepData=true)
+// ends. With "--requirepass", pw among them, the Server's own clients
+// (Client, readiness, SHUTDOWN) authenticate with pw. Persistence is off except for the RDB file Restart(keepData=true)
 // writes on shutdown.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
@@ -94,6 +96,11 @@ func NewServer(dir string, args ...string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{bin: bin, dir: dir, args: args}
+	for i, a := range args {
+		if a == "--requirepass" && i+1 < len(args) {
+			s.pass = args[i+1]
+		}
+	}
 	// A port is free when we ask; another process may take it before the
 	// server binds, so retry a few times on a bind failure.
 	for range 5 {
@@ -116,9 +123,10 @@ func (s *Server) Port() int { return s.port }
 // Dir is the server's working directory (RDB file, log, cluster config).
 func (s *Server) Dir() string { return s.dir }
 
-// Client returns a new client to the server; the caller closes it.
+// Client returns a new client to the server, authenticated if the server
+// requires a password; the caller closes it.
 func (s *Server) Client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.pass, MaxRetries: -1})
 }
 
 func (s *Server) start() error {
@@ -141,7 +149,7 @@ func (s *Server) start() error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	if err := waitReady(s.Addr(), exited); err != nil {
+	if err := waitReady(s.Addr(), s.pass, exited); err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
 		log.Close()
@@ -162,8 +170,8 @@ func tail(path string) string {
 }
 
 // waitReady polls PING until the server answers or 10s pass.
-func waitReady(addr string, exited <-chan error) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+func waitReady(addr, pass string, exited <-chan error) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, Password: pass, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -195,7 +203,7 @@ func (s *Server) shutdown(save bool) error {
 	if cmd == nil {
 		return nil
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	c := s.Client()
 	mode := "NOSAVE"
 	if save {
 		mode = "SAVE"

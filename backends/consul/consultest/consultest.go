@@ -1,0 +1,274 @@
+// Package consultest starts private Consul agents for tests: one
+// `consul agent -dev` per call, on free loopback ports, with its data and
+// log in a temporary directory. It never skips: a missing binary is an
+// error that says how to get one.
+//
+// The binary (Consul 1.13.9, MPL-2.0) is $ROSTER_CONSUL_BIN if set, else
+// ~/.cache/roster/consul-1.13.9, where scripts/test.sh builds it from the
+// Go module proxy (tools/consul), else consul on PATH.
+package consultest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/internal/loopback"
+)
+
+// EnvBin names the environment variable that points at the consul binary.
+const EnvBin = "ROSTER_CONSUL_BIN"
+
+// Version is the Consul release scripts/test.sh builds.
+const Version = "1.13.9"
+
+// FindBinary returns the path of the consul binary: $ROSTER_CONSUL_BIN,
+// then ~/.cache/roster/consul-1.13.9, then consul on PATH.
+func FindBinary() (string, error) {
+	if p := os.Getenv(EnvBin); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("consultest: %s=%s: %v; run scripts/test.sh, which builds Consul %s there", EnvBin, p, err, Version)
+		}
+		return p, nil
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		p := filepath.Join(home, ".cache", "roster", "consul-"+Version)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("consul"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("consultest: no Consul agent binary: run scripts/test.sh (it builds Consul %s from the Go module proxy into ~/.cache/roster/consul-%s), or set %s", Version, Version, EnvBin)
+}
+
+// Agent is one `consul agent -dev` on free loopback ports. Its data dir
+// keeps the agent's own registrations across Restart(keepData=true), as a
+// production agent's does; the catalog itself is in memory (-dev). Its
+// methods are safe for concurrent use.
+type Agent struct {
+	bin    string
+	dir    string
+	ownDir bool
+	addr   string // 127.0.0.1:port of the HTTP API
+	ports  []int  // http, server, serf-lan, serf-wan
+	args   []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *os.File
+}
+
+// Start starts an agent with the extra command-line arguments and stops
+// it, removing its directory, when the test ends. It fails the test if the
+// agent cannot start.
+func Start(tb testing.TB, args ...string) *Agent {
+	tb.Helper()
+	a, err := NewAgent("", args...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { a.Close() })
+	return a
+}
+
+// NewAgent starts an agent in dir (a new temporary directory if dir is
+// empty, removed by Close) with the extra command-line arguments, and
+// waits until it has a leader and lists itself as passing. The caller
+// closes it.
+//
+// Besides -dev on loopback ports (no gRPC, no DNS) the agent runs with
+// limits { http_max_conns_per_client = 4096 }: Consul answers 429 past 200
+// concurrent HTTP connections from one IP, and every client of a test
+// suite comes from 127.0.0.1, which production clients (one process per
+// host, or per pod IP) do not.
+func NewAgent(dir string, args ...string) (*Agent, error) {
+	bin, err := FindBinary()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{bin: bin, dir: dir, args: args}
+	if a.dir == "" {
+		if a.dir, err = os.MkdirTemp("", "roster-consul-"); err != nil {
+			return nil, fmt.Errorf("consultest: %w", err)
+		}
+		a.ownDir = true
+	}
+	var lastErr error
+	for range 3 { // a free port may be taken by someone else before the agent binds it
+		a.ports = a.ports[:0]
+		for range 4 {
+			p, err := loopback.FreePort()
+			if err != nil {
+				a.removeDir()
+				return nil, err
+			}
+			a.ports = append(a.ports, p)
+		}
+		a.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[0]))
+		if lastErr = a.start(); lastErr == nil {
+			return a, nil
+		}
+	}
+	a.removeDir()
+	return nil, lastErr
+}
+
+// Addr is the host:port of the agent's HTTP API.
+func (a *Agent) Addr() string { return a.addr }
+
+// URL returns the registry URL of the agent, consul://127.0.0.1:<port>,
+// followed by ?query if query is not empty (for example "wait=5s").
+func (a *Agent) URL(query string) string {
+	u := "consul://" + a.addr
+	if query != "" {
+		u += "?" + strings.TrimPrefix(query, "?")
+	}
+	return u
+}
+
+// Dir is the agent's directory: its data dir ("data") and log (LogPath).
+func (a *Agent) Dir() string { return a.dir }
+
+// LogPath is the file the agent writes its log to (level warn).
+func (a *Agent) LogPath() string { return filepath.Join(a.dir, "agent.log") }
+
+// LogTail returns the last n bytes of the agent's log.
+func (a *Agent) LogTail(n int) string {
+	b, _ := os.ReadFile(a.LogPath())
+	if n >= 0 && len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+func (a *Agent) start() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cmd != nil {
+		return errors.New("consultest: agent already running")
+	}
+	log, err := os.OpenFile(a.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("consultest: %w", err)
+	}
+	args := append([]string{"agent", "-dev",
+		"-client", "127.0.0.1", "-bind", "127.0.0.1",
+		"-http-port", strconv.Itoa(a.ports[0]), "-server-port", strconv.Itoa(a.ports[1]),
+		"-serf-lan-port", strconv.Itoa(a.ports[2]), "-serf-wan-port", strconv.Itoa(a.ports[3]),
+		"-grpc-port", "-1", "-dns-port", "-1",
+		"-data-dir", filepath.Join(a.dir, "data"),
+		"-hcl", "limits { http_max_conns_per_client = 4096 }",
+		"-log-level", "warn"}, a.args...)
+	cmd := exec.Command(a.bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	orphanProof(cmd)
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("consultest: start %s: %w", a.bin, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	a.cmd, a.done, a.log = cmd, done, log
+	if err := a.waitReady(done); err != nil {
+		a.killLocked()
+		return fmt.Errorf("consultest: consul agent on %s: %w\n%s", a.addr, err, a.LogTail(6000))
+	}
+	return nil
+}
+
+// waitReady polls until the agent has a leader and its own node is in the
+// catalog with a passing serfHealth (the `consul` service is listed as
+// passing): registrations made after that sync at once.
+func (a *Agent) waitReady(exited chan struct{}) error {
+	deadline := time.Now().Add(30 * time.Second)
+	c := &http.Client{Timeout: time.Second}
+	defer c.CloseIdleConnections()
+	for {
+		select {
+		case <-exited:
+			return errors.New("exited during start")
+		default:
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no leader within 30s")
+		}
+		if body, ok := get(c, "http://"+a.addr+"/v1/status/leader"); ok && len(body) > 2 && body != `""` {
+			if body, ok := get(c, "http://"+a.addr+"/v1/health/service/consul?passing"); ok && strings.Contains(body, `"Service"`) {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func get(c *http.Client, url string) (string, bool) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return "", false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b)), resp.StatusCode == 200
+}
+
+func (a *Agent) killLocked() {
+	if a.cmd == nil {
+		return
+	}
+	_ = a.cmd.Process.Kill()
+	<-a.done
+	a.cmd = nil
+	a.log.Close()
+}
+
+// Restart kills the agent (as a crash would) and starts it again on the
+// same ports. keepData false also deletes its data dir: the agent then
+// comes back knowing nothing, as a plain -dev agent does.
+func (a *Agent) Restart(_ context.Context, keepData bool) error {
+	a.mu.Lock()
+	a.killLocked()
+	if !keepData {
+		if err := os.RemoveAll(filepath.Join(a.dir, "data")); err != nil {
+			a.mu.Unlock()
+			return err
+		}
+	}
+	a.mu.Unlock()
+	return a.start()
+}
+
+// Stop kills the agent, keeping its directory; Restart starts it again.
+// It is safe to call twice.
+func (a *Agent) Stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.killLocked()
+}
+
+// Close stops the agent and removes its directory if NewAgent created it.
+// It is safe to call twice.
+func (a *Agent) Close() error {
+	a.Stop()
+	return a.removeDir()
+}
+
+func (a *Agent) removeDir() error {
+	if !a.ownDir {
+		return nil
+	}
+	return os.RemoveAll(a.dir)
+}
