@@ -71,11 +71,14 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Registry, error)
 	return New(d, opts...), nil
 }
 
-// sensitive names query parameters whose values are secrets.
-var sensitive = []string{"token", "password", "pass", "passwd", "secret", "key", "auth", "credential", "credentials"}
+// sensitive holds fragments of query parameter names whose values are
+// secrets. Matching fragments rather than exact names also hides the value
+// of a misspelled option ("tokn", "pasword") in an "unknown option" error.
+var sensitive = []string{"tok", "pas", "pwd", "secr", "key", "auth", "cred", "sig"}
 
 // Redact returns rawURL with its password and secret-looking query values
-// (token, password, secret, …) replaced by "xxxxx". A URL that does not
+// (token, password, secret, key, auth, … and misspellings of them) replaced
+// by "xxxxx". A URL that does not
 // parse is reduced to its scheme, since its text cannot be trusted to be
 // free of secrets.
 func Redact(rawURL string) string {
@@ -101,9 +104,10 @@ func Redact(rawURL string) string {
 		for k := range q {
 			lk := strings.ToLower(k)
 			for _, s := range sensitive {
-				if lk == s || strings.HasSuffix(lk, "_"+s) || strings.HasSuffix(lk, "-"+s) {
+				if strings.Contains(lk, s) {
 					q[k] = []string{"xxxxx"}
 					changed = true
+					break
 				}
 			}
 		}

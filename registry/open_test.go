@@ -19,6 +19,9 @@ func TestRedact(t *testing.T) {
 		{"x://h?acl_token=s3cret", "x://h?acl_token=xxxxx"},
 		{"etcd://h1:2379,h2:2379?prefix=/roster", "etcd://h1:2379,h2:2379?prefix=/roster"},
 		{"mem://demo", "mem://demo"},
+		{"consul://h:8500?tokn=s3cret", "consul://h:8500?tokn=xxxxx"},
+		{"redis+sentinel://h:26379?master=m&sentinel_pasword=s3cret", "redis+sentinel://h:26379?master=m&sentinel_pasword=xxxxx"},
+		{"etcds://h:2379?key_file=/k.pem&prefix=/r", "etcds://h:2379?key_file=xxxxx&prefix=%2Fr"},
 	} {
 		if got := registry.Redact(c.in); got != c.want {
 			t.Errorf("Redact(%q) = %q, want %q", c.in, got, c.want)
