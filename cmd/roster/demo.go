@@ -271,11 +271,14 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 		go func() {
 			defer wg.Done()
 			for runCtx.Err() == nil {
-				cctx, ccancel := context.WithTimeout(runCtx, 2*time.Second)
+				// Calls get their own deadline, not the demo's: one started
+				// just before the end runs to completion (retries included)
+				// instead of being cut short and misread as a failure.
+				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 				err := dm.client.Do(cctx, demoService, call)
 				ccancel()
-				if runCtx.Err() != nil {
-					return // the demo's end cut this call short: not a failure
+				if ctx.Err() != nil {
+					return // interrupted
 				}
 				dm.calls.Add(1)
 				if err != nil {

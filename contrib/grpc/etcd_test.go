@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	_ "github.com/roster-go/roster/backends/etcd"
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	"github.com/roster-go/roster/registry"
@@ -52,7 +54,10 @@ func TestEtcdStopGracefullyAndKillUnderLoad(t *testing.T) {
 	a := startServer(t, srvReg, "echo", "a", 2*time.Millisecond, ttl)
 	b := startServer(t, srvReg, "echo", "b", 20*time.Millisecond, ttl)
 	c := startServer(t, srvReg, "echo", "c", 2*time.Millisecond, ttl)
-	cl := dial(t, open(), "echo", rostergrpc.WithStrategy(selector.LeastRequest))
+	// Five attempts (gRPC's cap) rather than the default three: on a loaded
+	// machine the balancer may take a moment to see b's connections die,
+	// and an attempt picked in that moment fails fast on b again.
+	cl := dial(t, open(), "echo", rostergrpc.WithStrategy(selector.LeastRequest), rostergrpc.WithRetry(5, codes.Unavailable))
 
 	l := startLoad(cl, 6, time.Millisecond)
 	defer l.end()
