@@ -13,16 +13,18 @@ import (
 // draining instance only when nothing else is left.
 const DefaultWeight = 100
 
-// Instance is one registered endpoint of a service.
+// Instance is one registered endpoint of a service. Its JSON form (the
+// lower-case names below) is the one backends store, so that other tools
+// can read it and Go field renames never change stored data.
 type Instance struct {
-	ID       string            // unique per registration; see NewID
-	Service  string            // [a-z0-9][a-z0-9._-]{0,127}
-	Address  string            // host:port
-	Version  string            // free form, e.g. "1.2.0"; used by version filters
-	Zone     string            // locality, e.g. "hz-1"; used by zone filters
-	Weight   uint32            // relative share of traffic; 0 after Drain
-	Tags     []string          // labels, e.g. "canary"
-	Metadata map[string]string // bounded, validated key/value pairs
+	ID       string            `json:"id"`                 // unique per registration; see NewID
+	Service  string            `json:"service"`            // [a-z0-9][a-z0-9._-]{0,127}
+	Address  string            `json:"address"`            // host:port
+	Version  string            `json:"version,omitempty"`  // free form, e.g. "1.2.0"; used by version filters
+	Zone     string            `json:"zone,omitempty"`     // locality, e.g. "hz-1"; used by zone filters
+	Weight   uint32            `json:"weight"`             // relative share of traffic; 0 after Drain
+	Tags     []string          `json:"tags,omitempty"`     // labels, e.g. "canary"
+	Metadata map[string]string `json:"metadata,omitempty"` // bounded, validated key/value pairs
 }
 
 // Host returns the host part of Address.
@@ -59,17 +61,17 @@ func (i Instance) Clone() Instance {
 // time. Snapshots are immutable once published: readers share them and must
 // not modify the Instances slice or what it holds.
 type Snapshot struct {
-	Service   string
-	Instances []Instance // sorted by ID; empty is a real answer ("no instances")
+	Service   string     `json:"service"`
+	Instances []Instance `json:"instances"` // sorted by ID; empty is a real answer ("no instances")
 	// Revision orders snapshots of one service: a Watcher never delivers a
 	// lower revision after a higher one. It is the backend's revision or
 	// index where the backend has one; after a backend wipe resets that
 	// counter the cache keeps counting up from the last value it delivered.
-	Revision uint64
+	Revision uint64 `json:"revision"`
 	// Stale is set when the backend is failing and this is the last good
 	// state served from cache.
-	Stale bool
-	At    time.Time // when this state was read from the backend
+	Stale bool      `json:"stale"`
+	At    time.Time `json:"at"` // when this state was read from the backend
 }
 
 // Find returns the instance with the given ID.

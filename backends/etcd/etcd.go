@@ -343,21 +343,8 @@ func isAuthErr(err error) bool {
 		errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrAuthNotEnabled)
 }
 
-// record is the stored form of an instance: explicit lower-case names, so
-// that other tools can read it and Go field renames do not change it.
-type record struct {
-	ID       string            `json:"id"`
-	Service  string            `json:"service"`
-	Address  string            `json:"address"`
-	Version  string            `json:"version,omitempty"`
-	Zone     string            `json:"zone,omitempty"`
-	Weight   uint32            `json:"weight"`
-	Tags     []string          `json:"tags,omitempty"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
-
 func encode(in registry.Instance) (string, error) {
-	b, err := json.Marshal(record{in.ID, in.Service, in.Address, in.Version, in.Zone, in.Weight, in.Tags, in.Metadata})
+	b, err := json.Marshal(in) // registry.Instance's JSON form is the stored one
 	if err != nil {
 		return "", fmt.Errorf("etcd: encode %s: %w: %v", in.ID, registry.ErrInvalid, err)
 	}
@@ -366,12 +353,12 @@ func encode(in registry.Instance) (string, error) {
 
 // decode reads a stored value. The key is the truth for service and ID.
 func decode(service, id string, val []byte) (registry.Instance, bool) {
-	var r record
-	if err := json.Unmarshal(val, &r); err != nil || r.Address == "" {
+	var in registry.Instance
+	if err := json.Unmarshal(val, &in); err != nil || in.Address == "" {
 		return registry.Instance{}, false
 	}
-	return registry.Instance{ID: id, Service: service, Address: r.Address, Version: r.Version,
-		Zone: r.Zone, Weight: r.Weight, Tags: r.Tags, Metadata: r.Metadata}, true
+	in.ID, in.Service = id, service
+	return in, true
 }
 
 // idOf returns the instance ID of a key under servicePrefix, or false for

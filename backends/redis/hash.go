@@ -120,20 +120,10 @@ end
 return out
 `)
 
-// record is the stored form of an instance in the hash layout.
-type record struct {
-	ID       string            `json:"id"`
-	Service  string            `json:"service"`
-	Address  string            `json:"address"`
-	Version  string            `json:"version,omitempty"`
-	Zone     string            `json:"zone,omitempty"`
-	Weight   uint32            `json:"weight"`
-	Tags     []string          `json:"tags,omitempty"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
-
+// encodeRecord and decodeRecord use registry.Instance's JSON form, the
+// stored form of every backend that keeps instances as JSON.
 func encodeRecord(in registry.Instance) (string, error) {
-	b, err := json.Marshal(record{in.ID, in.Service, in.Address, in.Version, in.Zone, in.Weight, in.Tags, in.Metadata})
+	b, err := json.Marshal(in)
 	if err != nil {
 		return "", fmt.Errorf("%w: redis: encode %s: %v", registry.ErrInvalid, in.ID, err)
 	}
@@ -141,12 +131,9 @@ func encodeRecord(in registry.Instance) (string, error) {
 }
 
 func decodeRecord(s string) (registry.Instance, error) {
-	var r record
-	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return registry.Instance{}, err
-	}
-	return registry.Instance{ID: r.ID, Service: r.Service, Address: r.Address, Version: r.Version,
-		Zone: r.Zone, Weight: r.Weight, Tags: r.Tags, Metadata: r.Metadata}, nil
+	var in registry.Instance
+	err := json.Unmarshal([]byte(s), &in)
+	return in, err
 }
 
 type hashReg struct {

@@ -142,7 +142,7 @@ func TestLsPickWatch(t *testing.T) {
 	}
 	out, _, code = run(t, 20*time.Second, "pick", "web", "--strategy", "weighted_round_robin", "--count", "400", "--json", "--registry", url)
 	var picks []struct {
-		ID    string `json:"ID"`
+		ID    string `json:"id"`
 		Picks int    `json:"picks"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &picks) != nil || len(picks) != 2 {
