@@ -245,6 +245,21 @@ func (d *Driver) enter(ctx context.Context) error {
 	return nil
 }
 
+// begin starts a call: it checks the context, the driver and the link,
+// and returns the server locked. The caller unlocks s.mu.
+func (d *Driver) begin(ctx context.Context) (*Server, error) {
+	if err := d.enter(ctx); err != nil {
+		return nil, err
+	}
+	s := d.srv
+	s.mu.Lock()
+	if err := s.unavailable(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
 // Limits: TTLs down to 10ms, millisecond granularity.
 func (d *Driver) Limits() registry.Limits {
 	return registry.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
@@ -252,15 +267,11 @@ func (d *Driver) Limits() registry.Limits {
 
 // Register implements registry.Driver.
 func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
-	if err := d.enter(ctx); err != nil {
+	s, err := d.begin(ctx)
+	if err != nil {
 		return nil, err
 	}
-	s := d.srv
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.unavailable(); err != nil {
-		return nil, err
-	}
 	s.put(inst, ttl)
 	return &registration{d: d, service: inst.Service, id: inst.ID, ttl: ttl}, nil
 }
@@ -272,15 +283,11 @@ type registration struct {
 }
 
 func (r *registration) Heartbeat(ctx context.Context) error {
-	if err := r.d.enter(ctx); err != nil {
+	s, err := r.d.begin(ctx)
+	if err != nil {
 		return err
 	}
-	s := r.d.srv
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.unavailable(); err != nil {
-		return err
-	}
 	rec := s.services[r.service][r.id]
 	if rec == nil || !rec.deadline.After(time.Now()) {
 		return fmt.Errorf("memory: heartbeat %s: %w", r.id, registry.ErrNotFound)
@@ -291,29 +298,21 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 }
 
 func (r *registration) Update(ctx context.Context, inst registry.Instance) error {
-	if err := r.d.enter(ctx); err != nil {
+	s, err := r.d.begin(ctx)
+	if err != nil {
 		return err
 	}
-	s := r.d.srv
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.unavailable(); err != nil {
-		return err
-	}
 	s.put(inst, r.ttl)
 	return nil
 }
 
 func (r *registration) Deregister(ctx context.Context) error {
-	if err := r.d.enter(ctx); err != nil {
+	s, err := r.d.begin(ctx)
+	if err != nil {
 		return err
 	}
-	s := r.d.srv
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.unavailable(); err != nil {
-		return err
-	}
 	if _, ok := s.services[r.service][r.id]; ok {
 		delete(s.services[r.service], r.id)
 		if len(s.services[r.service]) == 0 {
@@ -326,29 +325,21 @@ func (r *registration) Deregister(ctx context.Context) error {
 
 // List implements registry.Driver.
 func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, error) {
-	if err := d.enter(ctx); err != nil {
+	s, err := d.begin(ctx)
+	if err != nil {
 		return registry.Snapshot{}, err
 	}
-	s := d.srv
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.unavailable(); err != nil {
-		return registry.Snapshot{}, err
-	}
 	return s.list(service), nil
 }
 
 // Services implements registry.Driver.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
-	if err := d.enter(ctx); err != nil {
+	s, err := d.begin(ctx)
+	if err != nil {
 		return nil, err
 	}
-	s := d.srv
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.unavailable(); err != nil {
-		return nil, err
-	}
 	var out []string
 	for svc := range s.services {
 		if len(s.list(svc).Instances) > 0 {
