@@ -83,3 +83,32 @@ func BenchmarkDoNoopTracer(b *testing.B) {
 		}
 	}
 }
+
+// TestDoDoesNotAllocate pins the chain's allocation budget: nothing with
+// spans off (an explicit no-op tracer provider). The race detector
+// allocates, so scripts/test.sh runs this test once more without -race.
+func TestDoDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates; scripts/test.sh runs this without -race")
+	}
+	srv := memory.NewServer()
+	reg := registry.New(memory.NewDriver(srv))
+	defer reg.Close()
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if _, err := reg.Register(ctx, registry.Instance{Service: "api", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := middleware.NewClient(reg, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Do(ctx, "api", noop); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop) }); n != 0 {
+		t.Fatalf("Do allocates %.1f times per call with spans off, want 0", n)
+	}
+}

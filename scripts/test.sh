@@ -38,3 +38,11 @@ go vet ./...
 
 echo "== go test -race"
 go test -race -count=1 -timeout 30m "$@" ./...
+
+# The race detector allocates, so the zero-allocation tests of the hot
+# paths (a pick, a call through the chain) run once more without it.
+echo "== allocation tests (without -race)"
+go test -count=1 -run 'DoesNotAllocate' ./selector ./middleware
+
+echo "== bench module (kratos/go-kit comparison) compiles"
+(cd bench && go vet ./...)
