@@ -20,23 +20,8 @@ func noop(context.Context, registry.Instance) error { return nil }
 func BenchmarkDo(b *testing.B) {
 	for _, n := range []int{10, 100} {
 		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
-			srv := memory.NewServer()
-			reg := registry.New(memory.NewDriver(srv))
-			defer reg.Close()
+			c := chainClient(b, n)
 			ctx := context.Background()
-			for i := 0; i < n; i++ {
-				if _, err := reg.Register(ctx, registry.Instance{Service: "api", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			c, err := middleware.NewClient(reg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			if err := c.Do(ctx, "api", noop); err != nil {
-				b.Fatal(err)
-			}
 			b.Run("serial", func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
@@ -62,20 +47,8 @@ func BenchmarkDo(b *testing.B) {
 // BenchmarkDoNoopTracer is BenchmarkDo with the OpenTelemetry no-op tracer
 // provider set explicitly, which skips the global delegate's allocations.
 func BenchmarkDoNoopTracer(b *testing.B) {
-	srv := memory.NewServer()
-	reg := registry.New(memory.NewDriver(srv))
-	defer reg.Close()
+	c := chainClient(b, 10, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
 	ctx := context.Background()
-	for i := 0; i < 10; i++ {
-		if _, err := reg.Register(ctx, registry.Instance{Service: "api", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	c, err := middleware.NewClient(reg, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := c.Do(ctx, "api", noop); err != nil {
@@ -91,24 +64,32 @@ func TestDoDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates; scripts/test.sh runs this without -race")
 	}
-	srv := memory.NewServer()
-	reg := registry.New(memory.NewDriver(srv))
-	defer reg.Close()
+	c := chainClient(t, 10, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
 	ctx := context.Background()
-	for i := 0; i < 10; i++ {
-		if _, err := reg.Register(ctx, registry.Instance{Service: "api", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := middleware.NewClient(reg, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Do(ctx, "api", noop); err != nil {
-		t.Fatal(err)
-	}
 	if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop) }); n != 0 {
 		t.Fatalf("Do allocates %.1f times per call with spans off, want 0", n)
 	}
+}
+
+// chainClient returns a client over n registered instances of "api" whose
+// cache is already warm.
+func chainClient(tb testing.TB, n int, opts ...middleware.Option) *middleware.Client {
+	tb.Helper()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	tb.Cleanup(func() { reg.Close() })
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		if _, err := reg.Register(ctx, registry.Instance{Service: "api", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	c, err := middleware.NewClient(reg, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() }) // runs before the registry's Close
+	if err := c.Do(ctx, "api", noop); err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }
