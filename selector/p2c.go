@@ -71,11 +71,7 @@ func (l *leastRequest) pick(uint64, bool, int) int {
 			b = uint64(l.sample.pick(0, false, 0))
 		}
 	} else {
-		a = l.rnd.below(n)
-		b = l.rnd.below(n - 1)
-		if b >= a {
-			b++
-		}
+		a, b = l.rnd.pair(n)
 	}
 	if l.less(b, a) {
 		a = b
@@ -107,11 +103,7 @@ func (p *p2cEWMA) pick(uint64, bool, int) int {
 	if n == 1 {
 		return 0
 	}
-	a := p.rnd.below(n)
-	b := p.rnd.below(n - 1)
-	if b >= a {
-		b++
-	}
+	a, b := p.rnd.pair(n)
 	now := p.sh.clock.Load()
 	if p.sh.load(p.eps[b], now) < p.sh.load(p.eps[a], now) {
 		return int(b)

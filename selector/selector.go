@@ -458,3 +458,17 @@ func (r rng) below(n uint64) uint64 {
 	hi, _ := mul64(r.next(), n)
 	return hi
 }
+
+// pair returns two distinct numbers in [0, n), n ≥ 2, from one random
+// draw: a from its high half, b from its low half (multiply-shift on 32
+// bits; the bias is below n·2^-32, negligible for any service size).
+// One draw instead of two is a tenth of a P2C pick.
+func (r rng) pair(n uint64) (a, b uint64) {
+	x := r.next()
+	a = (x >> 32) * n >> 32
+	b = (x & 0xffffffff) * (n - 1) >> 32
+	if b >= a {
+		b++
+	}
+	return a, b
+}
