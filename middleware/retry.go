@@ -63,7 +63,8 @@ func Retry(cfg RetryConfig) Middleware {
 				if err == nil {
 					return nil
 				}
-				if attempt >= cfg.MaxAttempts || req.Classify(ctx, err) != Retryable ||
+				class := req.Classify(ctx, err)
+				if attempt >= cfg.MaxAttempts || class != Retryable ||
 					errors.Is(err, selector.ErrNoInstances) {
 					return err
 				}
@@ -85,7 +86,7 @@ func Retry(cfg RetryConfig) Middleware {
 					}
 				}
 				req.MarkTried()
-				req.Reason = reason(req.Classify(ctx, err), err)
+				req.Reason = reason(class, err)
 				req.tel.retry(ctx, req.Service, req.Reason)
 				if cfg.OnRetry != nil {
 					cfg.OnRetry(req, err)

@@ -314,7 +314,11 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 		dm.observe(runCtx, clients, q)
 	}()
 
-	tick := time.NewTicker(map[bool]time.Duration{true: 250 * time.Millisecond, false: 2 * time.Second}[live])
+	every := 2 * time.Second // a status line
+	if live {
+		every = 250 * time.Millisecond // a redraw
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 loop:
 	for {

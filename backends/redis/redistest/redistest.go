@@ -76,8 +76,8 @@ type Server struct {
 // Start starts a redis-server with the extra command-line arguments (for
 // example "--notify-keyspace-events", "Ex") and stops it when the test
 // ends. With "--requirepass", pw among them, the Server's own clients
-// (Client, readiness, SHUTDOWN) authenticate with pw. Persistence is off except for the RDB file Restart(keepData=true)
-// writes on shutdown.
+// (Client, readiness, SHUTDOWN) authenticate with pw. Persistence is off
+// except for the RDB file Restart(keepData=true) writes on shutdown.
 func Start(t testing.TB, args ...string) *Server {
 	t.Helper()
 	s, err := NewServer(t.TempDir(), args...)
