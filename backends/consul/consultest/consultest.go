@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/childproc"
 	"github.com/roster-go/roster/internal/loopback"
 )
 
@@ -175,7 +176,7 @@ func (a *Agent) start() error {
 		"-log-level", "warn"}, a.args...)
 	cmd := exec.Command(a.bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
-	orphanProof(cmd)
+	childproc.OrphanProof(cmd)
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("consultest: start %s: %w", a.bin, err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/roster-go/roster/internal/childproc"
 	"github.com/roster-go/roster/internal/loopback"
 )
 
@@ -142,7 +143,7 @@ func (s *Server) start() error {
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = log, log
-	orphanProof(cmd)
+	childproc.OrphanProof(cmd)
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("redistest: start %s: %w", s.bin, err)

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package consultest
-
-import "os/exec"
-
-func orphanProof(*exec.Cmd) {}

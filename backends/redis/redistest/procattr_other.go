@@ -1,7 +1,0 @@
-//go:build !linux
-
-package redistest
-
-import "os/exec"
-
-func orphanProof(*exec.Cmd) {}
