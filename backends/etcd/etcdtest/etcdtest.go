@@ -5,8 +5,9 @@
 //
 // A Cluster offers the faults a registry must survive: stopping and
 // restarting one member (the leader too), restarting the whole cluster
-// with or without its data (Wipe), compacting the history, and cutting one
-// client off through a TCP proxy (Link).
+// with or without its data (Wipe), an outage of chosen length (Kill, then
+// Start), compacting the history, and cutting one client off through a
+// TCP proxy (Link).
 //
 // Clients reach each member through a small proxy of the Cluster's own
 // (Endpoints), unless Config.DirectClients is set. Stopping a member first
@@ -393,13 +394,37 @@ func (c *Cluster) Leader() int {
 // Restart stops every member and starts them again: with their data, or
 // with empty data directories (keepData false, the same as Wipe).
 func (c *Cluster) Restart(ctx context.Context, keepData bool) error {
+	if err := c.Kill(); err != nil {
+		return err
+	}
+	return c.Start(ctx, keepData)
+}
+
+// Kill stops every member abruptly, keeping their data: client
+// connections are cut first, so to clients it looks like a crash, not a
+// graceful shutdown. Start brings the cluster back; the time in between
+// is an outage of the caller's choosing.
+func (c *Cluster) Kill() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return errors.New("etcdtest: cluster closed")
 	}
 	c.stopAll()
+	return nil
+}
+
+// Start starts the stopped members again on the same ports and waits
+// until all are ready: with their data, or with empty data directories
+// (keepData false; members still running are stopped first).
+func (c *Cluster) Start(ctx context.Context, keepData bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errors.New("etcdtest: cluster closed")
+	}
 	if !keepData {
+		c.stopAll()
 		for i := range c.members {
 			os.RemoveAll(c.memberDir(i))
 		}
