@@ -239,9 +239,20 @@ func (a *Agent) killLocked() {
 // Restart kills the agent (as a crash would) and starts it again on the
 // same ports. keepData false also deletes its data dir: the agent then
 // comes back knowing nothing, as a plain -dev agent does.
-func (a *Agent) Restart(_ context.Context, keepData bool) error {
+func (a *Agent) Restart(ctx context.Context, keepData bool) error {
+	a.Stop()
+	return a.Start(ctx, keepData)
+}
+
+// Start starts a stopped agent again on the same ports and waits until it
+// is ready, as NewAgent does. keepData false deletes its data dir first.
+// Stop, then Start later, is an outage of the caller's choosing.
+func (a *Agent) Start(_ context.Context, keepData bool) error {
 	a.mu.Lock()
-	a.killLocked()
+	if a.cmd != nil {
+		a.mu.Unlock()
+		return errors.New("consultest: agent already running")
+	}
 	if !keepData {
 		if err := os.RemoveAll(filepath.Join(a.dir, "data")); err != nil {
 			a.mu.Unlock()
@@ -252,8 +263,8 @@ func (a *Agent) Restart(_ context.Context, keepData bool) error {
 	return a.start()
 }
 
-// Stop kills the agent, keeping its directory; Restart starts it again.
-// It is safe to call twice.
+// Stop kills the agent (SIGKILL, as a crash would), keeping its directory;
+// Start or Restart starts it again. It is safe to call twice.
 func (a *Agent) Stop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
