@@ -1,0 +1,429 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+)
+
+// The scenario of issue #12.
+const (
+	service        = "chaos-echo"
+	numInstances   = 5
+	ttl            = 3 * time.Second // etcd's floor is 2s
+	callersPerKind = 2               // callers through Do, and as many through contrib/http
+	pace           = 5 * time.Millisecond
+	attemptTimeout = time.Second     // one HTTP attempt
+	callTimeout    = 2 * time.Second // a whole call, retries included
+	drainWindow    = time.Second     // an instance's wait between deregistering and stopping
+
+	// outage is how long a crashed registry stays down: the 10s of the
+	// issue, over three TTLs, so that every lease has given up
+	// heartbeating and is re-registering with backoff when it comes back.
+	outage = 10 * time.Second
+	// partition is how long the client is cut off from the registry:
+	// longer than the TTL.
+	partition = ttl + 2*time.Second
+	// recoveryBound: after a restart, every instance is listed again
+	// within TTL + 1s of the server being ready.
+	recoveryBound = ttl + time.Second
+	// settle keeps the load on after a fault has healed, to catch late
+	// failures.
+	settle = time.Second
+	// convergeTimeout bounds the wait for the client to pick from exactly
+	// the live instances again (a harness deadline, not a guarantee).
+	convergeTimeout = 20 * time.Second
+)
+
+// envRepeat sets how many times each fault runs (default 3).
+const envRepeat = "ROSTER_CHAOS_REPEAT"
+
+// TestMain runs an instance instead of the tests in the processes the
+// suite starts, and checks the tests' process for leaked goroutines.
+func TestMain(m *testing.M) {
+	if os.Getenv(envInstance) != "" {
+		os.Exit(runInstance())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func repeats(t *testing.T) int {
+	s := os.Getenv(envRepeat)
+	if s == "" {
+		return 3
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number", envRepeat, s)
+	}
+	return n
+}
+
+// A fault is applied to a fixture whose load runs; it records its events
+// in p and fails t on a broken guarantee.
+type fault struct {
+	name  string
+	apply func(fx *fixture, t *testing.T, p *phase)
+}
+
+var faults = []fault{
+	{"crash-empty", (*fixture).crashEmpty},
+	{"restart-keep", (*fixture).restartKeep},
+	{"kill-instance", (*fixture).killInstance},
+	{"rolling-restart", (*fixture).rollingRestart},
+	{"partition", (*fixture).partition},
+}
+
+var backends = []struct {
+	name  string
+	start func(t *testing.T) server
+}{
+	{"etcd", startEtcd},
+	{"redis-hash", startRedis("")},
+	{"redis-keys", startRedis("?layout=keys")},
+	{"consul", startConsul},
+}
+
+// TestChaos runs every fault, repeatedly, on every backend: the backends
+// in parallel, each backend's faults one after another on one server, one
+// set of instances and one client. Select with -run, e.g.
+// -run 'TestChaos/redis-keys/crash-empty'.
+func TestChaos(t *testing.T) {
+	n := repeats(t)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			fx := newFixture(t, b.start(t))
+			defer fx.logResults(t)
+			for rep := 1; rep <= n && !fx.broken; rep++ {
+				for _, f := range faults {
+					t.Run(fmt.Sprintf("%s-%d", f.name, rep), func(t *testing.T) { fx.run(t, f) })
+					if fx.broken {
+						t.Errorf("stopping after a harness failure in %s-%d", f.name, rep)
+						break
+					}
+				}
+			}
+		})
+	}
+}
+
+// fixture is one backend under test: its server, the instance processes
+// and the client under load.
+type fixture struct {
+	srv   server
+	dir   string
+	insts []*instance
+	mc    *middleware.Client
+	cut   func(connected bool)
+	load  *load
+
+	victim  int  // the next instance kill-instance kills
+	broken  bool // a harness step failed: later faults would prove nothing
+	results []string
+}
+
+func newFixture(t *testing.T, srv server) *fixture {
+	fx := &fixture{srv: srv, dir: t.TempDir()}
+	t.Cleanup(fx.killInstances)
+	for range numInstances {
+		in, err := startInstance(srv.url(), fx.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx.insts = append(fx.insts, in)
+	}
+	if _, err := fx.waitListed(time.Now(), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	url, cut, closeLink, err := srv.link()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeLink)
+	fx.cut = cut
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg, err := registry.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+	if fx.mc, err = middleware.NewClient(reg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fx.mc.Close() })
+	warm := newPhase("warm-up")
+	fx.load = newLoad(fx.mc, warm)
+	t.Cleanup(fx.load.close)
+	if err := fx.converge(warm); err != nil {
+		t.Fatal(err)
+	}
+	return fx
+}
+
+func (fx *fixture) killInstances() {
+	for _, in := range fx.insts {
+		in.kill()
+	}
+}
+
+// run applies one fault: the calls made since the previous fault, then
+// the fault's own (until it has healed and settled), must all succeed.
+func (fx *fixture) run(t *testing.T, f fault) {
+	p := newPhase(t.Name()[strings.LastIndex(t.Name(), "/")+1:])
+	fx.check(t, fx.load.begin(p))
+	completed := false
+	defer func() {
+		fx.broken = fx.broken || !completed
+		fx.check(t, fx.load.begin(newPhase("between faults")))
+		fx.results = append(fx.results, p.summary())
+	}()
+	f.apply(fx, t, p)
+	time.Sleep(settle)
+	completed = true
+}
+
+// check fails t if a call of the ended phase p failed, with the report
+// that says when and how; it logs the report otherwise.
+func (fx *fixture) check(t *testing.T, p *phase) {
+	t.Helper()
+	calls, failed := p.total()
+	switch {
+	case failed > 0:
+		t.Errorf("%d of %d calls failed\n%s", failed, calls, p.report())
+	case calls == 0 && p.ended.Sub(p.start) > 100*time.Millisecond:
+		t.Errorf("no call was made: the load is not running\n%s", p.report())
+	default:
+		t.Log(p.report())
+	}
+}
+
+func (fx *fixture) logResults(t *testing.T) {
+	t.Logf("chaos results (%s, TTL %v, outage %v, partition %v):\n  %s",
+		t.Name(), ttl, outage, partition, strings.Join(fx.results, "\n  "))
+}
+
+// ---- faults ----
+
+// crashEmpty kills the registry server, leaves it down longer than the
+// TTL, and starts it again with no data.
+func (fx *fixture) crashEmpty(t *testing.T, p *phase) {
+	if err := fx.srv.crash(); err != nil {
+		t.Fatal(err)
+	}
+	p.event("registry server killed; down for %v", outage)
+	time.Sleep(outage)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p.event("starting the registry server, empty")
+	if err := fx.srv.startEmpty(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ready := p.event("registry server ready")
+	fx.checkRecovery(t, p, ready)
+	fx.mustConverge(t, p)
+}
+
+// restartKeep restarts the registry server keeping its data.
+func (fx *fixture) restartKeep(t *testing.T, p *phase) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p.event("restarting the registry server with its data")
+	if err := fx.srv.restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ready := p.event("registry server ready")
+	fx.checkRecovery(t, p, ready)
+	fx.mustConverge(t, p)
+}
+
+// killInstance kills one instance (no deregistration) and starts a
+// replacement, as an orchestrator would.
+func (fx *fixture) killInstance(t *testing.T, p *phase) {
+	i := fx.victim % len(fx.insts)
+	fx.victim++
+	in := fx.insts[i]
+	in.kill()
+	p.event("instance %s killed", in.addr)
+	fx.replace(t, p, i)
+	fx.mustConverge(t, p)
+}
+
+// rollingRestart stops every instance in turn in the graceful order
+// (SIGTERM: deregister, drain, stop) and starts its replacement.
+func (fx *fixture) rollingRestart(t *testing.T, p *phase) {
+	for i, in := range fx.insts {
+		p.event("SIGTERM to %s", in.addr)
+		if err := in.terminate(20 * time.Second); err != nil {
+			t.Error(err)
+		}
+		p.event("%s exited", in.addr)
+		fx.replace(t, p, i)
+	}
+	fx.mustConverge(t, p)
+}
+
+// partition cuts the client off from the registry for longer than the
+// TTL; the instances keep their own connections.
+func (fx *fixture) partition(t *testing.T, p *phase) {
+	fx.cut(false)
+	p.event("client cut off from the registry for %v", partition)
+	time.Sleep(partition)
+	fx.cut(true)
+	p.event("link restored")
+	fx.mustConverge(t, p)
+}
+
+// replace starts a new instance in slot i.
+func (fx *fixture) replace(t *testing.T, p *phase, i int) {
+	in, err := startInstance(fx.srv.url(), fx.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.insts[i] = in
+	p.event("replacement %s registered", in.addr)
+}
+
+// ---- recovery and convergence ----
+
+func (fx *fixture) ids() []string {
+	ids := make([]string, len(fx.insts))
+	for i, in := range fx.insts {
+		ids[i] = in.id
+	}
+	return ids
+}
+
+// checkRecovery measures how long after ready a fresh Lookup lists every
+// instance again, and fails t past recoveryBound.
+func (fx *fixture) checkRecovery(t *testing.T, p *phase, ready time.Time) {
+	t.Helper()
+	listed, err := fx.waitListed(ready, 30*time.Second)
+	if err != nil {
+		t.Errorf("%v\n%s", err, fx.leaseLogs(nil))
+		return
+	}
+	var last time.Duration
+	for _, at := range listed {
+		last = max(last, at.Sub(ready))
+	}
+	p.event("every instance listed again, %v after ready", last.Round(10*time.Millisecond))
+	t.Logf("recovery: %v after the server was ready (bound %v)", last.Round(10*time.Millisecond), recoveryBound)
+	if last > recoveryBound {
+		t.Errorf("recovery took %v after the server was ready, over the bound of %v; listed at:\n%s",
+			last.Round(10*time.Millisecond), recoveryBound, fx.leaseLogs(func(in *instance) string {
+				return "+" + listed[in.id].Sub(ready).Round(10*time.Millisecond).String() + " after ready"
+			}))
+	}
+}
+
+// leaseLogs returns each instance's log tail (its lease's state changes),
+// headed by note(in) if note is not nil.
+func (fx *fixture) leaseLogs(note func(*instance) string) string {
+	var b strings.Builder
+	for _, in := range fx.insts {
+		head := in.addr
+		if note != nil {
+			head += " " + note(in)
+		}
+		fmt.Fprintf(&b, "  %s:\n    %s\n", head, strings.ReplaceAll(in.logTail(600), "\n", "\n    "))
+	}
+	return b.String()
+}
+
+// waitListed polls a fresh Registry's Lookup until it lists every
+// instance, and returns when each was first seen listed. A new Registry
+// for every poll keeps a client's reconnection backoff out of the figure.
+func (fx *fixture) waitListed(since time.Time, timeout time.Duration) (map[string]time.Time, error) {
+	listed := map[string]time.Time{}
+	var lastErr error
+	for {
+		snap, err := fx.lookup()
+		now := time.Now()
+		if err == nil {
+			for _, in := range snap.Instances {
+				if _, ok := listed[in.ID]; !ok {
+					listed[in.ID] = now
+				}
+			}
+		}
+		lastErr = err
+		missing := slices.DeleteFunc(fx.ids(), func(id string) bool { _, ok := listed[id]; return ok })
+		if len(missing) == 0 {
+			return listed, nil
+		}
+		if now.Sub(since) > timeout {
+			return listed, fmt.Errorf("%d instances not listed %v after the server was ready (last lookup error: %v): %v",
+				len(missing), timeout, lastErr, missing)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (fx *fixture) lookup() (registry.Snapshot, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	reg, err := registry.Open(ctx, fx.srv.url())
+	if err != nil {
+		return registry.Snapshot{}, err
+	}
+	defer reg.Close()
+	return reg.Lookup(ctx, service)
+}
+
+func (fx *fixture) mustConverge(t *testing.T, p *phase) {
+	t.Helper()
+	if err := fx.converge(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// converge waits until the client picks from exactly the live instances,
+// from a fresh snapshot, and then until every one of them has answered a
+// call: the client has recovered and spreads its load again.
+func (fx *fixture) converge(p *phase) error {
+	want := fx.ids()
+	slices.Sort(want)
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		snap, ok := fx.mc.Snapshot(service)
+		var have []string
+		for _, in := range snap.Instances {
+			have = append(have, in.ID)
+		}
+		if ok && !snap.Stale && slices.Equal(have, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v the client picks from %v (stale %v), want %v", convergeTimeout, have, snap.Stale, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.event("client picks from exactly the %d live instances, fresh", len(want))
+	base := fx.load.servedBy()
+	for {
+		served := fx.load.servedBy()
+		idle := slices.DeleteFunc(slices.Clone(want), func(id string) bool { return served[id] > base[id] })
+		if len(idle) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v these instances answered no call: %v", convergeTimeout, idle)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.event("every live instance answered calls")
+	return nil
+}

@@ -1,0 +1,13 @@
+// Package chaos holds the chaos suite: on every backend (etcd, Redis with
+// the hash and the keys layout, Consul) a client calls a service of five
+// instance processes without pause, through middleware.Client and through
+// contrib/http with their default options, while the registry server
+// crashes and comes back empty, restarts with its data, an instance is
+// killed, the instances are restarted one by one, and the client is cut
+// off from the registry for longer than the TTL. Every fault must fail no
+// call, and a restarted registry must list every instance again within
+// TTL + 1s of being ready.
+//
+// The package has tests only; docs/reliability.md gives the guarantees,
+// the figures measured and the commands that run it.
+package chaos
