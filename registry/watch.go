@@ -28,6 +28,9 @@ import (
 //     empties the list. The watcher keeps retrying, and delivers a fresh
 //     snapshot (Stale false) when the backend answers again. If the backend
 //     was never reached, the stale snapshot is empty.
+//   - After a failure, or when the backend's revision goes back (a wipe),
+//     instances missing from the backend's first answers are held until
+//     they reappear or the recovery window ends (see the package doc).
 //   - Only ErrClosed (Close, Registry.Close) and the context's error are
 //     final. Close unblocks a pending Next.
 type Watcher struct {
