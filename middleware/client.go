@@ -371,8 +371,9 @@ type service struct {
 	readyOnce sync.Once
 	staleAt   atomic.Int64 // unix ns since when the served state is stale; 0 fresh
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel    context.CancelFunc
+	done      chan struct{} // follow ended
+	confirmed chan struct{} // confirm ended
 
 	mu        sync.Mutex
 	good      bool // a fresh or persisted snapshot has been applied
@@ -382,15 +383,55 @@ type service struct {
 
 func newService(c *Client, name string, sel *selector.Selector, w *registry.Watcher) *service {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &service{c: c, name: name, sel: sel, w: w, ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	s := &service{c: c, name: name, sel: sel, w: w, ready: make(chan struct{}), cancel: cancel,
+		done: make(chan struct{}), confirmed: make(chan struct{})}
 	go s.follow(ctx)
+	go s.confirm(ctx)
 	return s
 }
 
 func (s *service) stop() {
 	s.cancel()
 	<-s.done
+	<-s.confirmed
 	_ = s.w.Close()
+}
+
+// confirm keeps the persisted snapshot's age true while nothing changes:
+// a watch that is live and fresh confirms the state it last delivered, so
+// every period the file is marked confirmed now. A process that starts
+// during an outage then measures staleness from the last confirmation,
+// not from the last change (which may be days old).
+func (s *service) confirm(ctx context.Context) {
+	defer close(s.confirmed)
+	dir := s.c.cfg.dir
+	if dir == "" {
+		return
+	}
+	t := time.NewTicker(confirmPeriod(s.c.cfg.maxStale))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.mu.Lock()
+			if s.good && s.staleAt.Load() == 0 {
+				_ = confirmSnapshot(dir, s.name, now) // best effort: the next tick tries again
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// confirmPeriod is how often a fresh snapshot file is confirmed: often
+// enough that its age never overstates by more than a quarter of the
+// maximum staleness, at most once a minute.
+func confirmPeriod(maxStale time.Duration) time.Duration {
+	if maxStale <= 0 {
+		return time.Minute
+	}
+	return min(max(maxStale/4, 100*time.Millisecond), time.Minute)
 }
 
 // usable reports whether picks may proceed, and whether they are stale.

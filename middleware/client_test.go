@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -439,3 +443,65 @@ func selectorStrategy(name string) selector.Option {
 }
 
 func memDriver(e *env) registry.Driver { return memory.NewDriver(e.srv) }
+
+// TestSnapshotDirAgeCountsFromLastConfirmation: a service whose instances
+// have not changed for longer than the maximum staleness, but which the
+// registry confirmed until just before the outage, is usable at a cold
+// start: its age counts from the last confirmation, not the last change.
+func TestSnapshotDirAgeCountsFromLastConfirmation(t *testing.T) {
+	dir := t.TempDir()
+	const maxStale = time.Second
+	e := newEnv(t)
+	startBackend(t, e.writer, "api", 100)
+	c := newClient(t, e.reader, middleware.WithSnapshotDir(dir), middleware.WithMaxStaleness(maxStale))
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := c.Snapshot("api")
+	// Stay fresh, unchanged, for longer than the maximum staleness.
+	file := filepath.Join(dir, "api.json")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fi, err := os.Stat(file)
+		if err == nil && fi.ModTime().Sub(snap.At) > 2*maxStale {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("snapshot file never confirmed past %v after its change (stat: %v)", 2*maxStale, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.Close()
+	d := memory.NewDriver(e.srv)
+	d.SetReachable(false)
+	cold := registry.New(d)
+	defer cold.Close()
+	c2 := newClient(t, cold, middleware.WithSnapshotDir(dir), middleware.WithMaxStaleness(maxStale))
+	if err := c2.Do(context.Background(), "api", get); err != nil {
+		t.Fatalf("cold start from a snapshot confirmed moments ago, changed %v ago: %v", time.Since(snap.At), err)
+	}
+}
+
+// TestExtremeOptionsNeverPanic: durations up to math.MaxInt64 in retry
+// and quarantine settings give long waits, never a wrapped negative one.
+func TestExtremeOptionsNeverPanic(t *testing.T) {
+	e := newEnv(t)
+	b := startBackend(t, e.writer, "api", 100)
+	startBackend(t, e.writer, "api", 100)
+	b.status.Store(503)
+	q := middleware.NewQuarantine(middleware.QuarantineConfig{
+		ConsecutiveFailures: 1, BaseEjection: math.MaxInt64 - 1, MaxEjection: math.MaxInt64,
+	})
+	c := newClient(t, e.reader, middleware.WithQuarantine(q), middleware.WithMiddleware(
+		middleware.Retry(middleware.RetryConfig{MaxAttempts: 100, BaseBackoff: time.Nanosecond, MaxBackoff: math.MaxInt64,
+			Budget: middleware.NewBudget(1, 1e6)}),
+		q.Middleware()))
+	for range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_ = c.Do(ctx, "api", get) // may fail: the point is that nothing panics
+		cancel()
+	}
+	if !slices.Contains(q.Ejected("api"), b.id()) {
+		t.Error("the failing instance was never ejected")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/roster-go/roster/registry"
 )
@@ -51,16 +52,30 @@ func saveSnapshot(dir string, s registry.Snapshot) error {
 	return nil
 }
 
+// confirmSnapshot records that the persisted snapshot of service was
+// still the backend's state at now, by setting the file's modification
+// time: a state unchanged for hours but confirmed a minute ago is a minute
+// old, not hours.
+func confirmSnapshot(dir, service string, now time.Time) error {
+	return os.Chtimes(filepath.Join(dir, service+".json"), now, now)
+}
+
 // loadSnapshot reads the persisted snapshot of service; ok is false when
-// there is none.
+// there is none. Its At is the last time it was confirmed: the later of
+// when it was read from the backend and the file's modification time.
 func loadSnapshot(dir, service string) (s registry.Snapshot, ok bool, err error) {
 	if err := registry.ValidateService(service); err != nil {
 		return s, false, err
 	}
-	b, err := os.ReadFile(filepath.Join(dir, service+".json"))
+	path := filepath.Join(dir, service+".json")
+	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, false, nil
 	}
+	if err != nil {
+		return s, false, err
+	}
+	fi, err := os.Stat(path)
 	if err != nil {
 		return s, false, err
 	}
@@ -72,5 +87,8 @@ func loadSnapshot(dir, service string) (s registry.Snapshot, ok bool, err error)
 		return s, false, fmt.Errorf("snapshot file of %s: unexpected format %d / service %q", service, f.Format, f.Snapshot.Service)
 	}
 	f.Snapshot.Stale = true
+	if mt := fi.ModTime(); mt.After(f.Snapshot.At) && !mt.After(time.Now()) {
+		f.Snapshot.At = mt
+	}
 	return f.Snapshot, true, nil
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/roster-go/roster/internal/backoff"
 )
 
 // QuarantineConfig tunes local outlier ejection. Zero fields take the
@@ -182,10 +184,9 @@ func (q *Quarantine) eject(service string, s *quarantined, id string, h *host, t
 		}
 	}
 	h.times++
-	d := time.Duration(h.times) * q.cfg.BaseEjection
-	d = min(d, q.cfg.MaxEjection)
-	d += time.Duration(rand.Int64N(int64(d)/10 + 1))
-	h.until.Store(now + int64(d))
+	d := min(backoff.Mul(q.cfg.BaseEjection, int64(h.times)), q.cfg.MaxEjection)
+	d = backoff.Add(d, rand.N(d/10+1))
+	h.until.Store(int64(backoff.Add(time.Duration(now), d)))
 	h.probeAt.Store(0)
 	if !wasEjected {
 		s.ejected.Add(1)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/roster-go/roster/internal/backoff"
 	"github.com/roster-go/roster/selector"
 )
 
@@ -72,7 +73,7 @@ func Retry(cfg RetryConfig) Middleware {
 					req.tel.budgetExhausted(ctx, req.Service)
 					return errors.Join(err, ErrBudgetExhausted)
 				}
-				d := time.Duration(rand.Int64N(int64(min(cfg.MaxBackoff, cfg.BaseBackoff<<(attempt-1))) + 1))
+				d := rand.N(backoff.Exp(cfg.BaseBackoff, attempt-1, cfg.MaxBackoff)) // full jitter; Exp > 0
 				if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
 					return err // no time left for another attempt
 				}

@@ -18,8 +18,16 @@
 // returned Lease heartbeats every TTL/3 (default TTL 10s) with jitter. When
 // the backend reports the registration lost — expired during an outage,
 // deleted by hand, data wiped, agent restarted — the lease writes it again
-// by itself, with capped jittered backoff, until Deregister or Close. An
-// optional health check withdraws the instance while it fails.
+// by itself, with jittered backoff capped at the heartbeat interval (so it
+// is back within one interval of the backend's return), until Deregister
+// or Close. An optional health check withdraws the instance while it
+// fails.
+//
+// Any positive Duration is accepted by every option, up to math.MaxInt64:
+// arithmetic on durations saturates instead of overflowing, and a panic in
+// a user's health check or state hook is caught (a failed check; a logged
+// hook), so no option or callback can crash the process from a lease's
+// goroutine.
 //
 // # Discovery
 //
@@ -30,6 +38,22 @@
 // marking instead of emptying on errors. The cache re-lists each watched
 // service every resync interval (random phase), to heal anything a change
 // feed missed. Lookup answers from that cache when a watch is live.
+//
+// # Surviving a backend that restarts empty
+//
+// A backend that comes back after an outage — restarted without its data,
+// wiped, or simply reachable again — first answers without the instances
+// whose leases have not yet written themselves again. Those instances have
+// not gone; their leases return within one heartbeat interval. So when a
+// watch comes back from a failure, or sees the backend's revision go back,
+// it keeps serving the instances it served before until each reappears or
+// the recovery window (DefaultRecoveryWindow, 15s; WithRecoveryWindow)
+// ends. Only absences are held: instances in the backend's answer are
+// served as the backend has them. An instance that really died during the
+// outage is offered for at most the window, where the middleware's retry
+// and quarantine route around it. A wipe that a connected watch cannot
+// tell from ordinary changes (the revision did not go back) is applied as
+// the backend reports it.
 //
 // # Errors
 //

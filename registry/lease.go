@@ -205,8 +205,29 @@ func (l *Lease) setState(s LeaseState, err error) {
 		l.r.obs.LeaseState(inst, s, err)
 	}
 	if l.onState != nil {
-		l.onState(s, err)
+		l.callHook(s, err)
 	}
+}
+
+// callHook runs the user's state hook; a panic in it is logged, never
+// allowed to kill the lease's goroutine (and with it the process).
+func (l *Lease) callHook(s LeaseState, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.r.logf("roster: lease state hook panicked", "id", l.id, "panic", p)
+		}
+	}()
+	l.onState(s, err)
+}
+
+// runCheck runs a health check; a panic counts as a failed check.
+func runCheck(ctx context.Context, check func(context.Context) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return check(ctx)
 }
 
 func (l *Lease) setErr(err error) {
@@ -238,7 +259,7 @@ func (l *Lease) run(ctx context.Context, lastOK time.Time) {
 		case <-l.stop:
 			return
 		case <-checkC:
-			l.runCheck(ctx, hb)
+			l.checkHealth(ctx, hb)
 		case <-hb.C:
 			switch l.State() {
 			case LeaseHealthy:
@@ -306,9 +327,9 @@ func (l *Lease) register(ctx context.Context) error {
 	return nil
 }
 
-func (l *Lease) runCheck(ctx context.Context, hb *time.Timer) {
+func (l *Lease) checkHealth(ctx context.Context, hb *time.Timer) {
 	cctx, cancel := context.WithTimeout(ctx, l.checkEvery)
-	err := l.check(cctx)
+	err := runCheck(cctx, l.check)
 	cancel()
 	if ctx.Err() != nil {
 		return

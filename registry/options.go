@@ -19,6 +19,7 @@ type options struct {
 	name     string
 	logger   *slog.Logger
 	resync   time.Duration
+	recovery time.Duration
 	observer Observer
 }
 
@@ -31,6 +32,14 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // at a random phase within the interval so that many clients started
 // together do not list together. Zero or negative disables resync.
 func WithResyncInterval(d time.Duration) Option { return func(o *options) { o.resync = d } }
+
+// WithRecoveryWindow sets how long a watch keeps serving the instances it
+// served before a backend fault while their leases re-register (default
+// DefaultRecoveryWindow). When a watch comes back from a failure, or sees
+// the backend's revision go back (wiped, restarted empty), instances
+// missing from the backend's answer are held until they reappear or the
+// window ends; zero or negative applies the backend's answer at once.
+func WithRecoveryWindow(d time.Duration) Option { return func(o *options) { o.recovery = d } }
 
 // WithObserver installs hooks called on discovery events (for metrics).
 func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
@@ -89,7 +98,9 @@ func WithHealthCheck(check func(context.Context) error, interval time.Duration) 
 
 // WithRetryBackoff sets the capped exponential backoff (with jitter) used
 // to re-register after the backend lost the registration (default 200ms
-// doubling up to 10s).
+// doubling up to the heartbeat interval, so that a lease is back within
+// one interval of the backend's return, at no more than the heartbeat
+// rate). Any positive durations are accepted; max 0 keeps the default.
 func WithRetryBackoff(base, max time.Duration) RegisterOption {
 	return func(o *regOptions) { o.backoffBase, o.backoffMax = base, max }
 }

@@ -22,6 +22,9 @@ type Registry struct {
 	log    *slog.Logger
 	obs    Observer
 	resync time.Duration
+	// recovery is the window a watch holds its last instances after a
+	// backend fault (see recovery.go).
+	recovery time.Duration
 
 	mu      sync.Mutex
 	closed  bool
@@ -32,7 +35,7 @@ type Registry struct {
 // New returns a Registry over a driver. Most programs call Open with a URL
 // instead; New is for drivers constructed in code.
 func New(d Driver, opts ...Option) *Registry {
-	o := options{resync: DefaultResyncInterval}
+	o := options{resync: DefaultResyncInterval, recovery: DefaultRecoveryWindow}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -40,7 +43,7 @@ func New(d Driver, opts ...Option) *Registry {
 		o.name = fmt.Sprintf("%T", d)
 	}
 	return &Registry{
-		drv: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync,
+		drv: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
 		leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }
@@ -85,7 +88,7 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	if err := r.checkOpen(); err != nil {
 		return nil, err
 	}
-	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond, backoffMax: 10 * time.Second}
+	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -113,8 +116,14 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	if interval == 0 {
 		interval = ttl / 3
 	}
-	if interval <= 0 || interval*3 > ttl {
+	if interval <= 0 || interval > ttl/3 {
 		return nil, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
+	}
+	if o.backoffMax <= 0 {
+		// Re-registering no faster than heartbeating costs the backend no
+		// more than steady state, and brings every instance back within
+		// one interval of the backend's return.
+		o.backoffMax = interval
 	}
 	if o.check != nil && o.checkInterval <= 0 {
 		o.checkInterval = interval
@@ -133,7 +142,7 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	healthy := true
 	if o.check != nil {
 		cctx, cancel := context.WithTimeout(ctx, o.checkInterval)
-		if err := o.check(cctx); err != nil {
+		if err := runCheck(cctx, o.check); err != nil {
 			healthy = false
 			l.state, l.err = LeaseWithdrawn, fmt.Errorf("health check: %w", err)
 		}
@@ -298,23 +307,7 @@ func (r *Registry) Close() error {
 	r.entries = map[string]*entry{}
 	r.mu.Unlock()
 
-	var errs []error
-	var wg sync.WaitGroup
-	var emu sync.Mutex
-	for _, l := range leases {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := l.Deregister(ctx); err != nil && !errors.Is(err, ErrClosed) {
-				emu.Lock()
-				errs = append(errs, err)
-				emu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	errs := deregisterAll(leases)
 	for _, e := range entries {
 		e.cancel()
 		<-e.done
@@ -324,4 +317,36 @@ func (r *Registry) Close() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// closeConcurrency bounds the deregistrations Close runs at once: a
+// process holding a thousand leases must not open a thousand connections
+// to the backend (a Consul agent answers 429 past 200 per client).
+const closeConcurrency = 32
+
+// deregisterAll deregisters leases, closeConcurrency at a time, each with
+// a few seconds' grace counted from its own start, and returns the errors.
+func deregisterAll(leases []*Lease) []error {
+	var (
+		errs []error
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, closeConcurrency)
+	)
+	for _, l := range leases {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := l.Deregister(ctx); err != nil && !errors.Is(err, ErrClosed) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"encoding/json"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -190,6 +191,9 @@ func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
 		return 0, invalid("ttl", "%v is below this backend's minimum of %v", ttl, lim.MinTTL)
 	}
 	if g := lim.TTLGranularity; g > 0 && ttl%g != 0 {
+		if ttl > math.MaxInt64-g {
+			return 0, invalid("ttl", "%v is too large to round up to this backend's granularity of %v", ttl, g)
+		}
 		ttl = (ttl/g + 1) * g
 	}
 	return ttl, nil

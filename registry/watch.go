@@ -28,6 +28,9 @@ import (
 //     empties the list. The watcher keeps retrying, and delivers a fresh
 //     snapshot (Stale false) when the backend answers again. If the backend
 //     was never reached, the stale snapshot is empty.
+//   - After a failure, or when the backend's revision goes back (a wipe),
+//     instances missing from the backend's first answers are held until
+//     they reappear or the recovery window ends (see the package doc).
 //   - Only ErrClosed (Close, Registry.Close) and the context's error are
 //     final. Close unblocks a pending Next.
 type Watcher struct {
@@ -99,12 +102,13 @@ type entry struct {
 	refs    int // guarded by r.mu
 
 	mu         sync.Mutex
-	cur        Snapshot
-	seq        uint64 // bumped on every delivery; 0 = nothing yet
-	backendRev uint64 // last revision seen from the driver
+	cur        Snapshot // what watchers get: the backend's state plus held instances
+	seq        uint64   // bumped on every delivery; 0 = nothing yet
+	backendRev uint64   // last revision seen from the driver
 	err        error
 	changed    chan struct{}
 	closed     bool
+	hold       recovery
 
 	resyncT *time.Timer // owned by run
 	cancel  context.CancelFunc
@@ -135,24 +139,78 @@ func (e *entry) broadcast() {
 	e.changed = make(chan struct{})
 }
 
-// publish applies a snapshot from the stream, or from a resync when
-// fromResync is set. A resync result older than what the stream delivered
-// is dropped: the stream is ordered, the list may have raced with it.
-func (e *entry) publish(s Snapshot, fromResync bool) {
+// publish applies a snapshot from the stream.
+func (e *entry) publish(s Snapshot) {
 	e.mu.Lock()
+	e.applyLocked(s)
+}
+
+// publishList applies the result of a full relist that started when the
+// stream's last revision was before. A result between before and the
+// stream's current revision raced with the stream, which is ordered and
+// newer: it is dropped. A result below before can only come from a backend
+// whose counter went back (wiped or restarted empty) without the stream
+// noticing: it is applied, or the cache would never heal.
+func (e *entry) publishList(s Snapshot, before uint64) {
+	e.mu.Lock()
+	if e.seq != 0 && !e.cur.Stale && s.Revision >= before &&
+		(s.Revision < e.backendRev || (s.Revision == e.backendRev && e.sameAsServed(s))) {
+		e.mu.Unlock()
+		return
+	}
+	e.applyLocked(s)
+}
+
+// applyLocked publishes the backend's state s, merged with the instances
+// held through a recovery; it is called with e.mu held and releases it.
+func (e *entry) applyLocked(s Snapshot) {
 	have := e.seq != 0
 	fresh := have && !e.cur.Stale
-	if fromResync && fresh {
-		if s.Revision < e.backendRev || (s.Revision == e.backendRev && e.cur.SameInstances(s)) {
-			e.mu.Unlock()
-			return
+	// Back from a failure, or the backend's counter went back (a wipe):
+	// the backend may be answering before the leases had a chance to
+	// write themselves again. Hold what was served until they do.
+	if have && (!fresh || s.Revision < e.backendRev) {
+		if n := e.hold.begin(e.cur.Instances, e.r.recovery, e.endHold); n > 0 {
+			e.r.logf("roster: backend recovering: holding the last instances until their leases return",
+				"service", e.service, "held", n, "window", e.r.recovery)
 		}
 	}
 	e.backendRev = s.Revision
+	s = e.hold.apply(s)
 	if fresh && e.cur.SameInstances(s) {
 		e.mu.Unlock()
 		return
 	}
+	e.deliverLocked(s)
+}
+
+// sameAsServed reports whether the backend's state s would change nothing
+// that watchers see.
+func (e *entry) sameAsServed(s Snapshot) bool {
+	merged, _ := e.hold.merge(s)
+	return merged.SameInstances(e.cur)
+}
+
+// endHold ends a recovery window: what the backend said last is served
+// as is.
+func (e *entry) endHold() {
+	e.mu.Lock()
+	if e.closed || !e.hold.end() {
+		e.mu.Unlock()
+		return
+	}
+	s := e.hold.last
+	if e.cur.Stale || e.cur.SameInstances(s) {
+		e.mu.Unlock()
+		return
+	}
+	e.deliverLocked(s)
+}
+
+// deliverLocked makes s the current state and wakes the watchers; it is
+// called with e.mu held and releases it.
+func (e *entry) deliverLocked(s Snapshot) {
+	have := e.seq != 0
 	rev := s.Revision
 	if have && rev <= e.cur.Revision {
 		// The backend's counter went back (wiped data) or did not move:
@@ -200,6 +258,7 @@ func (e *entry) fail(err error) {
 func (e *entry) close() {
 	e.mu.Lock()
 	e.closed = true
+	e.hold.end()
 	close(e.changed)
 	e.changed = make(chan struct{})
 	e.mu.Unlock()
@@ -220,7 +279,9 @@ func (e *entry) run(ctx context.Context) {
 		defer e.resyncT.Stop()
 		resyncC = e.resyncT.C
 	}
-	policy := backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+	// Reopening is cheap (a refused connection while the backend is down),
+	// and the sooner the watch is back the sooner changes flow again.
+	policy := backoff.Policy{Base: 100 * time.Millisecond, Max: time.Second}
 	for attempt := 0; ctx.Err() == nil; {
 		st, err := e.r.drv.Watch(ctx, e.service)
 		if err != nil {
@@ -268,7 +329,7 @@ func (e *entry) run(ctx context.Context) {
 					continue
 				}
 				attempt = 0
-				e.publish(r.s, false)
+				e.publish(r.s)
 				continue
 			}
 			break
@@ -303,6 +364,9 @@ func (e *entry) sleep(ctx context.Context, d time.Duration, resyncC <-chan time.
 // stream missed something.
 func (e *entry) resync(ctx context.Context) {
 	start := time.Now()
+	e.mu.Lock()
+	before := e.backendRev
+	e.mu.Unlock()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	s, err := e.r.drv.List(lctx, e.service)
 	cancel()
@@ -315,7 +379,7 @@ func (e *entry) resync(ctx context.Context) {
 		e.r.logf("roster: resync failed", "service", e.service, "err", err)
 		e.fail(err)
 	default:
-		e.publish(s, true)
+		e.publishList(s, before)
 	}
 	e.resyncT.Reset(backoff.Jitter(e.r.resync, 0.1))
 }

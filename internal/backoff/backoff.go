@@ -1,9 +1,12 @@
 // Package backoff computes capped, jittered exponential delays shared by
 // every retry loop in Roster (lease re-registration, watch resubscription,
-// driver reconnects).
+// driver reconnects, call retries), and the saturating duration arithmetic
+// they need: a user may pass any time.Duration, up to math.MaxInt64, and
+// no product or doubling here ever wraps around to a negative value.
 package backoff
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -27,15 +30,47 @@ func (p Policy) Delay(attempt int) time.Duration {
 	if max <= 0 {
 		max = 10 * time.Second
 	}
-	d := base
-	for i := 0; i < attempt && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
+	d := Exp(base, attempt, max)
 	half := d / 2
 	return half + rand.N(half+1)
+}
+
+// Exp returns base·2^attempt, capped at max, without overflow for any
+// attempt. A negative attempt counts as 0; a non-positive base or max
+// gives 0.
+func Exp(base time.Duration, attempt int, max time.Duration) time.Duration {
+	if base <= 0 || max <= 0 {
+		return 0
+	}
+	d := min(base, max)
+	for i := 0; i < attempt && d < max; i++ {
+		if d > max/2 {
+			return max
+		}
+		d *= 2
+	}
+	return d
+}
+
+// Mul returns d·n saturated to [0, math.MaxInt64]: a negative d or n gives
+// 0, and a product too large for a Duration gives the largest Duration.
+func Mul(d time.Duration, n int64) time.Duration {
+	if d <= 0 || n <= 0 {
+		return 0
+	}
+	if int64(d) > math.MaxInt64/n {
+		return math.MaxInt64
+	}
+	return d * time.Duration(n)
+}
+
+// Add returns a+b for non-negative durations, saturated at the largest
+// Duration.
+func Add(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // Jitter returns d scaled by a random factor in [1-frac, 1].
@@ -48,6 +83,11 @@ func Jitter(d time.Duration, frac float64) time.Duration {
 	if frac > 1 {
 		frac = 1
 	}
-	cut := time.Duration(float64(d) * frac * rand.Float64())
-	return d - cut
+	cut := float64(d) * frac * rand.Float64()
+	if cut >= float64(d) {
+		// Only at the largest durations, where float64 rounds d up and the
+		// conversion back to an integer would overflow.
+		return d / 2
+	}
+	return d - time.Duration(cut)
 }
