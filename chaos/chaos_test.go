@@ -100,11 +100,18 @@ var backends = []struct {
 // -run 'TestChaos/redis-keys/crash-empty'.
 func TestChaos(t *testing.T) {
 	n := repeats(t)
+	var sum tally
+	// Parallel subtests run after this function returns; cleanups after
+	// they all end.
+	t.Cleanup(func() {
+		t.Logf("chaos: %d run(s) of each fault, TTL %v, outage %v, partition %v, %d callers every %v\n%s",
+			n, ttl, outage, partition, 2*callersPerKind, pace, sum.table())
+	})
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			fx := newFixture(t, b.start(t))
-			defer fx.logResults(t)
+			fx.tally = func(fault string, p *phase) { sum.add(b.name, fault, p) }
 			for rep := 1; rep <= n && !fx.broken; rep++ {
 				for _, f := range faults {
 					t.Run(fmt.Sprintf("%s-%d", f.name, rep), func(t *testing.T) { fx.run(t, f) })
@@ -128,9 +135,9 @@ type fixture struct {
 	cut   func(connected bool)
 	load  *load
 
-	victim  int  // the next instance kill-instance kills
-	broken  bool // a harness step failed: later faults would prove nothing
-	results []string
+	victim int  // the next instance kill-instance kills
+	broken bool // a harness step failed: later faults would prove nothing
+	tally  func(fault string, p *phase)
 }
 
 func newFixture(t *testing.T, srv server) *fixture {
@@ -188,7 +195,7 @@ func (fx *fixture) run(t *testing.T, f fault) {
 	defer func() {
 		fx.broken = fx.broken || !completed
 		fx.check(t, fx.load.begin(newPhase("between faults")))
-		fx.results = append(fx.results, p.summary())
+		fx.tally(f.name, p)
 	}()
 	f.apply(fx, t, p)
 	time.Sleep(settle)
@@ -208,11 +215,6 @@ func (fx *fixture) check(t *testing.T, p *phase) {
 	default:
 		t.Log(p.report())
 	}
-}
-
-func (fx *fixture) logResults(t *testing.T) {
-	t.Logf("chaos results (%s, TTL %v, outage %v, partition %v):\n  %s",
-		t.Name(), ttl, outage, partition, strings.Join(fx.results, "\n  "))
 }
 
 // ---- faults ----
@@ -319,8 +321,8 @@ func (fx *fixture) checkRecovery(t *testing.T, p *phase, ready time.Time) {
 	for _, at := range listed {
 		last = max(last, at.Sub(ready))
 	}
-	p.event("every instance listed again, %v after ready", last.Round(10*time.Millisecond))
-	t.Logf("recovery: %v after the server was ready (bound %v)", last.Round(10*time.Millisecond), recoveryBound)
+	p.recovery = last
+	p.event("every instance listed again, %v after ready (bound %v)", last.Round(10*time.Millisecond), recoveryBound)
 	if last > recoveryBound {
 		t.Errorf("recovery took %v after the server was ready, over the bound of %v; listed at:\n%s",
 			last.Round(10*time.Millisecond), recoveryBound, fx.leaseLogs(func(in *instance) string {

@@ -195,6 +195,7 @@ type phase struct {
 
 	calls, failed [2]atomic.Int64 // by kind: viaDo, viaHTTP
 	maxLatency    atomic.Int64    // ns
+	recovery      time.Duration   // after a registry restart: ready → every instance listed; -1 if not measured
 
 	mu        sync.Mutex
 	events    []string
@@ -205,7 +206,7 @@ type phase struct {
 }
 
 func newPhase(name string) *phase {
-	return &phase{name: name, start: time.Now(), kinds: map[string]int{}}
+	return &phase{name: name, start: time.Now(), recovery: -1, kinds: map[string]int{}}
 }
 
 func kindIndex(kind string) int {
@@ -288,9 +289,13 @@ func (p *phase) total() (calls, failed int64) {
 // summary is the one-line account of an ended phase.
 func (p *phase) summary() string {
 	calls, failed := p.total()
-	return fmt.Sprintf("%s: %.1fs, %d calls (%d Do, %d http), %d failed (%d Do, %d http), max latency %v",
+	s := fmt.Sprintf("%s: %.1fs, %d calls (%d Do, %d http), %d failed (%d Do, %d http), max latency %v",
 		p.name, p.ended.Sub(p.start).Seconds(), calls, p.calls[0].Load(), p.calls[1].Load(),
 		failed, p.failed[0].Load(), p.failed[1].Load(), time.Duration(p.maxLatency.Load()).Round(time.Millisecond))
+	if p.recovery >= 0 {
+		s += fmt.Sprintf(", recovery %v", p.recovery.Round(10*time.Millisecond))
+	}
+	return s
 }
 
 // report is the full account of an ended phase: summary, timeline, and
