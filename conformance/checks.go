@@ -45,6 +45,8 @@ var checks = []check{
 	{name: "ContextCancellation", run: contextCancel},
 	{name: "ConcurrentRegistrations", run: concurrentRegistrations},
 	{name: "LookupFromWatchCache", run: lookupFromCache},
+	// Loads the backend: run alone, with the fault checks.
+	{name: "ManyLeasesThenClose", fault: true, run: manyLeases},
 	{name: "ExternalDeleteReregisters", fault: true, run: externalDelete,
 		needs: "ExternalDeleter", needsOK: has1[ExternalDeleter]},
 	{name: "PartitionShorterThanTTL", fault: true, run: partitionShort,
@@ -763,6 +765,75 @@ func concurrentRegistrations(t TB, s *suite) {
 	for i := 1; i < n; i += 2 {
 		_ = leases[i].Deregister(t.Context())
 	}
+}
+
+// manyLeases: one process holds Config.ManyLeases leases (default 1,000).
+// Every registration succeeds, heartbeats keep them all listed for a full
+// TTL, and Registry.Close leaves none behind.
+func manyLeases(t TB, s *suite) {
+	n := s.cfg.ManyLeases
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := s.h.Open(ctx)
+	if err != nil {
+		t.Fatalf("Harness.Open: %v", err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = r.Close()
+		}
+	})
+	obs := s.open(t)
+	svc := service("many")
+	ttl := max(s.cfg.TTL, 3*time.Second)
+	start := time.Now()
+	if err := registerMany(t.Context(), r, svc, ttl, n); err != nil {
+		t.Fatalf("%d concurrent registrations from one process: %v", n, err)
+	}
+	t.Logf("%d registrations in %v", n, time.Since(start))
+	count := func() (bool, string) {
+		sn, err := obs.Lookup(t.Context(), svc)
+		return err == nil && len(sn.Instances) == n, fmt.Sprintf("%d listed, %v", len(sn.Instances), err)
+	}
+	eventually(t, s.cfg.Propagation*5, fmt.Sprintf("all %d listed", n), count)
+	time.Sleep(ttl + s.cfg.ExpirySlack) // the span the leases must cover: their whole TTL
+	if ok, msg := count(); !ok {
+		t.Fatalf("after a TTL held by heartbeats: %s, want all %d", msg, n)
+	}
+	start = time.Now()
+	if err := r.Close(); err != nil {
+		t.Errorf("Registry.Close with %d leases: %v", n, err)
+	}
+	closed = true
+	t.Logf("Close deregistered %d in %v", n, time.Since(start))
+	eventually(t, 5*time.Second, "none left 5s after Close", func() (bool, string) {
+		sn, err := obs.Lookup(t.Context(), svc)
+		return err == nil && len(sn.Instances) == 0, fmt.Sprintf("%d left, %v", len(sn.Instances), err)
+	})
+}
+
+// registerMany registers n instances of svc on r at once; the first
+// error wins.
+func registerMany(ctx context.Context, r *registry.Registry, svc string, ttl time.Duration, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Register(ctx, registry.Instance{Service: svc, Address: addr()}, registry.WithTTL(ttl)); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	failed := len(errs)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d failed, first: %w", failed, n, <-errs)
+	}
+	return nil
 }
 
 func lookupFromCache(t TB, s *suite) {

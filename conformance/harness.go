@@ -47,6 +47,9 @@ type Config struct {
 	// StaleDetect bounds how long a watcher cut off from the backend takes
 	// to report Stale. Default 2×TTL.
 	StaleDetect time.Duration
+	// ManyLeases is how many leases ManyLeasesThenClose holds from one
+	// process (default 1,000).
+	ManyLeases int
 	// Skip names checks this backend cannot pass, with the reason, e.g.
 	// {"CrashRemovedFromCatalog": "Consul reaps critical services after ≥1m"}.
 	Skip map[string]string
@@ -64,6 +67,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StaleDetect <= 0 {
 		c.StaleDetect = 2 * c.TTL
+	}
+	if c.ManyLeases <= 0 {
+		c.ManyLeases = 1000
 	}
 	return c
 }
