@@ -212,7 +212,7 @@ func (fx *fixture) check(t *testing.T, p *phase) {
 		t.Errorf("%d of %d calls failed\n%s", failed, calls, p.report())
 	case calls == 0 && p.ended.Sub(p.start) > 100*time.Millisecond:
 		t.Errorf("no call was made: the load is not running\n%s", p.report())
-	default:
+	case len(p.events) > 0: // a fault, not the moments between two
 		t.Log(p.report())
 	}
 }
@@ -222,11 +222,15 @@ func (fx *fixture) check(t *testing.T, p *phase) {
 // crashEmpty kills the registry server, leaves it down longer than the
 // TTL, and starts it again with no data.
 func (fx *fixture) crashEmpty(t *testing.T, p *phase) {
+	sawStale := fx.watchStale(p)
 	if err := fx.srv.crash(); err != nil {
 		t.Fatal(err)
 	}
 	p.event("registry server killed; down for %v", outage)
 	time.Sleep(outage)
+	if !sawStale() {
+		t.Errorf("the client never saw its registry fail during a %v outage: the fault had no effect", outage)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p.event("starting the registry server, empty")
@@ -280,12 +284,43 @@ func (fx *fixture) rollingRestart(t *testing.T, p *phase) {
 // partition cuts the client off from the registry for longer than the
 // TTL; the instances keep their own connections.
 func (fx *fixture) partition(t *testing.T, p *phase) {
+	sawStale := fx.watchStale(p)
 	fx.cut(false)
 	p.event("client cut off from the registry for %v", partition)
 	time.Sleep(partition)
+	if !sawStale() {
+		t.Errorf("the client never saw its registry fail during a %v partition: the cut had no effect", partition)
+	}
 	fx.cut(true)
 	p.event("link restored")
 	fx.mustConverge(t, p)
+}
+
+// watchStale follows the client's view of the service until the returned
+// function is called, which reports whether the view went stale (the
+// client saw its registry fail); the first time it did is an event of p.
+func (fx *fixture) watchStale(p *phase) (stop func() bool) {
+	done := make(chan struct{})
+	saw := make(chan bool, 1)
+	go func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				saw <- false
+				return
+			case <-tick.C:
+			}
+			if snap, _ := fx.mc.Snapshot(service); snap.Stale {
+				p.event("client's view of the service stale (%d instances)", len(snap.Instances))
+				<-done
+				saw <- true
+				return
+			}
+		}
+	}()
+	return func() bool { close(done); return <-saw }
 }
 
 // replace starts a new instance in slot i.

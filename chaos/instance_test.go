@@ -43,7 +43,6 @@ func runInstance() int {
 	}
 	addr := ln.Addr().String()
 	id := registry.NewID(service, addr)
-	log.SetPrefix(id + " ")
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(id)) }),
 		ReadHeaderTimeout: 10 * time.Second,
