@@ -786,7 +786,7 @@ func manyLeases(t TB, s *suite) {
 	})
 	obs := s.open(t)
 	svc := service("many")
-	ttl := max(s.cfg.TTL, 3*time.Second)
+	ttl := max(s.cfg.TTL, registry.DefaultTTL) // what most users run
 	start := time.Now()
 	if err := registerMany(t.Context(), r, svc, ttl, n); err != nil {
 		t.Fatalf("%d concurrent registrations from one process: %v", n, err)
