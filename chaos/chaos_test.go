@@ -78,6 +78,7 @@ type fault struct {
 
 var faults = []fault{
 	{"crash-empty", (*fixture).crashEmpty},
+	{"restart-empty", (*fixture).restartEmpty},
 	{"restart-keep", (*fixture).restartKeep},
 	{"kill-instance", (*fixture).killInstance},
 	{"rolling-restart", (*fixture).rollingRestart},
@@ -234,6 +235,25 @@ func (fx *fixture) crashEmpty(t *testing.T, p *phase) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p.event("starting the registry server, empty")
+	if err := fx.srv.startEmpty(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ready := p.event("registry server ready")
+	fx.checkRecovery(t, p, ready)
+	fx.mustConverge(t, p)
+}
+
+// restartEmpty kills the registry server and starts it again at once,
+// with no data (a supervisor restarting a crashed Redis without
+// persistence): the outage is so short that a polling client may never
+// see an error, only a server that lost everything.
+func (fx *fixture) restartEmpty(t *testing.T, p *phase) {
+	if err := fx.srv.crash(); err != nil {
+		t.Fatal(err)
+	}
+	p.event("registry server killed; restarting at once, empty")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if err := fx.srv.startEmpty(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,10 @@ import (
 // keys (when the server publishes them). Events are only hints: they are
 // lost while disconnected and late under load, so polling stays on.
 type keysStream struct {
-	d    *Driver
-	svc  string
-	last registry.Snapshot
+	d     *Driver
+	svc   string
+	last  registry.Snapshot
+	runID string // the server's run_id when last checked; "" unknown
 
 	pending bool
 	ps      *goredis.PubSub // nil without notifications
@@ -36,6 +37,7 @@ func (d *Driver) keysWatch(ctx context.Context, service string) (registry.Stream
 		return nil, err
 	}
 	st := &keysStream{d: d, svc: service, last: s, pending: true, hints: make(chan struct{}, 1), closed: make(chan struct{})}
+	st.runID = d.runID(ctx)
 	if d.notifyEnabled(ctx) {
 		db := d.copts.DB
 		chans := []string{}
@@ -164,11 +166,60 @@ func (st *keysStream) Next(ctx context.Context) (registry.Snapshot, error) {
 			return registry.Snapshot{}, err
 		}
 		t.Reset(st.d.o.Poll)
+		if lost(st.last, s) && st.restarted(ctx) {
+			// The pool re-dialled a restarted server without an error: say
+			// so, so that the registry holds the instances whose leases
+			// have not yet written themselves back.
+			st.last = s
+			return registry.Snapshot{}, fmt.Errorf("redis: watch %s: %w: the server restarted (run_id changed)", st.svc, registry.ErrUnavailable)
+		}
 		if !s.SameInstances(st.last) {
 			st.last = s
 			return s, nil
 		}
 	}
+}
+
+// lost reports whether an instance of prev is missing from cur.
+func lost(prev, cur registry.Snapshot) bool {
+	for _, in := range prev.Instances {
+		if _, ok := cur.Find(in.ID); !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// restarted reports whether the server's run_id changed since the last
+// check. It asks only when instances disappeared, which is rare, so that
+// a poll costs no extra command. Unknown (a Cluster, INFO refused) is
+// never a restart.
+func (st *keysStream) restarted(ctx context.Context) bool {
+	id := st.d.runID(ctx)
+	if id == "" {
+		return false
+	}
+	prev := st.runID
+	st.runID = id
+	return prev != "" && prev != id
+}
+
+// runID returns the server's run_id, which changes at every restart, or
+// "" when it cannot be known (Cluster: one per node; INFO refused).
+func (d *Driver) runID(ctx context.Context) string {
+	if d.isCluster() {
+		return ""
+	}
+	info, err := d.c.Info(ctx, "server").Result()
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 func (st *keysStream) Close() error {
