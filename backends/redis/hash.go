@@ -16,15 +16,16 @@ import (
 // hashKeys are the keys of one service in the hash layout. They share the
 // hash tag {svc}: one Cluster slot, so one script can touch them all.
 type hashKeys struct {
-	inst string // prefix of instance keys; the ID follows
-	idx  string
-	rev  string
-	log  string
+	inst    string // prefix of instance keys; the ID follows
+	idx     string
+	rev     string
+	log     string
+	sweeper string // who sweeps the service: a watch's token, PX lease
 }
 
 func (d *Driver) hkeys(service string) hashKeys {
 	base := d.o.Prefix + ":{" + service + "}:"
-	return hashKeys{inst: base + "i:", idx: base + "idx", rev: base + "rev", log: base + "log"}
+	return hashKeys{inst: base + "i:", idx: base + "idx", rev: base + "rev", log: base + "log", sweeper: base + "sweeper"}
 }
 
 func (d *Driver) servicesKey() string { return d.o.Prefix + ":services" }
@@ -110,15 +111,38 @@ end
 return a + b
 `)
 
-// sweepScript removes members whose deadline passed and whose record is
-// gone (PTTL also makes Redis expire it now), logging each removal. A
+// sweeperClaimScript takes a service's sweeper lease for a watch (ARGV[1],
+// its token) unless another watch holds it. Reply: {1, 0} when taken, else
+// {0, ms until the holder's lease runs out unless renewed}. A lease without
+// expiry (only a hand-made key has none) gets one, so that a stray key
+// cannot stop sweeps for good.
+//
+// KEYS: sweeper. ARGV: token, lease ms.
+var sweeperClaimScript = goredis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
+local left = redis.call('PTTL', KEYS[1])
+if left == -1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  left = tonumber(ARGV[2])
+end
+return {0, left}
+`)
+
+// sweepScript is run by the holder of the sweeper lease (ARGV[4]); it
+// renews the lease, removes members whose deadline passed and whose record
+// is gone (PTTL also makes Redis expire it now), logging each removal. A
 // member whose record still lives (its deadline was not moved, say by a
 // restored snapshot) gets the record's real deadline back. It returns the
-// number removed and the milliseconds until the next deadline (-1: none).
+// number removed and the milliseconds until the next deadline (-1: none),
+// or {-1, ms left} when another watch holds the lease: the caller lost it
+// (paused for longer than the lease) and steps down.
 //
-// KEYS: idx, rev, log. ARGV: instance key prefix, log cap, batch size,
-// linger ms.
+// KEYS: idx, rev, log, sweeper. ARGV: instance key prefix, log cap,
+// batch size, token, lease ms, linger ms.
 var sweepScript = goredis.NewScript(luaNow + luaKeep + `
+local holder = redis.call('GET', KEYS[4])
+if holder and holder ~= ARGV[4] then return {-1, redis.call('PTTL', KEYS[4])} end
+redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[5])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 local n = 0
 for _, id in ipairs(due) do
@@ -135,7 +159,7 @@ for _, id in ipairs(due) do
     redis.call('ZADD', KEYS[1], now + 3600000, id)
   end
 end
-if #due > 0 then settle(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[4])) end
+if #due > 0 then settle(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[6])) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local wait = -1
 if first[2] then
@@ -316,21 +340,49 @@ func (d *Driver) hashSnapshot(ctx context.Context, service string) (registry.Sna
 	return s, res[1], nil
 }
 
-// sweep runs the sweep script once; it returns how long until the next
-// deadline (negative: none).
-func (d *Driver) sweep(ctx context.Context, service string) (time.Duration, error) {
-	k := d.hkeys(service)
-	res, err := sweepScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log}, k.inst, d.o.MaxLen, 100, d.o.Linger.Milliseconds()).Int64Slice()
+// sweepBatch is the most members one sweep removes; a full batch means
+// more may be due, and the sweeper goes again at once.
+const sweepBatch = 100
+
+// sweepLeaseIntervals is the sweeper lease in sweep intervals: the holder
+// renews it at every sweep, so it survives two missed ones.
+const sweepLeaseIntervals = 3
+
+func (d *Driver) sweepLease() time.Duration { return sweepLeaseIntervals * d.o.Sweep }
+
+// claimSweeper takes the service's sweeper lease for token if nobody holds
+// it; otherwise it returns how long the holder's lease runs unless renewed.
+func (d *Driver) claimSweeper(ctx context.Context, service, token string) (ok bool, left time.Duration, err error) {
+	res, err := sweeperClaimScript.Run(ctx, d.c, []string{d.hkeys(service).sweeper}, token, d.sweepLease().Milliseconds()).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("reply of %d items", len(res))
+	}
 	if err != nil {
-		return 0, d.wrap("sweep "+service, err)
+		return false, 0, d.wrap("sweep "+service, err)
 	}
-	if len(res) != 2 {
-		return 0, d.wrap("sweep "+service, fmt.Errorf("reply of %d items", len(res)))
+	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
+}
+
+// sweep runs the sweep script once as the holder of token. It returns how
+// long until the next deadline (negative: none), or lost = true and how
+// long the new holder's lease runs when another watch took it over.
+func (d *Driver) sweep(ctx context.Context, service, token string) (wait time.Duration, lost bool, err error) {
+	k := d.hkeys(service)
+	res, err := sweepScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log, k.sweeper},
+		k.inst, d.o.MaxLen, sweepBatch, token, d.sweepLease().Milliseconds(), d.o.Linger.Milliseconds()).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("reply of %d items", len(res))
 	}
-	if res[0] >= 100 {
-		return 0, nil // more due: go again at once
+	if err != nil {
+		return 0, false, d.wrap("sweep "+service, err)
 	}
-	return time.Duration(res[1]) * time.Millisecond, nil
+	switch {
+	case res[0] < 0:
+		return time.Duration(res[1]) * time.Millisecond, true, nil
+	case res[0] >= sweepBatch:
+		return 0, false, nil // more due: go again at once
+	}
+	return time.Duration(res[1]) * time.Millisecond, false, nil
 }
 
 func (d *Driver) hashServices(ctx context.Context) ([]string, error) {

@@ -78,7 +78,8 @@ func kibMetadata(marker string) map[string]string {
 // 200 short-lived services — half drained then deregistered, half crashed,
 // some of them watched and swept, the others not — leave no key behind
 // once the documented bound has passed: linger after the last removal,
-// 2 × linger after the last deadline of an instance that crashed unswept.
+// 2 × linger after the last deadline of an instance that crashed unswept,
+// 3 sweep intervals after the last watch for the sweeper key.
 func TestHashShortLivedServicesLeaveNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
@@ -127,7 +128,7 @@ func TestHashShortLivedServicesLeaveNothing(t *testing.T) {
 	for _, w := range ws {
 		_ = w.Close()
 	}
-	bound := ttl + 2*linger
+	bound := ttl + 2*linger + 3*sweep
 	for {
 		keys = scanKeys(ctx, t, rdb, "*")
 		if len(keys) == 0 {

@@ -21,6 +21,7 @@
 //	<prefix>:{svc}:log      Stream change log, capped (MAXLEN ~), every entry
 //	                        carries its revision: rev, op=put, id, data (the
 //	                        instance) or rev, op=del, id
+//	<prefix>:{svc}:sweeper  which watch sweeps the service (PX lease)
 //	<prefix>:services       ZSet svc → latest deadline (for Services only)
 //
 // Register, Update and Heartbeat run the same script: it re-writes the whole
@@ -41,13 +42,23 @@
 // failover that lost writes) makes it relist; so does a quiet period without
 // entries (option quiet, default 10s), and so does a broken read (if the
 // relist fails as well, the stream reports ErrUnavailable and the registry
-// marks the watcher stale). Each watch also sweeps its service, from a
-// small goroutine with its own timer: a script removes members whose
-// deadline passed and whose key is gone, and logs their removal. It runs
-// when the earliest deadline in the index falls due, when a put arrives,
-// and at least every sweep interval (default 1s), so a crashed instance
-// reaches watchers within its TTL plus, at worst, one sweep interval —
-// typically a few milliseconds after its TTL.
+// marks the watcher stale).
+//
+// Sweeps announce crashed instances: a script removes members whose deadline
+// passed and whose key is gone, and logs their removal. One watch per
+// service sweeps at a time, across all processes: the holder of the
+// sweeper key, taken with SET NX PX and renewed by every sweep for 3 sweep
+// intervals. The holder sweeps when the earliest deadline in the index
+// falls due, when a put arrives, and at least every sweep interval (option
+// sweep, default 1s), from a small goroutine with its own timer; so a
+// crashed instance reaches watchers within its TTL plus, at worst, one
+// sweep interval — typically a few milliseconds after its TTL. The other
+// watches only try to take the key when the holder's lease would run out
+// (a cheap script, about once per lease each), so when the holder's
+// process dies or its watch ends, another takes over within 3¼ sweep
+// intervals and sweeps at once. Until then removals wait: a crash reaches
+// watchers within the later of TTL + sweep and 3¼ sweep intervals after
+// the holder's end.
 //
 // # Forgetting (hash)
 //
@@ -57,12 +68,13 @@
 // after the latest deadline left in the index, or after now if that is
 // later; a put (registration, update, heartbeat) extends it, if needed,
 // to 2 × linger after the new deadline, so that most heartbeats only read
-// it. The instance keys expire at their own deadline. So once the last
+// it. The instance keys expire at their own deadline, the sweeper key 3
+// sweep intervals after its holder's last sweep. So once the last
 // instance is deregistered or swept, every key of the service is gone
-// linger later; if it crashed and nobody sweeps the service, between
-// linger and 2 × linger after its last deadline. The services index drops
-// entries linger after their deadline and expires linger after the latest
-// one written.
+// linger later (and the sweeper key once nobody watches it); if it
+// crashed and nobody sweeps the service, between linger and 2 × linger
+// after its last deadline. The services index drops entries linger after
+// their deadline and expires linger after the latest one written.
 //
 // The change log holds what a watcher needs to apply a change and no
 // more: a put carries the instance's JSON, a removal only its ID. Every
