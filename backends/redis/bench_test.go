@@ -225,3 +225,63 @@ func BenchmarkPropagationCrash(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWatchersSweepLoad: N registries (processes) watch one service
+// with the default sweep interval (1s); one iteration is one second of
+// MONITOR output. Reported per second: sweep scripts, sweeper claims,
+// snapshots (the watches' quiet relists), all commands clients sent, and
+// the commands those scripts ran inside Redis.
+//
+//	go test -run '^$' -bench WatchersSweepLoad -benchtime 10x ./backends/redis/
+func BenchmarkWatchersSweepLoad(b *testing.B) {
+	for _, n := range []int{1, 10, 50} {
+		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
+			srv := redistest.Start(b)
+			ctx := context.Background()
+			owner, _ := registry.Open(ctx, "redis://"+srv.Addr())
+			defer owner.Close()
+			if _, err := owner.Register(ctx, registry.Instance{Service: "load", Address: "10.0.0.1:80"}, registry.WithTTL(time.Minute)); err != nil {
+				b.Fatal(err)
+			}
+			for range n {
+				r, err := registry.Open(ctx, "redis://"+srv.Addr())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer r.Close()
+				w, err := r.Watch(ctx, "load")
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer w.Close()
+				if _, err := w.Next(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			mon := startMonitor(b, srv.Addr())
+			b.ResetTimer()
+			time.Sleep(time.Duration(b.N) * time.Second) // the measuring window
+			b.StopTimer()
+			lines, _ := mon.since(0)
+			count := map[string]float64{}
+			for _, l := range lines {
+				switch {
+				case l.client == "lua":
+					count["in-script-cmds"]++
+					continue
+				case l.isScript(rredis.SweepScriptSHA):
+					count["sweeps"]++
+				case l.isScript(rredis.SweeperClaimScriptSHA):
+					count["claims"]++
+				case l.isScript(rredis.SnapshotScriptSHA):
+					count["snapshots"]++
+				}
+				count["cmds"]++
+			}
+			for _, k := range []string{"sweeps", "claims", "snapshots", "cmds", "in-script-cmds"} {
+				b.ReportMetric(count[k]/float64(b.N), k+"/s")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

@@ -16,15 +16,16 @@ import (
 // hashKeys are the keys of one service in the hash layout. They share the
 // hash tag {svc}: one Cluster slot, so one script can touch them all.
 type hashKeys struct {
-	inst string // prefix of instance keys; the ID follows
-	idx  string
-	rev  string
-	log  string
+	inst    string // prefix of instance keys; the ID follows
+	idx     string
+	rev     string
+	log     string
+	sweeper string // who sweeps the service: a watch's token, PX lease
 }
 
 func (d *Driver) hkeys(service string) hashKeys {
 	base := d.o.Prefix + ":{" + service + "}:"
-	return hashKeys{inst: base + "i:", idx: base + "idx", rev: base + "rev", log: base + "log"}
+	return hashKeys{inst: base + "i:", idx: base + "idx", rev: base + "rev", log: base + "log", sweeper: base + "sweeper"}
 }
 
 func (d *Driver) servicesKey() string { return d.o.Prefix + ":services" }
@@ -35,14 +36,52 @@ const luaNow = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
+// luaKeep defines the functions that make a service forget: every script
+// that changes a service ends with one of them. Both drop log entries
+// older than linger (exactly, not by whole stream nodes: the data of
+// instances that left must go). The keys idx, rev and log always get one
+// absolute expiry: they go together, and a script never sees one without
+// the others.
+//
+// settle, after a removal, makes the keys expire linger after the latest
+// deadline in the index, or after now if that is later: so a service
+// without instances leaves nothing behind.
+//
+// extend, after a put with deadline d, makes sure the keys outlive d by
+// linger. It extends them to d + 2 × linger, so that a heartbeat only
+// checks (PTTL) and does not write, but once per linger.
+const luaKeep = `local function trim(log, linger)
+  redis.call('XTRIM', log, 'MINID', math.max(0, now - linger))
+end
+local function expire(idx, rev, log, at)
+  redis.call('PEXPIREAT', idx, at)
+  redis.call('PEXPIREAT', rev, at)
+  redis.call('PEXPIREAT', log, at)
+end
+local function settle(idx, rev, log, linger)
+  trim(log, linger)
+  local last = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')
+  local at = now
+  if last[2] and tonumber(last[2]) > at then at = tonumber(last[2]) end
+  expire(idx, rev, log, at + linger)
+end
+local function extend(idx, rev, log, linger, deadline)
+  trim(log, linger)
+  local left = redis.call('PTTL', rev)
+  if left < 0 or now + left < deadline + linger then
+    expire(idx, rev, log, deadline + 2 * linger)
+  end
+end
+`
+
 // putScript registers, heartbeats and updates: it re-writes the whole
 // record with a fresh TTL, moves the deadline, and logs a put when the
 // stored record was missing or different. It returns the new deadline and
 // whether the record existed. A heartbeat (ARGV[5]) writes nothing when
 // the record is gone: the lease then registers again.
 //
-// KEYS: inst, idx, rev, log. ARGV: id, data, ttl ms, log cap, mode.
-var putScript = goredis.NewScript(luaNow + `
+// KEYS: inst, idx, rev, log. ARGV: id, data, ttl ms, log cap, mode, linger ms.
+var putScript = goredis.NewScript(luaNow + luaKeep + `
 local ttl = tonumber(ARGV[3])
 local old = redis.call('GET', KEYS[1])
 if not old and ARGV[5] == 'heartbeat' then return {0, 0} end
@@ -52,29 +91,58 @@ if old ~= ARGV[2] then
   local rev = redis.call('INCR', KEYS[3])
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'rev', rev, 'op', 'put', 'id', ARGV[1], 'data', ARGV[2])
 end
+extend(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[6]), now + ttl)
 if old then return {now + ttl, 1} end
 return {now + ttl, 0}
 `)
 
-// delScript deregisters. KEYS: inst, idx, rev, log. ARGV: id, log cap.
-var delScript = goredis.NewScript(`
+// delScript deregisters. A removal is logged with its ID only: that is
+// all a watcher needs to apply it.
+//
+// KEYS: inst, idx, rev, log. ARGV: id, log cap, linger ms.
+var delScript = goredis.NewScript(luaNow + luaKeep + `
 local a = redis.call('DEL', KEYS[1])
 local b = redis.call('ZREM', KEYS[2], ARGV[1])
 if a + b > 0 then
   local rev = redis.call('INCR', KEYS[3])
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[2], '*', 'rev', rev, 'op', 'del', 'id', ARGV[1])
+  settle(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[3]))
 end
 return a + b
 `)
 
-// sweepScript removes members whose deadline passed and whose record is
-// gone (EXISTS also makes Redis expire it now), logging each removal. A
+// sweeperClaimScript takes a service's sweeper lease for a watch (ARGV[1],
+// its token) unless another watch holds it. Reply: {1, 0} when taken, else
+// {0, ms until the holder's lease runs out unless renewed}. A lease without
+// expiry (only a hand-made key has none) gets one, so that a stray key
+// cannot stop sweeps for good.
+//
+// KEYS: sweeper. ARGV: token, lease ms.
+var sweeperClaimScript = goredis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
+local left = redis.call('PTTL', KEYS[1])
+if left == -1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  left = tonumber(ARGV[2])
+end
+return {0, left}
+`)
+
+// sweepScript is run by the holder of the sweeper lease (ARGV[4]); it
+// renews the lease, removes members whose deadline passed and whose record
+// is gone (PTTL also makes Redis expire it now), logging each removal. A
 // member whose record still lives (its deadline was not moved, say by a
 // restored snapshot) gets the record's real deadline back. It returns the
-// number removed and the milliseconds until the next deadline (-1: none).
+// number removed and the milliseconds until the next deadline (-1: none),
+// or {-1, ms left} when another watch holds the lease: the caller lost it
+// (paused for longer than the lease) and steps down.
 //
-// KEYS: idx, rev, log. ARGV: instance key prefix, log cap, batch size.
-var sweepScript = goredis.NewScript(luaNow + `
+// KEYS: idx, rev, log, sweeper. ARGV: instance key prefix, log cap,
+// batch size, token, lease ms, linger ms.
+var sweepScript = goredis.NewScript(luaNow + luaKeep + `
+local holder = redis.call('GET', KEYS[4])
+if holder and holder ~= ARGV[4] then return {-1, redis.call('PTTL', KEYS[4])} end
+redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[5])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
 local n = 0
 for _, id in ipairs(due) do
@@ -91,6 +159,7 @@ for _, id in ipairs(due) do
     redis.call('ZADD', KEYS[1], now + 3600000, id)
   end
 end
+if #due > 0 then settle(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[6])) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local wait = -1
 if first[2] then
@@ -98,6 +167,22 @@ if first[2] then
   if wait < 0 then wait = 0 end
 end
 return {n, wait}
+`)
+
+// servicesScript records a service's latest deadline in the services
+// index, drops services whose deadline passed more than linger ago, and
+// keeps the index itself until linger after the latest deadline written.
+//
+// KEYS: services. ARGV: service, deadline ms, linger ms.
+var servicesScript = goredis.NewScript(luaNow + `
+local deadline, linger = tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], 'GT', deadline, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - linger))
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 or now + left < deadline + linger then
+  redis.call('PEXPIREAT', KEYS[1], deadline + linger)
+end
+return 0
 `)
 
 // snapshotScript reads the live members, their records, the revision and
@@ -163,7 +248,7 @@ func (d *Driver) hashRegister(ctx context.Context, inst registry.Instance, ttl t
 func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) {
 	k := r.keys
 	res, err := putScript.Run(ctx, r.d.c, []string{k.inst + r.id, k.idx, k.rev, k.log},
-		r.id, r.data, r.ttl.Milliseconds(), r.d.o.MaxLen, op).Int64Slice()
+		r.id, r.data, r.ttl.Milliseconds(), r.d.o.MaxLen, op, r.d.o.Linger.Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("reply of %d items", len(res))
 	}
@@ -180,7 +265,8 @@ func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) 
 	// refreshing it every other heartbeat (every TTL/2) keeps it ahead of
 	// the clock.
 	if op != "heartbeat" || time.Since(r.svcWritten) >= r.ttl/2 {
-		if err := r.d.c.ZAddGT(ctx, r.d.servicesKey(), goredis.Z{Score: float64(deadline), Member: r.svc}).Err(); err != nil {
+		err := servicesScript.Run(ctx, r.d.c, []string{r.d.servicesKey()}, r.svc, deadline, r.d.o.Linger.Milliseconds()).Err()
+		if err != nil {
 			return false, r.d.wrap(op+" "+r.svc+"/"+r.id, err)
 		}
 		r.svcWritten = time.Now()
@@ -223,7 +309,8 @@ func (r *hashReg) Deregister(ctx context.Context) error {
 		return err
 	}
 	k := r.keys
-	if err := delScript.Run(ctx, r.d.c, []string{k.inst + r.id, k.idx, k.rev, k.log}, r.id, r.d.o.MaxLen).Err(); err != nil {
+	err := delScript.Run(ctx, r.d.c, []string{k.inst + r.id, k.idx, k.rev, k.log}, r.id, r.d.o.MaxLen, r.d.o.Linger.Milliseconds()).Err()
+	if err != nil {
 		return r.d.wrap("deregister "+r.svc+"/"+r.id, err)
 	}
 	return nil
@@ -253,21 +340,49 @@ func (d *Driver) hashSnapshot(ctx context.Context, service string) (registry.Sna
 	return s, res[1], nil
 }
 
-// sweep runs the sweep script once; it returns how long until the next
-// deadline (negative: none).
-func (d *Driver) sweep(ctx context.Context, service string) (time.Duration, error) {
-	k := d.hkeys(service)
-	res, err := sweepScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log}, k.inst, d.o.MaxLen, 100).Int64Slice()
+// sweepBatch is the most members one sweep removes; a full batch means
+// more may be due, and the sweeper goes again at once.
+const sweepBatch = 100
+
+// sweepLeaseIntervals is the sweeper lease in sweep intervals: the holder
+// renews it at every sweep, so it survives two missed ones.
+const sweepLeaseIntervals = 3
+
+func (d *Driver) sweepLease() time.Duration { return sweepLeaseIntervals * d.o.Sweep }
+
+// claimSweeper takes the service's sweeper lease for token if nobody holds
+// it; otherwise it returns how long the holder's lease runs unless renewed.
+func (d *Driver) claimSweeper(ctx context.Context, service, token string) (ok bool, left time.Duration, err error) {
+	res, err := sweeperClaimScript.Run(ctx, d.c, []string{d.hkeys(service).sweeper}, token, d.sweepLease().Milliseconds()).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("reply of %d items", len(res))
+	}
 	if err != nil {
-		return 0, d.wrap("sweep "+service, err)
+		return false, 0, d.wrap("sweep "+service, err)
 	}
-	if len(res) != 2 {
-		return 0, d.wrap("sweep "+service, fmt.Errorf("reply of %d items", len(res)))
+	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
+}
+
+// sweep runs the sweep script once as the holder of token. It returns how
+// long until the next deadline (negative: none), or lost = true and how
+// long the new holder's lease runs when another watch took it over.
+func (d *Driver) sweep(ctx context.Context, service, token string) (wait time.Duration, lost bool, err error) {
+	k := d.hkeys(service)
+	res, err := sweepScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log, k.sweeper},
+		k.inst, d.o.MaxLen, sweepBatch, token, d.sweepLease().Milliseconds(), d.o.Linger.Milliseconds()).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("reply of %d items", len(res))
 	}
-	if res[0] >= 100 {
-		return 0, nil // more due: go again at once
+	if err != nil {
+		return 0, false, d.wrap("sweep "+service, err)
 	}
-	return time.Duration(res[1]) * time.Millisecond, nil
+	switch {
+	case res[0] < 0:
+		return time.Duration(res[1]) * time.Millisecond, true, nil
+	case res[0] >= sweepBatch:
+		return 0, false, nil // more due: go again at once
+	}
+	return time.Duration(res[1]) * time.Millisecond, false, nil
 }
 
 func (d *Driver) hashServices(ctx context.Context) ([]string, error) {
@@ -276,12 +391,8 @@ func (d *Driver) hashServices(ctx context.Context) ([]string, error) {
 		return nil, d.wrap("services", err)
 	}
 	ms := now.UnixMilli()
-	key := d.servicesKey()
-	// Entries whose deadline passed an hour ago are surely dead: trim them.
-	if err := d.c.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(ms-3600_000, 10)).Err(); err != nil {
-		return nil, d.wrap("services", err)
-	}
-	cands, err := d.c.ZRangeByScore(ctx, key, &goredis.ZRangeBy{Min: "(" + strconv.FormatInt(ms, 10), Max: "+inf"}).Result()
+	// Writers trim entries that are more than linger past their deadline.
+	cands, err := d.c.ZRangeByScore(ctx, d.servicesKey(), &goredis.ZRangeBy{Min: "(" + strconv.FormatInt(ms, 10), Max: "+inf"}).Result()
 	if err != nil {
 		return nil, d.wrap("services", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -39,13 +40,15 @@ type hashStream struct {
 	kick        chan struct{} // 1-buffered: "sweep now"
 	stopSweeper context.CancelFunc
 	sweepErr    atomic.Pointer[error] // why the sweeper gave up
+	token       string                // names this watch in the sweeper lease
+	holding     bool                  // this watch sweeps; owned by the sweeper goroutine
 
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
 func (d *Driver) hashWatch(ctx context.Context, service string) (registry.Stream, error) {
-	st := &hashStream{d: d, svc: service, keys: d.hkeys(service), closed: make(chan struct{})}
+	st := &hashStream{d: d, svc: service, keys: d.hkeys(service), closed: make(chan struct{}), token: fmt.Sprintf("%016x", rand.Uint64())}
 	if err := st.relist(ctx); err != nil {
 		return nil, err
 	}
@@ -60,9 +63,14 @@ func (d *Driver) hashWatch(ctx context.Context, service string) (registry.Stream
 
 // sweeper sweeps the service when the earliest deadline in its index falls
 // due, when a put arrives (the new member may be the earliest), and at
-// least every sweep interval. It keeps its own clock: a Redis blocking
-// read's timeout is only as precise as the server's hz (100ms at the
-// default 10), too coarse to time expiry announcements.
+// least every sweep interval — if this watch holds the service's sweeper
+// lease. Otherwise it tries to take the lease when the holder's would run
+// out: N watchers of a service, in any number of processes, cost one sweep
+// per interval plus one cheap claim per lease for each of the others, and
+// a dead holder is replaced within a lease.
+// It keeps its own clock: a Redis blocking read's timeout is only as
+// precise as the server's hz (100ms at the default 10), too coarse to time
+// expiry announcements.
 func (st *hashStream) sweeper(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -71,12 +79,13 @@ func (st *hashStream) sweeper(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-st.kick:
+			if !st.holding {
+				continue // the holder reads the same put
+			}
 		case <-t.C:
 		}
-		wait, err := st.d.sweep(ctx, st.svc)
-		next := st.d.o.Sweep
-		switch {
-		case err != nil && ctx.Err() == nil:
+		next, err := st.sweepTurn(ctx)
+		if err != nil && ctx.Err() == nil {
 			// The main client failed even after its retries: the backend is
 			// unreachable. A blocked read on a silent (blackholed) link
 			// would only notice after its block plus a 10s read timeout;
@@ -84,11 +93,39 @@ func (st *hashStream) sweeper(ctx context.Context) {
 			st.sweepErr.CompareAndSwap(nil, &err)
 			st.closeClient()
 			return
-		case wait >= 0 && wait < next:
-			next = max(wait+time.Millisecond, minSweepGap)
 		}
 		t.Reset(next)
 	}
+}
+
+// sweepTurn sweeps if this watch holds the sweeper lease or can take it,
+// and returns when to come back.
+func (st *hashStream) sweepTurn(ctx context.Context) (time.Duration, error) {
+	if !st.holding {
+		ok, left, err := st.d.claimSweeper(ctx, st.svc, st.token)
+		if err != nil || !ok {
+			return st.untilFree(left), err
+		}
+		st.holding = true
+	}
+	wait, lost, err := st.d.sweep(ctx, st.svc, st.token)
+	switch {
+	case err != nil:
+		return 0, err
+	case lost: // wait is the new holder's lease
+		st.holding = false
+		return st.untilFree(wait), nil
+	case wait >= 0 && wait < st.d.o.Sweep:
+		return max(wait+time.Millisecond, minSweepGap), nil
+	}
+	return st.d.o.Sweep, nil
+}
+
+// untilFree is when to claim the lease again, given how long the holder's
+// runs unless renewed: just after that, with a jitter of up to a quarter
+// sweep interval so that the watchers of a service do not claim at once.
+func (st *hashStream) untilFree(left time.Duration) time.Duration {
+	return max(left, minSweepGap) + rand.N(st.d.o.Sweep/4+1)
 }
 
 // relist replaces the stream's state with a fresh snapshot.

@@ -19,7 +19,9 @@
 //	<prefix>:{svc}:idx      ZSet id → expiry deadline (ms, server TIME)
 //	<prefix>:{svc}:rev      revision counter (INCR on every change)
 //	<prefix>:{svc}:log      Stream change log, capped (MAXLEN ~), every entry
-//	                        carries its revision: rev, op (put|del), id, data
+//	                        carries its revision: rev, op=put, id, data (the
+//	                        instance) or rev, op=del, id
+//	<prefix>:{svc}:sweeper  which watch sweeps the service (PX lease)
 //	<prefix>:services       ZSet svc → latest deadline (for Services only)
 //
 // Register, Update and Heartbeat run the same script: it re-writes the whole
@@ -40,16 +42,63 @@
 // failover that lost writes) makes it relist; so does a quiet period without
 // entries (option quiet, default 10s), and so does a broken read (if the
 // relist fails as well, the stream reports ErrUnavailable and the registry
-// marks the watcher stale). Each watch also sweeps its service, from a
-// small goroutine with its own timer: a script removes members whose
-// deadline passed and whose key is gone, and logs their removal. It runs
-// when the earliest deadline in the index falls due, when a put arrives,
-// and at least every sweep interval (default 1s), so a crashed instance
-// reaches watchers within its TTL plus, at worst, one sweep interval —
-// typically a few milliseconds after its TTL.
+// marks the watcher stale).
 //
-// Options: prefix (default "roster"), sweep, quiet, maxlen (log cap, default
-// 1000). TTLs have millisecond granularity, minimum 10ms.
+// Sweeps announce crashed instances: a script removes members whose deadline
+// passed and whose key is gone, and logs their removal. One watch per
+// service sweeps at a time, across all processes: the holder of the
+// sweeper key, taken with SET NX PX and renewed by every sweep for 3 sweep
+// intervals. The holder sweeps when the earliest deadline in the index
+// falls due, when a put arrives, and at least every sweep interval (option
+// sweep, default 1s), from a small goroutine with its own timer; so a
+// crashed instance reaches watchers within its TTL plus, at worst, one
+// sweep interval — typically a few milliseconds after its TTL. The other
+// watches only try to take the key when the holder's lease would run out
+// (a cheap script, about once per lease each), so when the holder's
+// process dies or its watch ends, another takes over within 3¼ sweep
+// intervals and sweeps at once. Until then removals wait: a crash reaches
+// watchers within the later of TTL + sweep and 3¼ sweep intervals after
+// the holder's end.
+//
+// # Forgetting (hash)
+//
+// A service without instances leaves nothing behind. Its idx, rev and log
+// keys share one expiry, which every script that changes the service
+// sets: a removal (deregistration or sweep) to option linger (default 5m)
+// after the latest deadline left in the index, or after now if that is
+// later; a put (registration, update, heartbeat) extends it, if needed,
+// to 2 × linger after the new deadline, so that most heartbeats only read
+// it. The instance keys expire at their own deadline, the sweeper key 3
+// sweep intervals after its holder's last sweep. So once the last
+// instance is deregistered or swept, every key of the service is gone
+// linger later (and the sweeper key once nobody watches it); if it
+// crashed and nobody sweeps the service, between linger and 2 × linger
+// after its last deadline. The services index drops entries linger after
+// their deadline and expires linger after the latest one written.
+//
+// The change log holds what a watcher needs to apply a change and no
+// more: a put carries the instance's JSON, a removal only its ID. Every
+// change, heartbeats included, trims entries older than linger (XTRIM
+// MINID, exact), so the data of an instance that left stays in the log at
+// most linger plus one heartbeat of the service's remaining instances;
+// on top, the log is capped at about maxlen entries (option maxlen,
+// default 1000, XADD MAXLEN ~). A watcher that falls further behind than
+// the log reaches sees a revision gap and relists.
+//
+// Revisions after forgetting: a service that comes back after its keys
+// expired starts again at revision 1 with a new log stream. A watch still
+// reading the old log from its last ID gets the new entries all the same:
+// stream IDs are the server's clock in milliseconds and the old log
+// expired linger or more after its last entry, so the new entries sort
+// after the watch's position. Their revision (1, say, after 57) does not
+// follow the watch's, which is a gap: the watch relists and delivers the
+// new state. Only a server clock set back by more than linger could place
+// new entries before a watch's position; its quiet relist then delivers
+// them within quiet. The registry keeps the revisions its Watchers see
+// monotonic across such a restart of the counter, as across a FLUSHALL.
+//
+// Options: prefix (default "roster"), sweep, quiet, maxlen, linger. TTLs
+// have millisecond granularity, minimum 10ms.
 //
 // # Layout keys
 //
@@ -139,6 +188,10 @@ const (
 	NotifyOff  Notify = "off"  // poll only
 )
 
+// MaxLinger bounds Options.Linger: longer would keep the keys of services
+// that are long gone, and the scripts compute in float64 milliseconds.
+const MaxLinger = 7 * 24 * time.Hour
+
 // Options configure a Driver. The zero value means the defaults.
 type Options struct {
 	Layout Layout // default LayoutHash
@@ -149,6 +202,10 @@ type Options struct {
 	Sweep  time.Duration // hash: longest time between two sweeps (default 1s)
 	Quiet  time.Duration // hash: relist after this long without log entries (default 10s)
 	MaxLen int64         // hash: approximate cap of each service's change log (default 1000)
+	// Linger (hash) is how long a service's keys outlive its last
+	// instance, and how long its change log keeps an entry (default 5m,
+	// at most MaxLinger).
+	Linger time.Duration
 
 	Poll   time.Duration // keys: relist period of a watch (default 1s)
 	Notify Notify        // keys: keyspace-notification hints (default auto)
@@ -182,6 +239,9 @@ func (o *Options) defaults() error {
 	if o.MaxLen == 0 {
 		o.MaxLen = 1000
 	}
+	if o.Linger == 0 {
+		o.Linger = 5 * time.Minute
+	}
 	if o.Poll == 0 {
 		o.Poll = time.Second
 	}
@@ -191,6 +251,8 @@ func (o *Options) defaults() error {
 	switch {
 	case o.Sweep < 0 || o.Quiet < 0 || o.Poll < 0 || o.MaxLen < 0:
 		return fmt.Errorf("%w: redis: negative sweep, quiet, poll or maxlen", registry.ErrInvalid)
+	case o.Linger < time.Millisecond || o.Linger > MaxLinger:
+		return fmt.Errorf("%w: redis: linger %v (want 1ms to %v)", registry.ErrInvalid, o.Linger, MaxLinger)
 	case o.Notify != NotifyAuto && o.Notify != NotifyOn && o.Notify != NotifyOff:
 		return fmt.Errorf("%w: redis: notify %q (want auto, on or off)", registry.ErrInvalid, o.Notify)
 	}
@@ -474,7 +536,7 @@ func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
 		func() (err error) { copts.ClientName, err = one("client_name"); return }(),
 		func() (err error) { notify, err = one("notify"); return }(),
 		func() (err error) { skip, err = one("skip_verify"); return }(),
-		dur("sweep", &o.Sweep), dur("quiet", &o.Quiet), dur("poll", &o.Poll),
+		dur("sweep", &o.Sweep), dur("quiet", &o.Quiet), dur("poll", &o.Poll), dur("linger", &o.Linger),
 		dur("dial_timeout", &copts.DialTimeout), dur("read_timeout", &copts.ReadTimeout),
 		dur("write_timeout", &copts.WriteTimeout),
 		integer("pool_size", &copts.PoolSize), integer("maxlen", &maxlen),

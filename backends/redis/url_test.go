@@ -32,7 +32,7 @@ func TestParseURL(t *testing.T) {
 		{url: "redis://a:7000,b:7001,c:7002", addrs: "a:7000,b:7001,c:7002", cluster: true, layout: "hash", prefix: "roster"},
 		{url: "redis+cluster://a:7000?addr=b:7001", addrs: "a:7000,b:7001", cluster: true, layout: "hash", prefix: "roster"},
 		{url: "redis+sentinel://:pw@s1,s2:26380/2?master=mymaster&sentinel_password=x", addrs: "s1:26379,s2:26380", db: 2, master: "mymaster", layout: "hash", prefix: "roster"},
-		{url: "redis://h?sweep=100ms&quiet=5s&maxlen=50&pool_size=4&dial_timeout=1s&read_timeout=2s&write_timeout=2s&client_name=x", addrs: "h:6379", layout: "hash", prefix: "roster"},
+		{url: "redis://h?sweep=100ms&quiet=5s&maxlen=50&linger=2m&pool_size=4&dial_timeout=1s&read_timeout=2s&write_timeout=2s&client_name=x", addrs: "h:6379", layout: "hash", prefix: "roster"},
 	}
 	for _, c := range cases {
 		u, err := url.Parse(c.url)
@@ -63,6 +63,9 @@ func TestParseURLInvalid(t *testing.T) {
 		"redis://:s3cret@a:1,b:2/1",
 		"redis://:s3cret@h?poll=-1s",
 		"redis://:s3cret@h?sweep=soon",
+		"redis://:s3cret@h?linger=0s",
+		"redis://:s3cret@h?linger=500us",
+		"redis://:s3cret@h?linger=169h",
 		"redis://:s3cret@h?skip_verify=true",
 		"redis://:s3cret@h?prefix=a{b}",
 		"redis://:s3cret@h?notify=maybe&layout=keys",
@@ -96,5 +99,15 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	_, err = r.Lookup(ctx, "svc")
 	if !errors.Is(err, registry.ErrUnavailable) {
 		t.Fatalf("Lookup on a closed port = %v, want ErrUnavailable", err)
+	}
+}
+
+// linger defaults to 5m and is taken from the URL.
+func TestParseURLLinger(t *testing.T) {
+	for raw, want := range map[string]time.Duration{"redis://h": 5 * time.Minute, "redis://h?linger=2m": 2 * time.Minute} {
+		u, _ := url.Parse(raw)
+		if _, o, err := rredis.ParseURL(u); err != nil || o.Linger != want {
+			t.Errorf("%s: linger %v, %v; want %v", raw, o.Linger, err, want)
+		}
 	}
 }

@@ -1,0 +1,9 @@
+package redis
+
+// Script SHAs, to tell scripts apart in MONITOR output: tests count
+// sweeps, sweeper claims and relists across processes.
+var (
+	SweepScriptSHA        = sweepScript.Hash()
+	SweeperClaimScriptSHA = sweeperClaimScript.Hash()
+	SnapshotScriptSHA     = snapshotScript.Hash()
+)
