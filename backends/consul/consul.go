@@ -57,7 +57,9 @@
 //   - max_conns (default 64) for every call but blocking queries:
 //     registrations, heartbeats, updates, deregistrations, Lookup and the
 //     other reads. Calls beyond it wait for a free connection, bounded by
-//     their context only; timeout bounds each request once it has one.
+//     their context only; timeout bounds each request once it has one. A
+//     quarter of it is kept for heartbeats: a burst of registrations never
+//     delays a renewal past its TTL.
 //   - max_watch_conns (default 64) for blocking queries: each watched
 //     service holds one connection for up to wait, so watches cannot starve
 //     the heartbeats. A Registry watching more services than that follows
@@ -359,10 +361,12 @@ type Driver struct {
 
 	// Two pools, so that blocking queries never starve the writes: calls
 	// for everything else, watch for blocking queries. Each gate admits as
-	// many requests as its transport has connections.
-	client, watchClient *api.Client
-	transports          []*http.Transport
-	calls, watches      gate
+	// many requests as its transport has connections; bulk admits all calls
+	// but heartbeats to three quarters of calls, so that heartbeats always
+	// find a connection, however many registrations are queued.
+	client, watchClient  *api.Client
+	transports           []*http.Transport
+	calls, bulk, watches gate
 
 	// life ends with Close: it unblocks watches and retries, and cancels
 	// the requests still running, which inflight counts.
@@ -382,7 +386,12 @@ func NewDriver(o Options) (*Driver, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	d := &Driver{o: o, calls: make(gate, o.MaxConns), watches: make(gate, o.MaxWatchConns)}
+	d := &Driver{
+		o:       o,
+		calls:   make(gate, o.MaxConns),
+		bulk:    make(gate, max(o.MaxConns-o.MaxConns/4, 1)),
+		watches: make(gate, o.MaxWatchConns),
+	}
 	d.life, d.stop = context.WithCancel(context.Background())
 	var err error
 	if d.client, err = d.newClient(o.MaxConns); err != nil {
@@ -480,13 +489,21 @@ func (d *Driver) enter(ctx context.Context) error {
 	return nil
 }
 
-// call runs one request other than a blocking query, on the calls pool,
-// within the driver's timeout. It returns when the request started.
+// call runs one request other than a blocking query or a heartbeat, on the
+// calls pool, within the driver's timeout. It returns when the request
+// started.
 func (d *Driver) call(ctx context.Context, req func(ctx context.Context) error) (time.Time, error) {
-	return d.run(ctx, d.calls, d.o.Timeout, req)
+	return d.run(ctx, []gate{d.bulk, d.calls}, d.o.Timeout, req)
 }
 
-// run runs req on one connection of pool p: it waits for a free one
+// renew runs a heartbeat like call, but past the bulk gate: a renewal is
+// due within the TTL and must not queue behind a thousand registrations.
+func (d *Driver) renew(ctx context.Context, req func(ctx context.Context) error) (time.Time, error) {
+	return d.run(ctx, []gate{d.calls}, d.o.Timeout, req)
+}
+
+// run runs req on one connection of the pool that the last of gates
+// guards, having passed each of gates in turn: it waits for a free one
 // (bounded by ctx only, so that queueing never eats into the request's
 // own timeout), then runs req within timeout. It returns when req started
 // and what it returned, or ctx's error as soon as ctx ends.
@@ -500,12 +517,20 @@ func (d *Driver) call(ctx context.Context, req func(ctx context.Context) error) 
 // wait) goes on: a client that cancels and dials again would hold more
 // of the agent's slots than it has connections, and be answered 429.
 // Letting it finish also spares a busy agent from doing the work twice.
-func (d *Driver) run(ctx context.Context, p gate, timeout time.Duration, req func(ctx context.Context) error) (time.Time, error) {
-	if err := p.enter(ctx, d.life.Done()); err != nil {
-		return time.Time{}, err
+func (d *Driver) run(ctx context.Context, gates []gate, timeout time.Duration, req func(ctx context.Context) error) (time.Time, error) {
+	leave := func(n int) {
+		for _, g := range gates[:n] {
+			g.leave()
+		}
 	}
-	if err := ctx.Err(); err != nil { // enter may have had both choices
-		p.leave()
+	for i, g := range gates {
+		if err := g.enter(ctx, d.life.Done()); err != nil {
+			leave(i)
+			return time.Time{}, err
+		}
+	}
+	if err := ctx.Err(); err != nil { // a gate may have had both choices
+		leave(len(gates))
 		return time.Time{}, err
 	}
 	start := time.Now()
@@ -513,7 +538,7 @@ func (d *Driver) run(ctx context.Context, p gate, timeout time.Duration, req fun
 	d.inflight.Add(1)
 	go func() {
 		defer d.inflight.Done()
-		defer p.leave()
+		defer leave(len(gates))
 		rctx, cancel := context.WithTimeout(d.life, timeout)
 		defer cancel()
 		errc <- req(rctx)

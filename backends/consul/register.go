@@ -186,7 +186,7 @@ func (r *registration) write(ctx context.Context, inst registry.Instance) error 
 	if err != nil {
 		return err
 	}
-	return r.d.write(ctx, "register "+inst.ID, false, func(ctx context.Context) error {
+	return r.d.write(ctx, "register "+inst.ID, plainWrite, func(ctx context.Context) error {
 		start := time.Now()
 		opts := api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)
 		if err := r.d.client.Agent().ServiceRegisterOpts(asr, opts); err != nil {
@@ -208,13 +208,13 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	}
 	op := "heartbeat " + r.id
 	if r.d.o.Check == CheckHTTP {
-		return r.d.write(ctx, op, false, func(ctx context.Context) error {
+		return r.d.write(ctx, op, renewal, func(ctx context.Context) error {
 			// 404 when unknown; the api library maps it to an error.
 			_, _, err := r.d.client.Agent().Service(r.id, (&api.QueryOptions{}).WithContext(ctx))
 			return err
 		})
 	}
-	return r.d.write(ctx, op, false, func(ctx context.Context) error {
+	return r.d.write(ctx, op, renewal, func(ctx context.Context) error {
 		// Checked before every attempt, retries included.
 		if r.expired() {
 			// Renewing would quietly revive a check that went critical,
@@ -250,7 +250,7 @@ func (r *registration) Deregister(ctx context.Context) error {
 	if err := r.d.enter(ctx); err != nil {
 		return err
 	}
-	err := r.d.write(ctx, "deregister "+r.id, true, func(ctx context.Context) error {
+	err := r.d.write(ctx, "deregister "+r.id, removal, func(ctx context.Context) error {
 		return r.d.client.Agent().ServiceDeregisterOpts(r.id, (&api.QueryOptions{}).WithContext(ctx))
 	})
 	if isNotFound(err) {

@@ -20,13 +20,26 @@ import (
 // a 5xx) or restarting, while a lease waits on the outcome.
 var retryPolicy = backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}
 
+// writeKind says how a write is retried and queued.
+type writeKind int
+
+const (
+	plainWrite writeKind = iota // register, update: retried within the driver's timeout
+	renewal                     // heartbeat: the same, past the bulk gate (see renew)
+	removal                     // deregister: retried until the caller's context ends
+)
+
 // write runs req, an idempotent write, until it succeeds, fails for good
-// or its time is up. Its time is the caller's context; unless persist is
-// set, also the driver's timeout from the start of the first attempt.
-func (d *Driver) write(ctx context.Context, op string, persist bool, req func(context.Context) error) error {
+// or its time is up. Its time is the caller's context, and for all but a
+// removal also the driver's timeout from the start of the first attempt.
+func (d *Driver) write(ctx context.Context, op string, kind writeKind, req func(context.Context) error) error {
+	run, persist := d.call, kind == removal
+	if kind == renewal {
+		run = d.renew
+	}
 	var giveUp time.Time
 	for attempt := 0; ; attempt++ {
-		start, err := d.call(ctx, req)
+		start, err := run(ctx, req)
 		if err == nil {
 			return nil
 		}

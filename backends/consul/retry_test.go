@@ -3,10 +3,12 @@ package consul
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,4 +185,48 @@ func TestDeregisterRetriesUntilContextEnds(t *testing.T) {
 		}
 		t.Logf("%d requests", s.requests())
 	})
+}
+
+// Heartbeats never queue behind registrations: with every connection but
+// the reserved quarter taken by registrations the agent is slow to answer,
+// and more registrations waiting, a heartbeat goes through at once.
+func TestHeartbeatsPassQueuedRegistrations(t *testing.T) {
+	release := make(chan struct{})
+	var blocking atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/agent/service/register") && blocking.Load() {
+			<-release // an agent busy with a burst of registrations
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before srv.Close: its handlers must return
+	d, err := NewDriver(Options{Address: strings.TrimPrefix(srv.URL, "http://"), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	reg, err := d.Register(t.Context(), inst, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocking.Store(true)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for i := range 10 {
+		other := inst
+		other.ID = fmt.Sprintf("svc-other-%d", i)
+		go func() { _, _ = d.Register(ctx, other, 10*time.Second) }()
+	}
+	// Wait until the registrations hold every connection they may.
+	for deadline := time.Now().Add(5 * time.Second); len(d.bulk) < cap(d.bulk); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d registrations in flight after 5s, want %d", len(d.bulk), cap(d.bulk))
+		}
+		time.Sleep(time.Millisecond) // polling period
+	}
+	hctx, hcancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer hcancel()
+	if err := reg.Heartbeat(hctx); err != nil {
+		t.Fatalf("Heartbeat behind %d registrations = %v, want it through at once", 10, err)
+	}
 }

@@ -139,7 +139,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 // block runs one blocking query on the pool of blocking queries, within
 // wait + wait/16 (Consul's jitter) + 5s; see run.
 func (d *Driver) block(ctx context.Context, req func(ctx context.Context) error) error {
-	_, err := d.run(ctx, d.watches, d.o.Wait+d.o.Wait/16+5*time.Second, req)
+	_, err := d.run(ctx, []gate{d.watches}, d.o.Wait+d.o.Wait/16+5*time.Second, req)
 	return err
 }
 
