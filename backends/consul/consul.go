@@ -19,8 +19,10 @@
 //	http_interval     polling interval with check=http, ≥ 1s (default 10s)
 //	http_timeout      probe timeout with check=http (default 2s)
 //	wait              blocking-query wait, 1s–10m (default 30s)
-//	timeout           deadline of non-blocking calls (default 10s)
+//	timeout           deadline of one request other than a blocking query (default 10s)
 //	stale             true: reads may be answered by any server (AllowStale)
+//	max_conns         connections for calls other than blocking queries (default 64)
+//	max_watch_conns   connections for blocking queries, one per watched service (default 64)
 //	ca_file, cert_file, key_file, tls_server_name, tls_skip_verify   TLS
 //
 // # What the TTL means here
@@ -44,6 +46,40 @@
 // Limits: TTLs from 1s, millisecond granularity (the agent's TTL timer has
 // no floor; 1s keeps the heartbeat at ≥ 333ms so the agent is not polled
 // in a tight loop).
+//
+// # Connections and retries
+//
+// Consul answers 429 Too Many Requests past
+// limits.http_max_conns_per_client concurrent connections from one client
+// IP (default 200), and it does so before reading the request. The driver
+// therefore keeps two bounded pools of its own:
+//
+//   - max_conns (default 64) for every call but blocking queries:
+//     registrations, heartbeats, updates, deregistrations, Lookup and the
+//     other reads. Calls beyond it wait for a free connection, bounded by
+//     their context only; timeout bounds each request once it has one. A
+//     quarter of it is kept for heartbeats: a burst of registrations never
+//     delays a renewal past its TTL.
+//   - max_watch_conns (default 64) for blocking queries: each watched
+//     service holds one connection for up to wait, so watches cannot starve
+//     the heartbeats. A Registry watching more services than that follows
+//     the rest as connections free up (a change may reach them up to wait
+//     late).
+//
+// With the defaults one driver uses at most 128 connections, leaving 72 of
+// the agent's default 200 for the other clients on the same address. Run
+// one driver (one Registry) per process, or lower the budgets, when
+// several share an IP address, or raise the agent's limit.
+//
+// Writes — register, heartbeat, update, deregister — are idempotent and are
+// retried with short jittered backoff (50ms doubling to 1s) when the agent
+// answers 429 or 5xx or cannot be reached (connection refused or reset,
+// attempt timed out): register, heartbeat and update within the caller's
+// context and timeout, a heartbeat never past the TTL (renewing after it
+// would revive a critical check), and deregister until its context ends,
+// so that a deregistration is never lost to a busy or restarting agent. A
+// failure that persists is registry.ErrUnavailable; 404 (and the 500
+// "does not have associated TTL") is registry.ErrNotFound at once.
 //
 // # Other guarantees
 //
@@ -113,6 +149,14 @@ const (
 	CheckHTTP = "http"
 )
 
+// The driver's default connection budget: 128 in all, well under the 200
+// concurrent connections per client IP a Consul agent accepts by default
+// (limits.http_max_conns_per_client). See the package doc.
+const (
+	DefaultMaxConns      = 64
+	DefaultMaxWatchConns = 64
+)
+
 // MinDeregisterAfter is Consul's floor for DeregisterCriticalServiceAfter:
 // lower values are silently raised by the agent, so they are rejected here.
 const MinDeregisterAfter = time.Minute
@@ -131,8 +175,11 @@ type Options struct {
 	HTTPTimeout     time.Duration // default 2s
 
 	Wait       time.Duration // blocking-query wait; default 30s
-	Timeout    time.Duration // non-blocking calls; default 10s
+	Timeout    time.Duration // one request other than a blocking query; default 10s
 	AllowStale bool
+
+	MaxConns      int // connections for calls other than blocking queries; default DefaultMaxConns
+	MaxWatchConns int // connections for blocking queries; default DefaultMaxWatchConns
 
 	CAFile, CertFile, KeyFile, TLSServerName string
 	TLSSkipVerify                            bool
@@ -159,6 +206,12 @@ func (o *Options) defaults() {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 10 * time.Second
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	if o.MaxWatchConns == 0 {
+		o.MaxWatchConns = DefaultMaxWatchConns
 	}
 }
 
@@ -191,6 +244,9 @@ func (o *Options) validate() error {
 	}
 	if o.Timeout <= 0 {
 		return bad("timeout=%v must be positive", o.Timeout)
+	}
+	if o.MaxConns < 1 || o.MaxWatchConns < 1 {
+		return bad("max_conns=%d, max_watch_conns=%d: want at least 1 each", o.MaxConns, o.MaxWatchConns)
 	}
 	return nil
 }
@@ -252,8 +308,21 @@ func ParseURL(u *url.URL) (Options, error) {
 		*dst = b
 		return nil
 	}
+	integer := func(name string, dst *int) error {
+		v := q.Get(name)
+		if v == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("consul: %w: %s=%q is not an integer", registry.ErrInvalid, name, v)
+		}
+		*dst = n
+		return nil
+	}
 	known := []string{"token", "dc", "check", "deregister_after", "http_path", "http_interval", "http_timeout",
-		"wait", "timeout", "stale", "ca_file", "cert_file", "key_file", "tls_server_name", "tls_skip_verify"}
+		"wait", "timeout", "stale", "max_conns", "max_watch_conns",
+		"ca_file", "cert_file", "key_file", "tls_server_name", "tls_skip_verify"}
 	for k := range q {
 		if !slices.Contains(known, k) {
 			return bad("unknown parameter %q (known: %s)", k, strings.Join(known, ", "))
@@ -269,6 +338,7 @@ func ParseURL(u *url.URL) (Options, error) {
 		dur("deregister_after", &o.DeregisterAfter), dur("http_interval", &o.HTTPInterval),
 		dur("http_timeout", &o.HTTPTimeout), dur("wait", &o.Wait), dur("timeout", &o.Timeout),
 		boolean("stale", &o.AllowStale), boolean("tls_skip_verify", &o.TLSSkipVerify),
+		integer("max_conns", &o.MaxConns), integer("max_watch_conns", &o.MaxWatchConns),
 	} {
 		if err != nil {
 			return Options{}, err
@@ -286,14 +356,26 @@ func ParseURL(u *url.URL) (Options, error) {
 
 // Driver is a registry.Driver talking to one Consul agent.
 type Driver struct {
-	o         Options
-	client    *api.Client
-	transport *http.Transport
-	secret    string // the effective token (URL or environment), scrubbed from errors
+	o      Options
+	secret string // the effective token (URL or environment), scrubbed from errors
+
+	// Two pools, so that blocking queries never starve the writes: calls
+	// for everything else, watch for blocking queries. Each gate admits as
+	// many requests as its transport has connections; bulk admits all calls
+	// but heartbeats to three quarters of calls, so that heartbeats always
+	// find a connection, however many registrations are queued.
+	client, watchClient  *api.Client
+	transports           []*http.Transport
+	calls, bulk, watches gate
+
+	// life ends with Close: it unblocks watches and retries, and cancels
+	// the requests still running, which inflight counts.
+	life     context.Context
+	stop     context.CancelFunc
+	inflight sync.WaitGroup
 
 	mu     sync.Mutex
 	closed bool
-	done   chan struct{} // closed by Close: unblocks watches
 }
 
 // NewDriver returns a driver for the agent described by o. It does not
@@ -304,6 +386,28 @@ func NewDriver(o Options) (*Driver, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	d := &Driver{
+		o:       o,
+		calls:   make(gate, o.MaxConns),
+		bulk:    make(gate, max(o.MaxConns-o.MaxConns/4, 1)),
+		watches: make(gate, o.MaxWatchConns),
+	}
+	d.life, d.stop = context.WithCancel(context.Background())
+	var err error
+	if d.client, err = d.newClient(o.MaxConns); err != nil {
+		return nil, err
+	}
+	if d.watchClient, err = d.newClient(o.MaxWatchConns); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// newClient returns an API client whose transport holds at most conns
+// connections to the agent, all kept for reuse: a driver never opens more
+// than its budget, nor churns through connections under load.
+func (d *Driver) newClient(conns int) (*api.Client, error) {
+	o := d.o
 	cfg := api.DefaultConfig() // honours CONSUL_HTTP_TOKEN(_FILE) for what o leaves unset
 	cfg.Address = o.Address
 	cfg.Scheme = "http"
@@ -318,10 +422,11 @@ func NewDriver(o Options) (*Driver, error) {
 		Address: o.TLSServerName, CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
 		InsecureSkipVerify: o.TLSSkipVerify,
 	}
-	tr := cfg.Transport // a pooled transport of its own, per driver
+	tr := cfg.Transport // a pooled transport of its own
 	if tr == nil {
 		tr = http.DefaultTransport.(*http.Transport).Clone()
 	}
+	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost, tr.MaxIdleConns = conns, conns, conns
 	hc, err := api.NewHttpClient(tr, cfg.TLSConfig)
 	if err != nil {
 		return nil, fmt.Errorf("consul: %w: TLS configuration: %v", registry.ErrInvalid, err)
@@ -337,11 +442,14 @@ func NewDriver(o Options) (*Driver, error) {
 		return nil, fmt.Errorf("consul: %w: %s", registry.ErrInvalid, redact(err.Error(), cfg.Token))
 	}
 	// NewClient filled cfg.Token from the environment if the URL had none.
-	return &Driver{o: o, client: c, transport: tr, secret: cfg.Token, done: make(chan struct{})}, nil
+	d.secret = cfg.Token
+	d.transports = append(d.transports, tr)
+	return c, nil
 }
 
 // Client returns the underlying Consul API client, for what Roster does
-// not cover (KV, sessions…).
+// not cover (KV, sessions…). It shares the driver's connections for calls
+// (max_conns) but not their gate: its requests queue in the transport.
 func (d *Driver) Client() *api.Client { return d.client }
 
 // Options returns the driver's options (with the token).
@@ -353,17 +461,19 @@ func (d *Driver) Limits() registry.Limits {
 	return registry.Limits{MinTTL: time.Second, TTLGranularity: time.Millisecond}
 }
 
-// Close implements registry.Driver: pending watches return ErrClosed and
-// idle connections are closed. The agent keeps what was registered
+// Close implements registry.Driver: pending watches return ErrClosed,
+// requests still running are cancelled and waited for, and idle
+// connections are closed. The agent keeps what was registered
 // (Registry.Close deregisters its leases before closing the driver).
 func (d *Driver) Close() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.closed {
-		d.closed = true
-		close(d.done)
+	d.closed = true
+	d.mu.Unlock()
+	d.stop()
+	d.inflight.Wait()
+	for _, tr := range d.transports {
+		tr.CloseIdleConnections()
 	}
-	d.transport.CloseIdleConnections()
 	return nil
 }
 
@@ -379,10 +489,87 @@ func (d *Driver) enter(ctx context.Context) error {
 	return nil
 }
 
-// callCtx bounds a non-blocking call by the driver's timeout.
-func (d *Driver) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, d.o.Timeout)
+// call runs one request other than a blocking query or a heartbeat, on the
+// calls pool, within the driver's timeout. It returns when the request
+// started.
+func (d *Driver) call(ctx context.Context, req func(ctx context.Context) error) (time.Time, error) {
+	return d.run(ctx, []gate{d.bulk, d.calls}, d.o.Timeout, req)
 }
+
+// renew runs a heartbeat like call, but past the bulk gate: a renewal is
+// due within the TTL and must not queue behind a thousand registrations.
+func (d *Driver) renew(ctx context.Context, req func(ctx context.Context) error) (time.Time, error) {
+	return d.run(ctx, []gate{d.calls}, d.o.Timeout, req)
+}
+
+// run runs req on one connection of the pool that the last of gates
+// guards, having passed each of gates in turn: it waits for a free one
+// (bounded by ctx only, so that queueing never eats into the request's
+// own timeout), then runs req within timeout. It returns when req started
+// and what it returned, or ctx's error as soon as ctx ends.
+//
+// The request itself is not cancelled with ctx: it goes on, holding its
+// connection, until the agent answers, timeout passes or the driver
+// closes. The agent counts a connection against
+// limits.http_max_conns_per_client until its handler returns, and a
+// cancelled HTTP/1.1 request closes its connection while the handler
+// (a heartbeat queued behind others, a blocking query waiting out its
+// wait) goes on: a client that cancels and dials again would hold more
+// of the agent's slots than it has connections, and be answered 429.
+// Letting it finish also spares a busy agent from doing the work twice.
+func (d *Driver) run(ctx context.Context, gates []gate, timeout time.Duration, req func(ctx context.Context) error) (time.Time, error) {
+	leave := func(n int) {
+		for _, g := range gates[:n] {
+			g.leave()
+		}
+	}
+	for i, g := range gates {
+		if err := g.enter(ctx, d.life.Done()); err != nil {
+			leave(i)
+			return time.Time{}, err
+		}
+	}
+	if err := ctx.Err(); err != nil { // a gate may have had both choices
+		leave(len(gates))
+		return time.Time{}, err
+	}
+	start := time.Now()
+	errc := make(chan error, 1)
+	d.inflight.Add(1)
+	go func() {
+		defer d.inflight.Done()
+		defer leave(len(gates))
+		rctx, cancel := context.WithTimeout(d.life, timeout)
+		defer cancel()
+		errc <- req(rctx)
+	}()
+	select {
+	case err := <-errc:
+		return start, err
+	case <-ctx.Done():
+		return start, ctx.Err()
+	case <-d.life.Done():
+		return start, fmt.Errorf("consul: %w", registry.ErrClosed)
+	}
+}
+
+// gate admits as many requests at a time as it has room: one per
+// connection of its pool, so that a request never waits for a connection
+// inside its own timeout.
+type gate chan struct{}
+
+func (g gate) enter(ctx context.Context, closed <-chan struct{}) error {
+	select {
+	case g <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closed:
+		return fmt.Errorf("consul: %w", registry.ErrClosed)
+	}
+}
+
+func (g gate) leave() { <-g }
 
 func (d *Driver) query(ctx context.Context) *api.QueryOptions {
 	q := &api.QueryOptions{Datacenter: d.o.Datacenter, AllowStale: d.o.AllowStale}
@@ -398,6 +585,9 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("consul: %s: %w", op, ctx.Err())
 	}
+	if isRegistryError(err) {
+		return err // classified already
+	}
 	msg := redact(redact(err.Error(), d.o.Token), d.secret)
 	var se api.StatusError
 	if errors.As(err, &se) {
@@ -411,6 +601,15 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 		}
 	}
 	return fmt.Errorf("consul: %s: %w: %s", op, registry.ErrUnavailable, msg)
+}
+
+func isRegistryError(err error) bool {
+	for _, target := range []error{registry.ErrNotFound, registry.ErrInvalid, registry.ErrUnavailable, registry.ErrClosed} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // lostCheck recognises old agents' way of saying "unknown check": a 500

@@ -37,7 +37,11 @@ func TestParseURL(t *testing.T) {
 		want func(o consul.Options) bool
 	}{
 		{"consul://", func(o consul.Options) bool {
-			return o.Address == "127.0.0.1:8500" && !o.TLS && o.Check == consul.CheckTTL && o.DeregisterAfter == time.Minute && o.Wait == 30*time.Second
+			return o.Address == "127.0.0.1:8500" && !o.TLS && o.Check == consul.CheckTTL && o.DeregisterAfter == time.Minute && o.Wait == 30*time.Second &&
+				o.MaxConns == consul.DefaultMaxConns && o.MaxWatchConns == consul.DefaultMaxWatchConns
+		}},
+		{"consul://h:1?max_conns=16&max_watch_conns=100", func(o consul.Options) bool {
+			return o.MaxConns == 16 && o.MaxWatchConns == 100
 		}},
 		{"consul://10.0.0.1:18500?token=s3cret&dc=eu1", func(o consul.Options) bool {
 			return o.Address == "10.0.0.1:18500" && o.Token == "s3cret" && o.Datacenter == "eu1"
@@ -70,6 +74,8 @@ func TestParseURL(t *testing.T) {
 		{"consul://u:pw@h:1", "token="},
 		{"consul://h:1/path", "no path"},
 		{"consul://h:1?wait=soon", "not a duration"},
+		{"consul://h:1?max_conns=many", "not an integer"},
+		{"consul://h:1?max_watch_conns=-1", "at least 1"},
 	}
 	for _, c := range bad {
 		u, _ := url.Parse(c.url)

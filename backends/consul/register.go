@@ -140,17 +140,15 @@ func fromConsul(e *api.ServiceEntry) registry.Instance {
 
 // Register implements registry.Driver: an agent registration with
 // ReplaceExistingChecks, so that a re-registration replaces the check
-// rather than adding one.
+// rather than adding one. It is retried as the package doc describes.
 func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
 	reg := &registration{d: d, id: inst.ID, service: inst.Service, ttl: ttl}
-	start := time.Now()
 	if err := reg.write(ctx, inst); err != nil {
 		return nil, err
 	}
-	reg.renewed(start)
 	return reg, nil
 }
 
@@ -181,18 +179,24 @@ func (r *registration) expired() bool {
 	return time.Since(r.lastOK) >= r.ttl
 }
 
+// write registers inst, with retries. With a TTL check, the check is
+// created passing with a full TTL: a renewal.
 func (r *registration) write(ctx context.Context, inst registry.Instance) error {
 	asr, err := r.d.toConsul(inst, r.ttl)
 	if err != nil {
 		return err
 	}
-	cctx, cancel := r.d.callCtx(ctx)
-	defer cancel()
-	opts := api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(cctx)
-	if err := r.d.client.Agent().ServiceRegisterOpts(asr, opts); err != nil {
-		return r.d.wrap(ctx, "register "+inst.ID, err)
-	}
-	return nil
+	return r.d.write(ctx, "register "+inst.ID, plainWrite, func(ctx context.Context) error {
+		start := time.Now()
+		opts := api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx)
+		if err := r.d.client.Agent().ServiceRegisterOpts(asr, opts); err != nil {
+			return err
+		}
+		if r.d.o.Check == CheckTTL {
+			r.renewed(start)
+		}
+		return nil
+	})
 }
 
 // Heartbeat implements registry.Registration. With a TTL check it renews
@@ -202,29 +206,32 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	if err := r.d.enter(ctx); err != nil {
 		return err
 	}
-	cctx, cancel := r.d.callCtx(ctx)
-	defer cancel()
-	q := (&api.QueryOptions{}).WithContext(cctx)
+	op := "heartbeat " + r.id
 	if r.d.o.Check == CheckHTTP {
-		// 404 when unknown; the api library maps it to an error.
-		if _, _, err := r.d.client.Agent().Service(r.id, q); err != nil {
-			return r.d.wrap(ctx, "heartbeat "+r.id, err)
+		return r.d.write(ctx, op, renewal, func(ctx context.Context) error {
+			// 404 when unknown; the api library maps it to an error.
+			_, _, err := r.d.client.Agent().Service(r.id, (&api.QueryOptions{}).WithContext(ctx))
+			return err
+		})
+	}
+	return r.d.write(ctx, op, renewal, func(ctx context.Context) error {
+		// Checked before every attempt, retries included.
+		if r.expired() {
+			// Renewing would quietly revive a check that went critical,
+			// after watchers saw the instance leave. Report the expiry
+			// instead: the lease registers again, writing the whole
+			// definition afresh (the agent may hold an old one, restored
+			// from its data dir).
+			return fmt.Errorf("consul: %s: %w: TTL check expired (no renewal for %v)", op, registry.ErrNotFound, r.ttl)
 		}
-		return nil
-	}
-	if r.expired() {
-		// Renewing would quietly revive a check that went critical, after
-		// watchers saw the instance leave. Report the expiry instead: the
-		// lease registers again, writing the whole definition afresh (the
-		// agent may hold an old one, restored from its data dir).
-		return fmt.Errorf("consul: heartbeat %s: %w: TTL check expired (no renewal for %v)", r.id, registry.ErrNotFound, r.ttl)
-	}
-	start := time.Now()
-	if err := r.d.client.Agent().UpdateTTLOpts(checkID(r.id), checkOutput, api.HealthPassing, q); err != nil {
-		return r.d.wrap(ctx, "heartbeat "+r.id, err)
-	}
-	r.renewed(start)
-	return nil
+		start := time.Now()
+		err := r.d.client.Agent().UpdateTTLOpts(checkID(r.id), checkOutput, api.HealthPassing, (&api.QueryOptions{}).WithContext(ctx))
+		if err == nil {
+			// Even when the caller has given up: the agent renewed.
+			r.renewed(start)
+		}
+		return err
+	})
 }
 
 // Update implements registry.Registration: the same registration, written
@@ -233,29 +240,21 @@ func (r *registration) Update(ctx context.Context, inst registry.Instance) error
 	if err := r.d.enter(ctx); err != nil {
 		return err
 	}
-	start := time.Now()
-	if err := r.write(ctx, inst); err != nil {
-		return err
-	}
-	if r.d.o.Check == CheckTTL {
-		r.renewed(start) // the check is re-created passing with a full TTL
-	}
-	return nil
+	return r.write(ctx, inst)
 }
 
-// Deregister implements registry.Registration, by the unique ID only.
+// Deregister implements registry.Registration, by the unique ID only. It
+// retries until it succeeds or ctx ends: a lost deregistration would leave
+// the instance behind, critical, until DeregisterCriticalServiceAfter.
 func (r *registration) Deregister(ctx context.Context) error {
 	if err := r.d.enter(ctx); err != nil {
 		return err
 	}
-	cctx, cancel := r.d.callCtx(ctx)
-	defer cancel()
-	if err := r.d.client.Agent().ServiceDeregisterOpts(r.id, (&api.QueryOptions{}).WithContext(cctx)); err != nil {
-		err = r.d.wrap(ctx, "deregister "+r.id, err)
-		if isNotFound(err) {
-			return nil // already gone: not an error
-		}
-		return err
+	err := r.d.write(ctx, "deregister "+r.id, removal, func(ctx context.Context) error {
+		return r.d.client.Agent().ServiceDeregisterOpts(r.id, (&api.QueryOptions{}).WithContext(ctx))
+	})
+	if isNotFound(err) {
+		return nil // already gone: not an error
 	}
-	return nil
+	return err
 }

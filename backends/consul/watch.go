@@ -16,19 +16,24 @@ import (
 func isNotFound(err error) bool { return errors.Is(err, registry.ErrNotFound) }
 
 // health reads the passing instances of service. wait > 0 makes it a
-// blocking query on index.
+// blocking query on index, on the pool of blocking queries.
 func (d *Driver) health(ctx context.Context, service string, index uint64, wait time.Duration) (registry.Snapshot, uint64, error) {
 	q := &api.QueryOptions{Datacenter: d.o.Datacenter, AllowStale: d.o.AllowStale}
-	var cancel context.CancelFunc
+	var entries []*api.ServiceEntry
+	var meta *api.QueryMeta
+	read := func(c *api.Client) func(ctx context.Context) error {
+		return func(ctx context.Context) (err error) {
+			entries, meta, err = c.Health().Service(service, "", true, q.WithContext(ctx))
+			return err
+		}
+	}
+	var err error
 	if wait > 0 {
 		q.WaitIndex, q.WaitTime = index, wait
-		// Consul adds up to wait/16 of jitter to a blocking query.
-		ctx, cancel = context.WithTimeout(ctx, wait+wait/16+5*time.Second)
+		err = d.block(ctx, read(d.watchClient))
 	} else {
-		ctx, cancel = d.callCtx(ctx)
+		_, err = d.call(ctx, read(d.client))
 	}
-	defer cancel()
-	entries, meta, err := d.client.Health().Service(service, "", true, q.WithContext(ctx))
 	if err != nil {
 		return registry.Snapshot{}, 0, err
 	}
@@ -66,13 +71,15 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
-	cctx, cancel := d.callCtx(ctx)
-	defer cancel()
-	names, _, err := d.client.Catalog().Services(d.query(cctx))
-	if err != nil {
-		return nil, d.wrap(ctx, "services", err)
-	}
-	checks, _, err := d.client.Health().State(api.HealthAny, d.query(cctx))
+	var names map[string][]string
+	var checks api.HealthChecks
+	_, err := d.call(ctx, func(ctx context.Context) (err error) {
+		if names, _, err = d.client.Catalog().Services(d.query(ctx)); err != nil {
+			return err
+		}
+		checks, _, err = d.client.Health().State(api.HealthAny, d.query(ctx))
+		return err
+	})
 	if err != nil {
 		return nil, d.wrap(ctx, "services", err)
 	}
@@ -129,6 +136,13 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// block runs one blocking query on the pool of blocking queries, within
+// wait + wait/16 (Consul's jitter) + 5s; see run.
+func (d *Driver) block(ctx context.Context, req func(ctx context.Context) error) error {
+	_, err := d.run(ctx, []gate{d.watches}, d.o.Wait+d.o.Wait/16+5*time.Second, req)
+	return err
+}
+
 // Watch implements registry.Driver with blocking queries.
 func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, error) {
 	if err := d.enter(ctx); err != nil {
@@ -167,7 +181,7 @@ func (st *stream) Next(outer context.Context) (registry.Snapshot, error) {
 	go func() {
 		select {
 		case <-st.closed:
-		case <-st.d.done:
+		case <-st.d.life.Done():
 		case <-ctx.Done():
 		}
 		cancel()
@@ -220,7 +234,7 @@ func (st *stream) ctxErr(ctx context.Context) error {
 	select {
 	case <-st.closed:
 		return fmt.Errorf("consul: watch %s: %w", st.service, registry.ErrClosed)
-	case <-st.d.done:
+	case <-st.d.life.Done():
 		return fmt.Errorf("consul: watch %s: %w", st.service, registry.ErrClosed)
 	default:
 	}
