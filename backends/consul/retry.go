@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -38,14 +37,21 @@ func (d *Driver) write(ctx context.Context, op string, kind writeKind, req func(
 		run = d.renew
 	}
 	var giveUp time.Time
+	var last error // the last failure the agent itself reported
 	for attempt := 0; ; attempt++ {
 		start, err := run(ctx, req)
 		if err == nil {
 			return nil
 		}
+		if ctx.Err() != nil && last != nil {
+			// The caller's time ran out during a retry: what the agent said
+			// before (a 429, a 5xx) explains more than the deadline alone.
+			return errors.Join(d.wrap(context.WithoutCancel(ctx), op, last), ctx.Err())
+		}
 		if !retryable(err) || ctx.Err() != nil {
 			return d.wrap(ctx, op, err)
 		}
+		last = err
 		if attempt == 0 && !persist {
 			giveUp = start.Add(d.o.Timeout)
 		}
@@ -54,8 +60,8 @@ func (d *Driver) write(ctx context.Context, op string, kind writeKind, req func(
 		if dl, ok := ctx.Deadline(); (ok && next.After(dl)) || (!persist && next.After(giveUp)) {
 			return d.wrap(ctx, op, err) // the last error says more than a deadline would
 		}
-		if err := d.pause(ctx, delay); err != nil {
-			return fmt.Errorf("consul: %s: %w", op, err)
+		if perr := d.pause(ctx, delay); perr != nil {
+			return errors.Join(d.wrap(context.WithoutCancel(ctx), op, err), perr)
 		}
 	}
 }
