@@ -19,6 +19,8 @@ package conformance
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/roster-go/roster/registry"
@@ -48,7 +50,9 @@ type Config struct {
 	// to report Stale. Default 2×TTL.
 	StaleDetect time.Duration
 	// ManyLeases is how many leases ManyLeasesThenClose holds from one
-	// process (default 1,000).
+	// process (default 1,000). The environment variable
+	// ROSTER_MANY_LEASES, when set, overrides it (to measure a backend's
+	// ceiling).
 	ManyLeases int
 	// Skip names checks this backend cannot pass, with the reason, e.g.
 	// {"CrashRemovedFromCatalog": "Consul reaps critical services after ≥1m"}.
@@ -67,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StaleDetect <= 0 {
 		c.StaleDetect = 2 * c.TTL
+	}
+	if n, err := strconv.Atoi(os.Getenv("ROSTER_MANY_LEASES")); err == nil && n > 0 {
+		c.ManyLeases = n
 	}
 	if c.ManyLeases <= 0 {
 		c.ManyLeases = 1000
