@@ -139,9 +139,15 @@ func init() {
 		}
 		return NewDriver(o)
 	}
-	registry.RegisterDriver(Scheme, open)
-	registry.RegisterDriver(SchemeTLS, open)
+	registry.RegisterDriver(Scheme, open, publicOptions...)
+	registry.RegisterDriver(SchemeTLS, open, publicOptions...)
 }
+
+// publicOptions are the URL options whose values are never secret:
+// registry.Redact may show them in errors.
+var publicOptions = []string{"dc", "check", "deregister_after", "http_path", "http_interval", "http_timeout",
+	"wait", "timeout", "stale", "max_conns", "max_watch_conns", "ca_file", "cert_file", "tls_server_name",
+	"tls_skip_verify"}
 
 // Check types.
 const (

@@ -135,9 +135,14 @@ const (
 var limits = registry.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
 
 func init() {
-	registry.RegisterDriver(Scheme, openURL)
-	registry.RegisterDriver(SchemeTLS, openURL)
+	registry.RegisterDriver(Scheme, openURL, publicOptions...)
+	registry.RegisterDriver(SchemeTLS, openURL, publicOptions...)
 }
+
+// publicOptions are the URL options whose values are never secret:
+// registry.Redact may show them in errors.
+var publicOptions = []string{"prefix", "dial_timeout", "request_timeout", "progress_interval", "username",
+	"ca_file", "cert_file", "server_name", "insecure_skip_verify"}
 
 // Driver is a registry.Driver on an etcd v3 cluster. Wrap it with
 // registry.New, or get one through registry.Open with an etcd:// URL.

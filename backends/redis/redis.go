@@ -165,9 +165,15 @@ func init() {
 	for _, s := range Schemes {
 		registry.RegisterDriver(s, func(ctx context.Context, u *url.URL) (registry.Driver, error) {
 			return OpenURL(ctx, u)
-		})
+		}, publicOptions...)
 	}
 }
+
+// publicOptions are the URL options whose values are never secret:
+// registry.Redact may show them in errors.
+var publicOptions = []string{"addr", "layout", "prefix", "master", "sentinel_username", "client_name", "notify",
+	"skip_verify", "sweep", "quiet", "poll", "linger", "dial_timeout", "read_timeout", "write_timeout",
+	"pool_size", "maxlen"}
 
 // Layout selects how instances are stored.
 type Layout string
