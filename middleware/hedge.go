@@ -36,7 +36,7 @@ type HedgeConfig struct {
 //
 //	WithMiddleware(Retry(rc), Hedge(hc), c.Quarantine().Middleware())
 //
-// Under Hedge the Call runs twice at once, so it must be safe for
+// Under Hedge the Call may run twice at once, so it must be safe for
 // concurrent use, and calls that must not run twice go through NoHedge.
 // When Hedge returns it cancels the context of both attempts, the
 // winner's included, and does not wait for the loser: as net.Dialer does
