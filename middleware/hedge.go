@@ -2,10 +2,12 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
 )
 
 // PickObserver is implemented by Excluders that want to know which
@@ -26,39 +28,45 @@ type HedgeConfig struct {
 }
 
 // Hedge starts a second attempt on another instance when the first has
-// not finished after Delay, and returns the first success (cancelling the
-// other attempt), or the last failure. Each hedge takes a token from the
-// budget, so hedging stops when it would multiply load. Off unless added
-// to the chain; place it inside Retry and outside Quarantine:
+// not finished after Delay, or at once when it failed with a Retryable
+// error before that, and returns the first success, or the last failure.
+// Each hedge takes a token from the budget, so hedging stops when it would
+// multiply load. Off unless added to the chain; place it inside Retry and
+// outside Quarantine:
 //
 //	WithMiddleware(Retry(rc), Hedge(hc), c.Quarantine().Middleware())
+//
+// Under Hedge the Call may run twice at once, so it must be safe for
+// concurrent use, and calls that must not run twice go through NoHedge.
+// When Hedge returns it cancels the context of both attempts, the
+// winner's included, and does not wait for the loser: as net.Dialer does
+// with the losers of its Happy Eyeballs race, a losing call may still be
+// returning, and must release what it got by itself. Nothing the call
+// hands out may depend on its context once it has returned; a response
+// body needs a lifetime of its own (contrib/http gives it one).
 func Hedge(cfg HedgeConfig) Middleware {
 	if cfg.Budget == nil {
 		cfg.Budget = NewBudget(0.2, 3)
 	}
 	return func(next Handler) Handler {
 		return func(ctx context.Context, req *Request) error {
-			if cfg.Delay <= 0 {
+			if cfg.Delay <= 0 || ctx.Value(noHedgeKey{}) != nil {
 				return next(ctx, req)
 			}
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			set := &hedgeSet{}
-			type result struct {
-				err error
-				r   *Request
-			}
-			results := make(chan result, 2)
+			results := make(chan hedgeResult, 2)
 			launch := func(r *Request) {
 				r.PushExcluder(set)
-				go func() { results <- result{next(ctx, r), r} }()
+				go func() { results <- hedgeResult{next(ctx, r), r} }()
 			}
 			primary := req.clone()
 			launch(primary)
 			timer := time.NewTimer(cfg.Delay)
 			defer timer.Stop()
 			running := 1
-			var last result
+			var last hedgeResult
 			for running > 0 {
 				select {
 				case <-timer.C:
@@ -76,8 +84,10 @@ func Hedge(cfg HedgeConfig) Middleware {
 						req.adopt(res.r)
 						return nil // the deferred cancel stops the other attempt
 					}
-					// The first failed before the delay: hedge at once.
-					if running == 0 && timer.Stop() && cfg.Budget.TryRetry(time.Now()) {
+					// The first failed before the delay, in a way another
+					// instance may not: hedge at once. Other failures are
+					// final, as they are to Retry.
+					if running == 0 && hedgeable(ctx, res) && timer.Stop() && cfg.Budget.TryRetry(time.Now()) {
 						h := req.clone()
 						h.Reason = "hedge"
 						h.tried = append(h.tried, res.r.Instance.ID)
@@ -91,6 +101,26 @@ func Hedge(cfg HedgeConfig) Middleware {
 			return last.err
 		}
 	}
+}
+
+type hedgeResult struct {
+	err error
+	r   *Request
+}
+
+// hedgeable reports whether a failure is one another instance may not
+// have, as Retry decides.
+func hedgeable(ctx context.Context, res hedgeResult) bool {
+	return res.r.Classify(ctx, res.err) == Retryable && !errors.Is(res.err, selector.ErrNoInstances)
+}
+
+type noHedgeKey struct{}
+
+// NoHedge returns a context under which Hedge runs a call's attempts one at
+// a time: for calls that must not be in flight twice, such as a request
+// that is not idempotent.
+func NoHedge(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noHedgeKey{}, true)
 }
 
 // hedgeSet keeps the branches of one hedged attempt on distinct instances.

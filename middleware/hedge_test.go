@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,5 +78,74 @@ func TestHedgeRespectsTheBudget(t *testing.T) {
 	}
 	if n := calls.Load(); n != 5 {
 		t.Fatalf("%d attempts for 5 calls with an empty budget, want 5", n)
+	}
+}
+
+// A failure that Retry would not retry (the application's answer, a fatal
+// error, the caller giving up) is not hedged either.
+func TestHedgeNotAfterFinalFailure(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if _, err := e.writer.Register(ctx, registry.Instance{ID: id, Service: "api", Address: "127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A delay no test reaches: a hedge can only be the one sent at once
+	// after a failure.
+	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Hedge(middleware.HedgeConfig{
+		Delay: time.Hour, Budget: middleware.NewBudget(1, 100)})))
+	for _, fail := range []error{
+		middleware.BusinessError(errors.New("404 not found")),
+		middleware.FatalError(errors.New("not idempotent")),
+	} {
+		var calls atomic.Int32
+		err := c.Do(ctx, "api", func(ctx context.Context, in registry.Instance) error {
+			calls.Add(1)
+			return fail
+		})
+		if !errors.Is(err, fail) || calls.Load() != 1 {
+			t.Errorf("%v: %d attempts (%v), want 1", fail, calls.Load(), err)
+		}
+	}
+	var calls atomic.Int32
+	err := c.Do(ctx, "api", func(ctx context.Context, in registry.Instance) error {
+		if calls.Add(1) == 1 {
+			return errors.New("connection refused")
+		}
+		return nil
+	})
+	if err != nil || calls.Load() != 2 {
+		t.Errorf("a retryable failure: %d attempts (%v), want a hedge that succeeds", calls.Load(), err)
+	}
+}
+
+// Under NoHedge a call runs one attempt at a time.
+func TestNoHedge(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if _, err := e.writer.Register(ctx, registry.Instance{ID: id, Service: "api", Address: "127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Hedge(middleware.HedgeConfig{
+		Delay: time.Millisecond, Budget: middleware.NewBudget(1, 100)})))
+	var calls atomic.Int32
+	second := make(chan struct{})
+	err := c.Do(middleware.NoHedge(ctx), "api", func(ctx context.Context, in registry.Instance) error {
+		if calls.Add(1) > 1 {
+			close(second)
+			return nil
+		}
+		// A hedge would leave 1 ms from now: give it a hundred times that.
+		select {
+		case <-second:
+		case <-time.After(100 * time.Millisecond):
+		}
+		return nil
+	})
+	if err != nil || calls.Load() != 1 {
+		t.Fatalf("%d attempts (%v) under NoHedge with a 1 ms delay, want 1", calls.Load(), err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/roster-go/roster/internal/backoff"
+	"github.com/roster-go/roster/internal/childproc"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -35,8 +38,17 @@ With "-- CMD ARGS…" it starts CMD and acts as its entrypoint: it registers onc
 the health check passes (at once without --check-http), keeps the registration
 while the check passes, and on SIGTERM or SIGINT it deregisters FIRST, waits
 --drain so that clients stop picking the instance, then forwards the signal to
-CMD and exits with CMD's exit code. If CMD exits by itself, the instance is
-deregistered and roster exits with CMD's code.
+CMD's process group and exits with CMD's exit code. If CMD exits by itself, the
+instance is deregistered and roster exits with CMD's code.
+
+CMD runs in a process group of its own: Ctrl-C in a terminal reaches roster
+only, and CMD gets it after the deregistration and the drain. CMD reads stdin
+unless that is a terminal. On Linux, CMD is killed if roster dies.
+
+If the registry cannot be reached, CMD starts anyway and roster keeps trying to
+register in the background, with backoff, saying so on stderr. Invalid input
+(service, address, metadata, TTL, registry URL) fails at once, before CMD
+starts.
 
 Without CMD it keeps the registration alive until it is signalled.`,
 		Args: cobra.ArbitraryArgs,
@@ -60,7 +72,7 @@ Without CMD it keeps the registration alive until it is signalled.`,
 			if checkURL != "" {
 				opts = append(opts, registry.WithHealthCheck(httpCheck(checkURL), checkInterval))
 			}
-			return runSidecar(cmd, in, opts, args, drain)
+			return runSidecar(cmd, in, ttl, opts, args, drain)
 		},
 	}
 	f := cmd.Flags()
@@ -101,84 +113,270 @@ func httpCheck(url string) func(context.Context) error {
 	}
 }
 
-func runSidecar(cmd *cobra.Command, in registry.Instance, opts []registry.RegisterOption, args []string, drain time.Duration) error {
-	logf := func(format string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), "roster: "+format+"\n", a...) }
+func runSidecar(cmd *cobra.Command, in registry.Instance, ttl time.Duration, opts []registry.RegisterOption, args []string, drain time.Duration) error {
 	// Signals are ours to handle in order: take them from the root context.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	reg, err := openRegistry(cmd)
+	s := &sidecar{out: cmd.ErrOrStderr(), drain: drain, exited: make(chan error, 1)}
+	// Bad input fails here, before CMD starts. An unreachable registry does
+	// not: CMD starts and the registration is retried in the background.
+	in, reg, err := prepare(cmd, in, ttl)
 	if err != nil {
 		return err
 	}
-	defer reg.Close()
-
-	var child *exec.Cmd
-	exited := make(chan error, 1)
 	if len(args) > 0 {
-		child = exec.Command(args[0], args[1:]...)
-		child.Stdin, child.Stdout, child.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
-		if err := child.Start(); err != nil {
-			return fmt.Errorf("start %s: %w", args[0], err)
+		if s.child, err = startChild(cmd, args); err != nil {
+			if reg != nil {
+				reg.Close()
+			}
+			return err
 		}
-		go func() { exited <- child.Wait() }()
+		go func() { s.exited <- s.child.Wait() }()
 	}
-
-	opts = append(opts, registry.WithStateHook(func(s registry.LeaseState, err error) {
+	opts = append(opts, registry.WithStateHook(func(st registry.LeaseState, err error) {
 		if err != nil {
-			logf("%s: %s (%v)", in.Service, s, err)
+			s.logf("%s: %s (%v)", in.Service, st, err)
 		} else {
-			logf("%s: %s", in.Service, s)
+			s.logf("%s: %s", in.Service, st)
 		}
 	}))
-	lease, err := reg.Register(context.Background(), in, opts...)
-	if err != nil {
-		if child != nil {
-			child.Process.Signal(syscall.SIGTERM)
-			<-exited
-		}
-		return err
-	}
-	inst := lease.Instance()
-	if lease.State() == registry.LeaseWithdrawn {
-		logf("started %s at %s; waiting for the health check (%v)", inst.ID, inst.Address, lease.Err())
-	} else {
-		logf("registered %s at %s (ttl %v)", inst.ID, inst.Address, lease.TTL())
-	}
-
-	deregister := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := lease.Deregister(ctx); err != nil {
-			logf("deregister %s: %v (it expires with its TTL)", inst.ID, err)
-		} else {
-			logf("deregistered %s", inst.ID)
-		}
-	}
-
-	select {
-	case sig := <-sigs:
-		deregister()
-		if child == nil {
-			return nil
-		}
-		if drain > 0 {
-			logf("draining for %v before forwarding %v", drain, sig)
-			t := time.NewTimer(drain)
-			select {
-			case <-t.C:
-			case err := <-exited: // the child left early
-				t.Stop()
-				return exitCode(err)
+	s.startAnnouncing(registryURL(cmd), reg, in, opts)
+	defer s.close()
+	for {
+		select {
+		case a := <-s.results:
+			if err := s.registered(a); err != nil {
+				return err
 			}
+		case sig := <-sigs:
+			return s.shutdown(sig, sigs)
+		case err := <-s.exited:
+			s.settle()
+			s.deregister()
+			return exitCode(err)
 		}
-		child.Process.Signal(sig)
-		return exitCode(<-exited)
-	case err := <-exited:
-		deregister()
-		return exitCode(err)
 	}
+}
+
+// prepare validates the instance, gives it its ID, and opens the registry.
+// Only bad input fails: the registry is nil when it cannot be reached yet.
+func prepare(cmd *cobra.Command, in registry.Instance, ttl time.Duration) (registry.Instance, *registry.Registry, error) {
+	in, err := withID(in)
+	if err != nil {
+		return in, nil, err
+	}
+	url := registryURL(cmd)
+	if url == "" {
+		return in, nil, fmt.Errorf("no registry: set --registry or ROSTER_REGISTRY (schemes: %v)", registry.Schemes())
+	}
+	reg, err := registry.Open(cmd.Context(), url)
+	switch {
+	case errors.Is(err, registry.ErrUnavailable):
+		return in, nil, nil
+	case err != nil:
+		return in, nil, err
+	}
+	if _, err := registry.ValidateTTL(ttl, reg.Limits()); err != nil {
+		reg.Close()
+		return in, nil, err
+	}
+	return in, reg, nil
+}
+
+// sidecar is the state of roster register while CMD runs.
+type sidecar struct {
+	out    io.Writer
+	drain  time.Duration
+	child  *exec.Cmd  // nil without CMD
+	exited chan error // CMD's exit
+
+	stop    chan struct{}  // closed to stop announcing
+	results chan announced // announce's outcome; nil once received
+	got     announced
+}
+
+func (s *sidecar) logf(format string, a ...any) {
+	fmt.Fprintf(s.out, "roster: "+format+"\n", a...)
+}
+
+// startAnnouncing registers in, in the background.
+func (s *sidecar) startAnnouncing(url string, reg *registry.Registry, in registry.Instance, opts []registry.RegisterOption) {
+	s.stop, s.results = make(chan struct{}), make(chan announced, 1)
+	go func() { s.results <- announce(s.stop, url, reg, in, opts, s.logf) }()
+}
+
+// registered takes announce's outcome. An error means the registry
+// rejected the instance for good: CMD is stopped and roster fails.
+func (s *sidecar) registered(a announced) error {
+	s.got, s.results = a, nil
+	if a.err != nil {
+		if s.child != nil {
+			signalGroup(s.child.Process, syscall.SIGTERM)
+			<-s.exited
+		}
+		return a.err
+	}
+	inst := a.lease.Instance()
+	if a.lease.State() == registry.LeaseWithdrawn {
+		s.logf("started %s at %s; waiting for the health check (%v)", inst.ID, inst.Address, a.lease.Err())
+	} else {
+		s.logf("registered %s at %s (ttl %v)", inst.ID, inst.Address, a.lease.TTL())
+	}
+	return nil
+}
+
+// settle stops announcing, and waits for an attempt under way.
+func (s *sidecar) settle() {
+	if s.results != nil {
+		close(s.stop)
+		s.got, s.results = <-s.results, nil
+	}
+}
+
+// shutdown handles SIGTERM or SIGINT: deregister, drain, then forward sig
+// to CMD's process group. A second signal cuts the drain short.
+func (s *sidecar) shutdown(sig os.Signal, sigs <-chan os.Signal) error {
+	s.settle()
+	registered := s.deregister()
+	if s.child == nil {
+		return nil
+	}
+	if registered && s.drain > 0 {
+		s.logf("draining for %v before forwarding %v", s.drain, sig)
+		t := time.NewTimer(s.drain)
+		select {
+		case <-t.C:
+		case <-sigs:
+			t.Stop()
+			s.logf("signalled again: drain cut short")
+		case err := <-s.exited: // CMD left early
+			t.Stop()
+			return exitCode(err)
+		}
+	}
+	if err := signalGroup(s.child.Process, sig); err != nil {
+		s.logf("forward %v: %v", sig, err)
+	}
+	return exitCode(<-s.exited)
+}
+
+// deregister removes the instance, and reports whether there was one.
+func (s *sidecar) deregister() bool {
+	lease := s.got.lease
+	if lease == nil {
+		s.logf("not registered yet: nothing to deregister")
+		return false
+	}
+	id := lease.Instance().ID
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := lease.Deregister(ctx); err != nil {
+		s.logf("deregister %s: %v (it expires with its TTL)", id, err)
+	} else {
+		s.logf("deregistered %s", id)
+	}
+	return true
+}
+
+func (s *sidecar) close() {
+	s.settle()
+	if s.got.reg != nil {
+		s.got.reg.Close()
+	}
+}
+
+// withID gives in an ID, so that every attempt to register it — the
+// background ones too — upserts one registration, and validates it.
+func withID(in registry.Instance) (registry.Instance, error) {
+	if err := registry.ValidateService(in.Service); err != nil {
+		return in, err
+	}
+	if err := registry.ValidateAddress(in.Address); err != nil {
+		return in, err
+	}
+	if in.ID == "" {
+		in.ID = registry.NewID(in.Service, in.Address)
+	}
+	return in, in.Validate()
+}
+
+// startChild starts CMD in a process group of its own (terminal signals
+// reach the sidecar only, which forwards them once it has deregistered and
+// drained), killed by the kernel if the sidecar dies first.
+func startChild(cmd *cobra.Command, args []string) (*exec.Cmd, error) {
+	child := exec.Command(args[0], args[1:]...)
+	child.Stdout, child.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	// Outside the terminal's foreground group, reading the terminal would
+	// stop CMD (SIGTTIN): it gets stdin only when that is not a terminal.
+	if !isTerminal(os.Stdin) {
+		child.Stdin = os.Stdin
+	}
+	ownGroup(child)
+	childproc.OrphanProof(child)
+	if err := child.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", args[0], err)
+	}
+	return child, nil
+}
+
+// announced is what announce got: the registry (nil if it never opened),
+// the lease (nil if it never registered), and an error when the registry
+// rejected the instance for good.
+type announced struct {
+	reg   *registry.Registry
+	lease *registry.Lease
+	err   error
+}
+
+// attemptTimeout bounds one attempt to open the registry and register.
+const attemptTimeout = 10 * time.Second
+
+// announce opens the registry (unless reg is open already) and registers
+// in. While the registry cannot be reached it tries again with backoff,
+// saying so, until it succeeds, the registry rejects the instance as
+// invalid, or stop is closed. An attempt under way when stop closes is
+// finished, not cancelled: it may have reached the registry, and what
+// registered must be deregistered. Once registered, the lease keeps the
+// registration alive by itself.
+func announce(stop <-chan struct{}, url string, reg *registry.Registry, in registry.Instance, opts []registry.RegisterOption, logf func(string, ...any)) announced {
+	policy := backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second}
+	for attempt := 0; ; attempt++ {
+		var (
+			lease *registry.Lease
+			err   error
+		)
+		reg, lease, err = register(url, reg, in, opts)
+		if err == nil || errors.Is(err, registry.ErrInvalid) {
+			return announced{reg: reg, lease: lease, err: err}
+		}
+		d := policy.Delay(attempt)
+		logf("cannot register yet, retrying in %v (the command runs meanwhile): %v", d.Round(time.Millisecond), err)
+		t := time.NewTimer(d)
+		select {
+		case <-stop:
+			t.Stop()
+			return announced{reg: reg}
+		case <-t.C:
+		}
+	}
+}
+
+// register makes one attempt to open the registry, unless reg is open,
+// and register in.
+func register(url string, reg *registry.Registry, in registry.Instance, opts []registry.RegisterOption) (*registry.Registry, *registry.Lease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+	defer cancel()
+	if reg == nil {
+		r, err := registry.Open(ctx, url)
+		if err != nil {
+			return nil, nil, err
+		}
+		reg = r
+	}
+	lease, err := reg.Register(ctx, in, opts...)
+	return reg, lease, err
 }
 
 // exitCode turns a child's exit into roster's own.

@@ -1,5 +1,6 @@
-// Package childproc holds what the test-server packages (redistest,
-// consultest) share about the server processes they start.
+// Package childproc holds what Roster's processes share about the child
+// processes they start: the test servers of redistest and consultest, and
+// the command the roster register sidecar runs.
 package childproc
 
 import (
@@ -8,7 +9,11 @@ import (
 )
 
 // OrphanProof makes the kernel kill cmd's process if the process that
-// started it dies, so a crashed test run leaves no server behind.
+// started it dies, so a crashed test run or sidecar leaves nothing behind.
+// It keeps the rest of cmd.SysProcAttr.
 func OrphanProof(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
