@@ -21,6 +21,7 @@ import (
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 	"github.com/roster-go/roster/selector"
 )
 
@@ -442,7 +443,7 @@ func selectorStrategy(name string) selector.Option {
 	return selector.WithStrategy(selector.Strategy(name))
 }
 
-func memDriver(e *env) registry.Driver { return memory.NewDriver(e.srv) }
+func memDriver(e *env) driver.Driver { return memory.NewDriver(e.srv) }
 
 // TestSnapshotDirAgeCountsFromLastConfirmation: a service whose instances
 // have not changed for longer than the maximum staleness, but which the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -167,7 +168,7 @@ func TestDeregisterWhileUnreachable(t *testing.T) {
 // nothing: a change feed that silently lost events. Only resync can heal it.
 type stallingDriver struct{ *memory.Driver }
 
-func (d stallingDriver) Watch(ctx context.Context, svc string) (registry.Stream, error) {
+func (d stallingDriver) Watch(ctx context.Context, svc string) (driver.Stream, error) {
 	st, err := d.Driver.Watch(ctx, svc)
 	if err != nil {
 		return nil, err
@@ -176,7 +177,7 @@ func (d stallingDriver) Watch(ctx context.Context, svc string) (registry.Stream,
 }
 
 type stallingStream struct {
-	registry.Stream
+	driver.Stream
 	once bool
 }
 

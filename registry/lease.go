@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/internal/backoff"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // LeaseState is the state of a registration kept alive by a Lease.
@@ -60,7 +61,7 @@ type Lease struct {
 	// opMu serialises driver calls on the registration: the loop's
 	// heartbeats and re-registrations, and Update/Deregister from callers.
 	opMu sync.Mutex
-	reg  Registration // nil while withdrawn or lost
+	reg  driver.Registration // nil while withdrawn or lost
 
 	mu    sync.Mutex
 	inst  Instance

@@ -3,56 +3,11 @@ package registry
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/url"
-	"slices"
 	"strings"
-	"sync"
+
+	"github.com/roster-go/roster/registry/driver"
 )
-
-// OpenFunc opens a Driver from a URL. Backends register one per scheme.
-type OpenFunc func(ctx context.Context, u *url.URL) (Driver, error)
-
-var (
-	openersMu sync.RWMutex
-	openers   = map[string]OpenFunc{}
-	// public holds the query parameters whose values Redact may show;
-	// every other value is masked.
-	public = map[string]bool{}
-)
-
-// RegisterDriver makes a backend available to Open under a URL scheme.
-// Backends call it from init, so importing a backend package for its side
-// effect (import _ ".../backends/etcd") is enough. publicOptions names the
-// backend's query parameters whose values are never secret (a prefix, a
-// timeout): Redact shows their values and masks every other. It panics if
-// the scheme is registered twice, as database/sql.Register does.
-func RegisterDriver(scheme string, open OpenFunc, publicOptions ...string) {
-	openersMu.Lock()
-	defer openersMu.Unlock()
-	scheme = strings.ToLower(scheme)
-	if _, dup := openers[scheme]; dup {
-		panic("registry: RegisterDriver called twice for scheme " + scheme)
-	}
-	openers[scheme] = open
-	for _, o := range publicOptions {
-		if !isSensitive(o) {
-			public[o] = true
-		}
-	}
-}
-
-// Schemes returns the registered URL schemes, sorted.
-func Schemes() []string {
-	openersMu.RLock()
-	defer openersMu.RUnlock()
-	var s []string
-	for k := range openers {
-		s = append(s, k)
-	}
-	slices.Sort(s)
-	return s
-}
 
 // Open opens a Registry from a URL such as "etcd://127.0.0.1:2379",
 // "redis://:secret@host:6379/0", "consul://host:8500?token=…" or "mem://".
@@ -68,10 +23,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Registry, error)
 	if scheme == "" {
 		return nil, fmt.Errorf("%w: registry URL %s has no scheme (want one of %s)", ErrInvalid, Redact(rawURL), strings.Join(Schemes(), ", "))
 	}
-	openersMu.RLock()
-	open := openers[scheme]
-	openersMu.RUnlock()
-	if open == nil {
+	open, ok := driver.Lookup(scheme)
+	if !ok {
 		return nil, fmt.Errorf("%w: no backend for scheme %q in %s (registered: %s; import the backend package)", ErrInvalid, scheme, Redact(rawURL), strings.Join(Schemes(), ", "))
 	}
 	d, err := open(ctx, u)
@@ -82,169 +35,8 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Registry, error)
 	return New(d, opts...), nil
 }
 
-// sensitive holds fragments of parameter names that hold secrets: such a
-// name is never accepted as public, whatever a backend declares.
-var sensitive = []string{"tok", "pas", "pwd", "secr", "key", "auth", "cred", "sig"}
+// Redact returns rawURL in a form safe to print; see driver.Redact.
+func Redact(rawURL string) string { return driver.Redact(rawURL) }
 
-const masked = "xxxxx"
-
-// Redact returns rawURL in a form safe to print: its password, the values
-// of secret-looking query parameters (token, password, secret, key, auth,
-// … and misspellings of them) replaced by "xxxxx". It is safe for every
-// input, malformed ones included: the output is rebuilt only from parts
-// that cannot hold a secret that slipped out of place through a typo (a
-// missing "//", ":" or "@", a mistyped "&" or "="). Whatever does not look
-// like what it should be — a host with unexpected characters, a path with
-// "@" or ":", a query value holding "=", a name without a password — is
-// replaced by a placeholder. A URL that does not parse is reduced to its
-// scheme.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		if scheme, _, ok := strings.Cut(rawURL, "://"); ok && safeScheme(scheme) {
-			return scheme + "://<unparseable>"
-		}
-		return "<unparseable URL>"
-	}
-	if !safeScheme(u.Scheme) {
-		return "<URL with an unexpected scheme>"
-	}
-	if u.Opaque != "" || (u.Host == "" && u.User == nil && strings.ContainsAny(u.Path, "@:")) {
-		// "redis:user:secret@host" parses with opaque data, "redis:/:secret@host"
-		// as a path: the "//" was forgotten.
-		return u.Scheme + ":<opaque>"
-	}
-	var b strings.Builder
-	b.WriteString(u.Scheme + "://")
-	b.WriteString(redactUser(u.User))
-	b.WriteString(redactHost(u.Host))
-	b.WriteString(redactPath(u.EscapedPath()))
-	if u.RawQuery != "" || u.ForceQuery {
-		b.WriteString("?" + redactQuery(u.RawQuery))
-	}
-	if u.Fragment != "" {
-		b.WriteString("#<fragment>")
-	}
-	return b.String()
-}
-
-func safeScheme(s string) bool {
-	return s != "" && len(s) <= 32 && strings.Trim(strings.ToLower(s), "abcdefghijklmnopqrstuvwxyz0123456789+.-") == ""
-}
-
-// redactUser keeps a user name only beside a password: a name alone may
-// be a password that lost its ":" ("redis://secret@host").
-func redactUser(u *url.Userinfo) string {
-	if u == nil {
-		return ""
-	}
-	if _, has := u.Password(); has && (u.Username() == "" || plain(u.Username())) {
-		return url.PathEscape(u.Username()) + ":" + masked + "@"
-	}
-	return masked + "@"
-}
-
-// redactHost keeps host lists made of host names or addresses with
-// numeric ports; anything else may be a password that lost its "@".
-func redactHost(h string) string {
-	if h == "" {
-		return ""
-	}
-	for _, hp := range strings.Split(h, ",") {
-		if !hostPort(hp) {
-			return "<host>"
-		}
-	}
-	return h
-}
-
-func hostPort(hp string) bool {
-	host, port := hp, ""
-	if i := strings.LastIndexByte(hp, ':'); i >= 0 && !strings.HasSuffix(hp, "]") {
-		host, port = hp[:i], hp[i+1:]
-		if port == "" || strings.Trim(port, "0123456789") != "" {
-			return false
-		}
-	}
-	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		return len(host) > 2 && strings.Trim(strings.ToLower(host[1:len(host)-1]), "0123456789abcdef:.%") == ""
-	}
-	return host != "" && strings.Trim(strings.ToLower(host), "abcdefghijklmnopqrstuvwxyz0123456789.-_") == ""
-}
-
-// redactPath keeps paths made of plain segments (an etcd prefix, a Redis
-// database number); "@", ":" or "=" in a path mean something slipped.
-func redactPath(p string) string {
-	if strings.ContainsAny(p, "@:=;&?#") {
-		return "/<path>"
-	}
-	return p
-}
-
-// redactQuery shows the values of the parameters backends declared
-// public, unless a value holds "=" or "@" (two parameters run together by
-// a typo: "dc=a token=s"); it masks every other value, and hides names
-// that are neither public nor a known secret option (a misspelled name
-// may hold the secret: "tokens3cret"). A query that does not parse is
-// masked whole.
-func redactQuery(raw string) string {
-	q, err := url.ParseQuery(raw)
-	if err != nil {
-		return "<query>"
-	}
-	openersMu.RLock()
-	defer openersMu.RUnlock()
-	var parts []string
-	changed := false
-	for _, k := range slices.Sorted(maps.Keys(q)) {
-		if !public[k] {
-			parts = append(parts, redactName(k)+"="+masked)
-			changed = true
-			continue
-		}
-		for _, v := range q[k] {
-			if strings.ContainsAny(v, "=@") {
-				v, changed = masked, true
-			} else {
-				v = url.QueryEscape(v)
-			}
-			parts = append(parts, k+"="+v)
-		}
-	}
-	if !changed {
-		return raw // every value public: as written
-	}
-	return strings.Join(parts, "&")
-}
-
-// secretNames are the secret options' names that may be shown (so that an
-// error still says which option); any other secret-looking name is hidden
-// too, since it may hold the value ("tokens3cret" from "token=s3cret").
-var secretNames = map[string]bool{
-	"token": true, "password": true, "secret": true, "auth": true,
-	"acl_token": true, "sentinel_password": true, "token_file": true, "password_file": true,
-	"key_file": true, "cert_file": true, "ca_file": true, "tokn": true, "pasword": true, "passwd": true,
-}
-
-func redactName(k string) string {
-	if secretNames[strings.ToLower(k)] {
-		return k
-	}
-	return "<option>"
-}
-
-func isSensitive(s string) bool {
-	ls := strings.ToLower(s)
-	for _, f := range sensitive {
-		if strings.Contains(ls, f) {
-			return true
-		}
-	}
-	return false
-}
-
-// plain reports whether s is made of lower-case letters, digits and "_",
-// as every option name is.
-func plain(s string) bool {
-	return s != "" && strings.Trim(strings.ToLower(s), "abcdefghijklmnopqrstuvwxyz0123456789_-.") == ""
-}
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string { return driver.Schemes() }

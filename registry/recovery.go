@@ -3,6 +3,8 @@ package registry
 import (
 	"slices"
 	"time"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // DefaultRecoveryWindow is how long a watch keeps serving the instances it
@@ -52,7 +54,7 @@ func (h *recovery) merge(s Snapshot) (Snapshot, bool) {
 		return s, false
 	}
 	s.Instances = slices.Concat(s.Instances, missing)
-	SortInstances(s.Instances)
+	driver.SortInstances(s.Instances)
 	return s, true
 }
 

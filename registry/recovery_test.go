@@ -12,6 +12,7 @@ import (
 
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // put writes an instance straight through a driver, with no lease: it
@@ -175,7 +176,7 @@ type countingDriver struct {
 	gate               chan struct{} // when set, each Deregister waits on it
 }
 
-func (d *countingDriver) Register(ctx context.Context, in registry.Instance, ttl time.Duration) (registry.Registration, error) {
+func (d *countingDriver) Register(ctx context.Context, in registry.Instance, ttl time.Duration) (driver.Registration, error) {
 	reg, err := d.Driver.Register(ctx, in, ttl)
 	if err != nil {
 		return nil, err
@@ -184,7 +185,7 @@ func (d *countingDriver) Register(ctx context.Context, in registry.Instance, ttl
 }
 
 type countingReg struct {
-	registry.Registration
+	driver.Registration
 	d *countingDriver
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/internal/backoff"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Registry is the portable registry users hold. It wraps a backend Driver
@@ -17,7 +18,7 @@ import (
 // readers of a service, periodic resync and stale marking. A Registry is
 // safe for concurrent use.
 type Registry struct {
-	drv    Driver
+	drv    driver.Driver
 	name   string
 	log    *slog.Logger
 	obs    Observer
@@ -34,7 +35,7 @@ type Registry struct {
 
 // New returns a Registry over a driver. Most programs call Open with a URL
 // instead; New is for drivers constructed in code.
-func New(d Driver, opts ...Option) *Registry {
+func New(d driver.Driver, opts ...Option) *Registry {
 	o := options{resync: DefaultResyncInterval, recovery: DefaultRecoveryWindow}
 	for _, f := range opts {
 		f(&o)
@@ -57,7 +58,7 @@ func (r *Registry) Limits() Limits { return r.drv.Limits() }
 // As exposes the driver to code that needs backend-specific access (tests
 // with fault hooks, say): it sets *target to the driver if the types match.
 func (r *Registry) As(target any) bool {
-	if p, ok := target.(*Driver); ok {
+	if p, ok := target.(*driver.Driver); ok {
 		*p = r.drv
 		return true
 	}

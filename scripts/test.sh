@@ -47,9 +47,9 @@ go test -count=1 -run 'DoesNotAllocate' ./selector ./middleware
 
 # Fuzz what parses input, for a bounded time: a secret anywhere in a
 # mistyped URL never shows in Redact's output (the seed corpus in
-# registry/testdata/fuzz runs with every go test too).
+# registry/driver/testdata/fuzz runs with every go test too).
 echo "== fuzz (bounded)"
-go test -run '^$' -fuzz FuzzRedact -fuzztime 20s ./registry
+go test -run '^$' -fuzz FuzzRedact -fuzztime 20s ./registry/driver
 
 echo "== bench module (kratos/go-kit comparison) compiles"
 (cd bench && go vet ./...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/roster-go/roster/backends/consul"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Benchmarks against the real agent. Figures and the command that made
@@ -31,7 +32,7 @@ func benchService(name string) string {
 }
 
 // deregisterAll removes registrations made by a benchmark, in parallel.
-func deregisterAll(regs []registry.Registration) {
+func deregisterAll(regs []driver.Registration) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for _, r := range regs {
@@ -51,7 +52,7 @@ func BenchmarkRegister(b *testing.B) {
 	d := benchDriver(b)
 	svc := benchService("reg")
 	ctx := context.Background()
-	var regs []registry.Registration
+	var regs []driver.Registration
 	i := 0
 	for b.Loop() {
 		in := registry.Instance{ID: fmt.Sprintf("%s-%d", svc, i), Service: svc, Address: "127.0.0.1:8080", Weight: 100}
@@ -90,7 +91,7 @@ func BenchmarkLookup1000(b *testing.B) {
 	svc := benchService("lookup")
 	ctx := context.Background()
 	const n = 1000
-	regs := make([]registry.Registration, n)
+	regs := make([]driver.Registration, n)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i := range n {
@@ -112,7 +113,7 @@ func BenchmarkLookup1000(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	defer deregisterAll(slices.DeleteFunc(regs, func(r registry.Registration) bool { return r == nil }))
+	defer deregisterAll(slices.DeleteFunc(regs, func(r driver.Registration) bool { return r == nil }))
 	if b.Failed() {
 		return
 	}

@@ -78,15 +78,15 @@
 // context and timeout, a heartbeat never past the TTL (renewing after it
 // would revive a critical check), and deregister until its context ends,
 // so that a deregistration is never lost to a busy or restarting agent. A
-// failure that persists is registry.ErrUnavailable; 404 (and the 500
-// "does not have associated TTL") is registry.ErrNotFound at once.
+// failure that persists is driver.ErrUnavailable; 404 (and the 500
+// "does not have associated TTL") is driver.ErrNotFound at once.
 //
 // # Other guarantees
 //
 //   - A heartbeat answered 404 "Unknown check ID" (or the 500 "does not have
 //     associated TTL" of old agents) means the agent lost the registration
 //     (agent restarted without its data, deregistered by hand, reaped): it
-//     is reported as registry.ErrNotFound and the lease registers again.
+//     is reported as driver.ErrNotFound and the lease registers again.
 //   - Deregistration is by the instance's unique ID only, so two instances
 //     of one service never remove each other.
 //   - Watches are blocking queries with their own loop: the index is reset
@@ -94,7 +94,7 @@
 //     1, and the loop is rate-limited (token bucket, burst 5, 20/s), so a
 //     storm of wake-ups cannot become a busy loop. The HTTP timeout of a
 //     blocking call is wait + wait/16 + 5s. A failed call is reported as
-//     registry.ErrUnavailable: the registry marks its cache stale and
+//     driver.ErrUnavailable: the registry marks its cache stale and
 //     reopens the watch with backoff, without restarting anything.
 //   - Fields: Version, Zone and Weight travel in Service.Meta under
 //     roster_version, roster_zone and roster_weight; Tags and the address
@@ -122,7 +122,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Schemes of this backend: plain HTTP and HTTPS.
@@ -132,19 +132,19 @@ const (
 )
 
 func init() {
-	open := func(_ context.Context, u *url.URL) (registry.Driver, error) {
+	open := func(_ context.Context, u *url.URL) (driver.Driver, error) {
 		o, err := ParseURL(u)
 		if err != nil {
 			return nil, err
 		}
 		return NewDriver(o)
 	}
-	registry.RegisterDriver(Scheme, open, publicOptions...)
-	registry.RegisterDriver(SchemeTLS, open, publicOptions...)
+	driver.Register(Scheme, open, publicOptions...)
+	driver.Register(SchemeTLS, open, publicOptions...)
 }
 
 // publicOptions are the URL options whose values are never secret:
-// registry.Redact may show them in errors.
+// driver.Redact may show them in errors.
 var publicOptions = []string{"dc", "check", "deregister_after", "http_path", "http_interval", "http_timeout",
 	"wait", "timeout", "stale", "max_conns", "max_watch_conns", "ca_file", "cert_file", "tls_server_name",
 	"tls_skip_verify"}
@@ -223,7 +223,7 @@ func (o *Options) defaults() {
 
 func (o *Options) validate() error {
 	bad := func(f string, a ...any) error {
-		return fmt.Errorf("consul: %w: %s", registry.ErrInvalid, fmt.Sprintf(f, a...))
+		return fmt.Errorf("consul: %w: %s", driver.ErrInvalid, fmt.Sprintf(f, a...))
 	}
 	if _, _, err := net.SplitHostPort(o.Address); err != nil {
 		return bad("agent address %q is not host:port", o.Address)
@@ -262,7 +262,7 @@ func (o *Options) validate() error {
 func ParseURL(u *url.URL) (Options, error) {
 	var o Options
 	bad := func(f string, a ...any) (Options, error) {
-		return Options{}, fmt.Errorf("consul: %w: %s", registry.ErrInvalid, fmt.Sprintf(f, a...))
+		return Options{}, fmt.Errorf("consul: %w: %s", driver.ErrInvalid, fmt.Sprintf(f, a...))
 	}
 	switch strings.ToLower(u.Scheme) {
 	case Scheme:
@@ -297,7 +297,7 @@ func ParseURL(u *url.URL) (Options, error) {
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return fmt.Errorf("consul: %w: %s=%q is not a duration", registry.ErrInvalid, name, v)
+			return fmt.Errorf("consul: %w: %s=%q is not a duration", driver.ErrInvalid, name, v)
 		}
 		*dst = d
 		return nil
@@ -309,7 +309,7 @@ func ParseURL(u *url.URL) (Options, error) {
 		}
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return fmt.Errorf("consul: %w: %s=%q is not a boolean", registry.ErrInvalid, name, v)
+			return fmt.Errorf("consul: %w: %s=%q is not a boolean", driver.ErrInvalid, name, v)
 		}
 		*dst = b
 		return nil
@@ -321,7 +321,7 @@ func ParseURL(u *url.URL) (Options, error) {
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return fmt.Errorf("consul: %w: %s=%q is not an integer", registry.ErrInvalid, name, v)
+			return fmt.Errorf("consul: %w: %s=%q is not an integer", driver.ErrInvalid, name, v)
 		}
 		*dst = n
 		return nil
@@ -360,7 +360,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	return o, nil
 }
 
-// Driver is a registry.Driver talking to one Consul agent.
+// Driver is a driver.Driver talking to one Consul agent.
 type Driver struct {
 	o      Options
 	secret string // the effective token (URL or environment), scrubbed from errors
@@ -435,7 +435,7 @@ func (d *Driver) newClient(conns int) (*api.Client, error) {
 	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost, tr.MaxIdleConns = conns, conns, conns
 	hc, err := api.NewHttpClient(tr, cfg.TLSConfig)
 	if err != nil {
-		return nil, fmt.Errorf("consul: %w: TLS configuration: %v", registry.ErrInvalid, err)
+		return nil, fmt.Errorf("consul: %w: TLS configuration: %v", driver.ErrInvalid, err)
 	}
 	// The last line of defence for every call: above the longest blocking
 	// query (wait + Consul's wait/16 jitter) with slack, so a blocking
@@ -445,7 +445,7 @@ func (d *Driver) newClient(conns int) (*api.Client, error) {
 	cfg.Transport = tr
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("consul: %w: %s", registry.ErrInvalid, redact(err.Error(), cfg.Token))
+		return nil, fmt.Errorf("consul: %w: %s", driver.ErrInvalid, redact(err.Error(), cfg.Token))
 	}
 	// NewClient filled cfg.Token from the environment if the URL had none.
 	d.secret = cfg.Token
@@ -461,13 +461,13 @@ func (d *Driver) Client() *api.Client { return d.client }
 // Options returns the driver's options (with the token).
 func (d *Driver) Options() Options { return d.o }
 
-// Limits implements registry.Driver: TTLs from 1s, millisecond
+// Limits implements driver.Driver: TTLs from 1s, millisecond
 // granularity. See the package doc for what the TTL means.
-func (d *Driver) Limits() registry.Limits {
-	return registry.Limits{MinTTL: time.Second, TTLGranularity: time.Millisecond}
+func (d *Driver) Limits() driver.Limits {
+	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Millisecond}
 }
 
-// Close implements registry.Driver: pending watches return ErrClosed,
+// Close implements driver.Driver: pending watches return ErrClosed,
 // requests still running are cancelled and waited for, and idle
 // connections are closed. The agent keeps what was registered
 // (Registry.Close deregisters its leases before closing the driver).
@@ -490,7 +490,7 @@ func (d *Driver) enter(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return fmt.Errorf("consul: %w", registry.ErrClosed)
+		return fmt.Errorf("consul: %w", driver.ErrClosed)
 	}
 	return nil
 }
@@ -555,7 +555,7 @@ func (d *Driver) run(ctx context.Context, gates []gate, timeout time.Duration, r
 	case <-ctx.Done():
 		return start, ctx.Err()
 	case <-d.life.Done():
-		return start, fmt.Errorf("consul: %w", registry.ErrClosed)
+		return start, fmt.Errorf("consul: %w", driver.ErrClosed)
 	}
 }
 
@@ -571,7 +571,7 @@ func (g gate) enter(ctx context.Context, closed <-chan struct{}) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-closed:
-		return fmt.Errorf("consul: %w", registry.ErrClosed)
+		return fmt.Errorf("consul: %w", driver.ErrClosed)
 	}
 }
 
@@ -599,18 +599,18 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 	if errors.As(err, &se) {
 		switch {
 		case se.Code == http.StatusNotFound || lostCheck(se):
-			return fmt.Errorf("consul: %s: %w: %s", op, registry.ErrNotFound, msg)
+			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrNotFound, msg)
 		case se.Code == http.StatusBadRequest:
-			return fmt.Errorf("consul: %s: %w: %s", op, registry.ErrInvalid, msg)
+			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, msg)
 		case se.Code == http.StatusForbidden:
-			return fmt.Errorf("consul: %s: %w: permission denied (check the ACL token): %s", op, registry.ErrInvalid, msg)
+			return fmt.Errorf("consul: %s: %w: permission denied (check the ACL token): %s", op, driver.ErrInvalid, msg)
 		}
 	}
-	return fmt.Errorf("consul: %s: %w: %s", op, registry.ErrUnavailable, msg)
+	return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrUnavailable, msg)
 }
 
 func isRegistryError(err error) bool {
-	for _, target := range []error{registry.ErrNotFound, registry.ErrInvalid, registry.ErrUnavailable, registry.ErrClosed} {
+	for _, target := range []error{driver.ErrNotFound, driver.ErrInvalid, driver.ErrUnavailable, driver.ErrClosed} {
 		if errors.Is(err, target) {
 			return true
 		}

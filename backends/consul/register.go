@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Meta keys where Roster keeps its own fields. The common validation
@@ -36,14 +36,14 @@ const checkOutput = "roster lease"
 func checkID(id string) string { return "service:" + id }
 
 // toConsul builds the agent registration of inst.
-func (d *Driver) toConsul(inst registry.Instance, ttl time.Duration) (*api.AgentServiceRegistration, error) {
+func (d *Driver) toConsul(inst driver.Instance, ttl time.Duration) (*api.AgentServiceRegistration, error) {
 	host, portS, err := net.SplitHostPort(inst.Address)
 	if err != nil {
-		return nil, fmt.Errorf("consul: %w: address %q", registry.ErrInvalid, inst.Address)
+		return nil, fmt.Errorf("consul: %w: address %q", driver.ErrInvalid, inst.Address)
 	}
 	port, err := strconv.Atoi(portS)
 	if err != nil {
-		return nil, fmt.Errorf("consul: %w: port of %q", registry.ErrInvalid, inst.Address)
+		return nil, fmt.Errorf("consul: %w: port of %q", driver.ErrInvalid, inst.Address)
 	}
 	meta := make(map[string]string, len(inst.Metadata)+3)
 	maps.Copy(meta, inst.Metadata)
@@ -87,13 +87,13 @@ func (d *Driver) toConsul(inst registry.Instance, ttl time.Duration) (*api.Agent
 }
 
 // fromConsul reads one health entry back into an instance.
-func fromConsul(e *api.ServiceEntry) registry.Instance {
+func fromConsul(e *api.ServiceEntry) driver.Instance {
 	s := e.Service
 	host := s.Address
 	if host == "" && e.Node != nil {
 		host = e.Node.Address // Consul's rule: no service address means the node's
 	}
-	in := registry.Instance{
+	in := driver.Instance{
 		ID:      s.ID,
 		Service: s.Service,
 		Address: net.JoinHostPort(host, strconv.Itoa(s.Port)),
@@ -125,7 +125,7 @@ func fromConsul(e *api.ServiceEntry) registry.Instance {
 	if !ours {
 		// Registered by another tool: Meta.weight as the PHP article
 		// writes it, DefaultWeight otherwise.
-		in.Weight = registry.DefaultWeight
+		in.Weight = driver.DefaultWeight
 		if w, ok := s.Meta[metaForeignWeight]; ok {
 			if n, err := strconv.ParseUint(strings.TrimSpace(w), 10, 32); err == nil {
 				in.Weight = uint32(n)
@@ -138,10 +138,10 @@ func fromConsul(e *api.ServiceEntry) registry.Instance {
 	return in
 }
 
-// Register implements registry.Driver: an agent registration with
+// Register implements driver.Driver: an agent registration with
 // ReplaceExistingChecks, so that a re-registration replaces the check
 // rather than adding one. It is retried as the package doc describes.
-func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func (r *registration) expired() bool {
 
 // write registers inst, with retries. With a TTL check, the check is
 // created passing with a full TTL: a renewal.
-func (r *registration) write(ctx context.Context, inst registry.Instance) error {
+func (r *registration) write(ctx context.Context, inst driver.Instance) error {
 	asr, err := r.d.toConsul(inst, r.ttl)
 	if err != nil {
 		return err
@@ -199,7 +199,7 @@ func (r *registration) write(ctx context.Context, inst registry.Instance) error 
 	})
 }
 
-// Heartbeat implements registry.Registration. With a TTL check it renews
+// Heartbeat implements driver.Registration. With a TTL check it renews
 // the check; with an HTTP check it confirms that the agent still holds
 // the service. Either way ErrNotFound means the agent lost it.
 func (r *registration) Heartbeat(ctx context.Context) error {
@@ -222,7 +222,7 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 			// instead: the lease registers again, writing the whole
 			// definition afresh (the agent may hold an old one, restored
 			// from its data dir).
-			return fmt.Errorf("consul: %s: %w: TTL check expired (no renewal for %v)", op, registry.ErrNotFound, r.ttl)
+			return fmt.Errorf("consul: %s: %w: TTL check expired (no renewal for %v)", op, driver.ErrNotFound, r.ttl)
 		}
 		start := time.Now()
 		err := r.d.client.Agent().UpdateTTLOpts(checkID(r.id), checkOutput, api.HealthPassing, (&api.QueryOptions{}).WithContext(ctx))
@@ -234,16 +234,16 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	})
 }
 
-// Update implements registry.Registration: the same registration, written
+// Update implements driver.Registration: the same registration, written
 // again with the new fields (the TTL check is re-created passing).
-func (r *registration) Update(ctx context.Context, inst registry.Instance) error {
+func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	if err := r.d.enter(ctx); err != nil {
 		return err
 	}
 	return r.write(ctx, inst)
 }
 
-// Deregister implements registry.Registration, by the unique ID only. It
+// Deregister implements driver.Registration, by the unique ID only. It
 // retries until it succeeds or ctx ends: a lost deregistration would leave
 // the instance behind, critical, until DeregisterCriticalServiceAfter.
 func (r *registration) Deregister(ctx context.Context) error {

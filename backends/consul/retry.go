@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/roster-go/roster/internal/backoff"
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // retryPolicy spaces the attempts of a write. It is short because what it
@@ -76,7 +76,7 @@ func (d *Driver) pause(ctx context.Context, delay time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-d.life.Done():
-		return registry.ErrClosed
+		return driver.ErrClosed
 	}
 }
 
@@ -87,7 +87,7 @@ func (d *Driver) pause(ctx context.Context, delay time.Duration) error {
 // which the HTTP client sees as a broken connection. A certificate the
 // client rejects will not change by retrying.
 func retryable(err error) bool {
-	if errors.Is(err, registry.ErrClosed) {
+	if errors.Is(err, driver.ErrClosed) {
 		return false
 	}
 	var se api.StatusError

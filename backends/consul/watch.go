@@ -10,14 +10,14 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
-func isNotFound(err error) bool { return errors.Is(err, registry.ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, driver.ErrNotFound) }
 
 // health reads the passing instances of service. wait > 0 makes it a
 // blocking query on index, on the pool of blocking queries.
-func (d *Driver) health(ctx context.Context, service string, index uint64, wait time.Duration) (registry.Snapshot, uint64, error) {
+func (d *Driver) health(ctx context.Context, service string, index uint64, wait time.Duration) (driver.Snapshot, uint64, error) {
 	q := &api.QueryOptions{Datacenter: d.o.Datacenter, AllowStale: d.o.AllowStale}
 	var entries []*api.ServiceEntry
 	var meta *api.QueryMeta
@@ -35,35 +35,35 @@ func (d *Driver) health(ctx context.Context, service string, index uint64, wait 
 		_, err = d.call(ctx, read(d.client))
 	}
 	if err != nil {
-		return registry.Snapshot{}, 0, err
+		return driver.Snapshot{}, 0, err
 	}
-	snap := registry.Snapshot{Service: service, Instances: make([]registry.Instance, 0, len(entries)), At: time.Now()}
+	snap := driver.Snapshot{Service: service, Instances: make([]driver.Instance, 0, len(entries)), At: time.Now()}
 	for _, e := range entries {
 		if e.Service == nil || e.Service.Service != service {
 			continue
 		}
 		snap.Instances = append(snap.Instances, fromConsul(e))
 	}
-	registry.SortInstances(snap.Instances)
+	driver.SortInstances(snap.Instances)
 	snap.Revision = meta.LastIndex
 	return snap, meta.LastIndex, nil
 }
 
-// List implements registry.Driver: the passing instances, read through
+// List implements driver.Driver: the passing instances, read through
 // /v1/health/service/<name>?passing (never the catalog, which has no
 // health).
-func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
 	if err := d.enter(ctx); err != nil {
-		return registry.Snapshot{}, err
+		return driver.Snapshot{}, err
 	}
 	s, _, err := d.health(ctx, service, 0, 0)
 	if err != nil {
-		return registry.Snapshot{}, d.wrap(ctx, "list "+service, err)
+		return driver.Snapshot{}, d.wrap(ctx, "list "+service, err)
 	}
 	return s, nil
 }
 
-// Services implements registry.Driver: the catalog's service names that
+// Services implements driver.Driver: the catalog's service names that
 // Roster can address (valid service names) and that have at least one
 // passing instance. Names whose every check passes need no further
 // query; only names with a failing check are confirmed one by one.
@@ -97,7 +97,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	var out []string
 	var confirm []string
 	for n := range names {
-		if registry.ValidateService(n) != nil {
+		if driver.ValidateService(n) != nil {
 			continue
 		}
 		if allSuspect || suspect[n] {
@@ -143,8 +143,8 @@ func (d *Driver) block(ctx context.Context, req func(ctx context.Context) error)
 	return err
 }
 
-// Watch implements registry.Driver with blocking queries.
-func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, error) {
+// Watch implements driver.Driver with blocking queries.
+func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -164,16 +164,16 @@ type stream struct {
 	d       *Driver
 	service string
 	index   uint64 // 0: the next read does not block
-	last    *registry.Snapshot
+	last    *driver.Snapshot
 	bucket  *bucket
 	closed  chan struct{}
 	once    sync.Once
 }
 
-// Next implements registry.Stream: the first call returns the current
+// Next implements driver.Stream: the first call returns the current
 // state at once; later calls block on the index until the passing set
 // differs from the last one returned.
-func (st *stream) Next(outer context.Context) (registry.Snapshot, error) {
+func (st *stream) Next(outer context.Context) (driver.Snapshot, error) {
 	// Close (of the stream or the driver) must release a blocking query at
 	// once: it cancels the query's context.
 	ctx, cancel := context.WithCancel(outer)
@@ -188,14 +188,14 @@ func (st *stream) Next(outer context.Context) (registry.Snapshot, error) {
 	}()
 	for {
 		if err := st.ctxErr(outer); err != nil {
-			return registry.Snapshot{}, err
+			return driver.Snapshot{}, err
 		}
 		wait := time.Duration(0)
 		if st.last != nil {
 			// Every query after the first is rate limited, including the
 			// non-blocking re-read after an index reset.
 			if err := st.bucket.take(ctx); err != nil {
-				return registry.Snapshot{}, st.ctxErr(outer)
+				return driver.Snapshot{}, st.ctxErr(outer)
 			}
 			if st.index > 0 {
 				wait = st.d.o.Wait
@@ -204,10 +204,10 @@ func (st *stream) Next(outer context.Context) (registry.Snapshot, error) {
 		snap, index, err := st.d.health(ctx, st.service, st.index, wait)
 		if err != nil {
 			if cerr := st.ctxErr(outer); cerr != nil {
-				return registry.Snapshot{}, cerr
+				return driver.Snapshot{}, cerr
 			}
 			// The registry marks its cache stale and reopens the watch.
-			return registry.Snapshot{}, st.d.wrap(outer, "watch "+st.service, err)
+			return driver.Snapshot{}, st.d.wrap(outer, "watch "+st.service, err)
 		}
 		switch {
 		case index < st.index:
@@ -233,15 +233,15 @@ func (st *stream) Next(outer context.Context) (registry.Snapshot, error) {
 func (st *stream) ctxErr(ctx context.Context) error {
 	select {
 	case <-st.closed:
-		return fmt.Errorf("consul: watch %s: %w", st.service, registry.ErrClosed)
+		return fmt.Errorf("consul: watch %s: %w", st.service, driver.ErrClosed)
 	case <-st.d.life.Done():
-		return fmt.Errorf("consul: watch %s: %w", st.service, registry.ErrClosed)
+		return fmt.Errorf("consul: watch %s: %w", st.service, driver.ErrClosed)
 	default:
 	}
 	return ctx.Err()
 }
 
-// Close implements registry.Stream; a pending Next returns ErrClosed.
+// Close implements driver.Stream; a pending Next returns ErrClosed.
 func (st *stream) Close() error {
 	st.once.Do(func() { close(st.closed) })
 	return nil

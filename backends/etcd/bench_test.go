@@ -14,6 +14,7 @@ import (
 	"github.com/roster-go/roster/backends/etcd"
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // The benchmarks run against one embedded member, in the same process:
@@ -37,9 +38,9 @@ func benchInst(svc string, i int) registry.Instance {
 }
 
 // registerMany registers n instances of svc with 16 concurrent callers.
-func registerMany(b *testing.B, d *etcd.Driver, svc string, n int, ttl time.Duration) []registry.Registration {
+func registerMany(b *testing.B, d *etcd.Driver, svc string, n int, ttl time.Duration) []driver.Registration {
 	b.Helper()
-	regs := make([]registry.Registration, n)
+	regs := make([]driver.Registration, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for w := 0; w < 16; w++ {
@@ -64,7 +65,7 @@ func registerMany(b *testing.B, d *etcd.Driver, svc string, n int, ttl time.Dura
 	return regs
 }
 
-func deregisterAll(regs []registry.Registration) {
+func deregisterAll(regs []driver.Registration) {
 	var wg sync.WaitGroup
 	for w := 0; w < 16; w++ {
 		wg.Add(1)
@@ -90,7 +91,7 @@ func cpuTime() time.Duration {
 func BenchmarkRegister(b *testing.B) {
 	c := startCluster(b, etcdtest.Config{DirectClients: true})
 	d := benchDriver(b, c)
-	regs := make([]registry.Registration, 0, b.N)
+	regs := make([]driver.Registration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		r, err := d.Register(context.Background(), benchInst("reg", i), 10*time.Second)

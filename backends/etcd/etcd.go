@@ -32,7 +32,7 @@
 // it. Heartbeat, which the registry's lease engine calls every TTL/3, sends
 // one KeepAliveOnce and then reads the key: a lease the server no longer
 // knows (expired during a partition, revoked, lost with wiped data) or a
-// key deleted behind our back is reported as registry.ErrNotFound, and the
+// key deleted behind our back is reported as driver.ErrNotFound, and the
 // engine registers again with a new lease, forever, with capped backoff.
 //
 // Why KeepAliveOnce and not the client's KeepAlive stream: the lease
@@ -64,14 +64,14 @@
 //
 //   - The connection dropped (server restarted, network cut): the driver
 //     follows the gRPC connection's state, and the stream fails with
-//     registry.ErrUnavailable as soon as it stops being ready. The registry
+//     driver.ErrUnavailable as soon as it stops being ready. The registry
 //     marks the snapshot stale and reopens the stream with backoff; the new
 //     stream relists. So watchers learn about every outage, even one that
 //     lost nothing.
 //   - The watch is quiet: after progress_interval without a response the
 //     stream reads one key linearizably (one read per driver at a time,
 //     shared by all quiet streams). No answer within another
-//     progress_interval fails the stream with registry.ErrUnavailable; an
+//     progress_interval fails the stream with driver.ErrUnavailable; an
 //     answer whose revision is below the stream's means the data went back
 //     in time (a resumed watch would wait silently for a revision that
 //     will not come for a long time) and the stream relists. Watch progress
@@ -112,7 +112,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // URL schemes of this backend.
@@ -132,19 +132,19 @@ const (
 // Limits of the backend: etcd's lease TTLs are whole seconds, and a server
 // with default election settings (100ms heartbeat, 1s election) grants no
 // less than 2s.
-var limits = registry.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+var limits = driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
 
 func init() {
-	registry.RegisterDriver(Scheme, openURL, publicOptions...)
-	registry.RegisterDriver(SchemeTLS, openURL, publicOptions...)
+	driver.Register(Scheme, openURL, publicOptions...)
+	driver.Register(SchemeTLS, openURL, publicOptions...)
 }
 
 // publicOptions are the URL options whose values are never secret:
-// registry.Redact may show them in errors.
+// driver.Redact may show them in errors.
 var publicOptions = []string{"prefix", "dial_timeout", "request_timeout", "progress_interval", "username",
 	"ca_file", "cert_file", "server_name", "insecure_skip_verify"}
 
-// Driver is a registry.Driver on an etcd v3 cluster. Wrap it with
+// Driver is a driver.Driver on an etcd v3 cluster. Wrap it with
 // registry.New, or get one through registry.Open with an etcd:// URL.
 type Driver struct {
 	cli      *clientv3.Client
@@ -190,7 +190,7 @@ type Options struct {
 func New(opts Options) (*Driver, error) {
 	cfg := opts.Client
 	if len(cfg.Endpoints) == 0 {
-		return nil, fmt.Errorf("etcd: %w: no endpoints", registry.ErrInvalid)
+		return nil, fmt.Errorf("etcd: %w: no endpoints", driver.ErrInvalid)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -214,9 +214,9 @@ func New(opts Options) (*Driver, error) {
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		if isAuthErr(err) {
-			return nil, fmt.Errorf("etcd: connect: %w: authentication failed: %v", registry.ErrInvalid, err)
+			return nil, fmt.Errorf("etcd: connect: %w: authentication failed: %v", driver.ErrInvalid, err)
 		}
-		return nil, fmt.Errorf("etcd: connect: %w: %v", registry.ErrUnavailable, err)
+		return nil, fmt.Errorf("etcd: connect: %w: %v", driver.ErrUnavailable, err)
 	}
 	d, err := newDriver(cli, opts)
 	if err != nil {
@@ -240,7 +240,7 @@ func newDriver(cli *clientv3.Client, opts Options) (*Driver, error) {
 	}
 	p = strings.TrimRight(p, "/")
 	if p == "" {
-		return nil, fmt.Errorf("etcd: %w: prefix %q leaves nothing once its trailing slashes are dropped", registry.ErrInvalid, opts.Prefix)
+		return nil, fmt.Errorf("etcd: %w: prefix %q leaves nothing once its trailing slashes are dropped", driver.ErrInvalid, opts.Prefix)
 	}
 	d := &Driver{cli: cli, prefix: p, reqT: opts.RequestTimeout, progress: opts.ProgressInterval,
 		probeSem: make(chan struct{}, 1), lost: make(chan struct{}), done: make(chan struct{})}
@@ -267,10 +267,10 @@ func (d *Driver) Key(service, id string) string { return d.servicePrefix(service
 
 func (d *Driver) servicePrefix(service string) string { return d.prefix + "/" + service + "/" }
 
-// Limits implements registry.Driver: TTLs of at least 2s, in whole seconds.
-func (d *Driver) Limits() registry.Limits { return limits }
+// Limits implements driver.Driver: TTLs of at least 2s, in whole seconds.
+func (d *Driver) Limits() driver.Limits { return limits }
 
-// Close implements registry.Driver. It closes the client if New made it.
+// Close implements driver.Driver. It closes the client if New made it.
 func (d *Driver) Close() error {
 	if d.closed.Swap(true) {
 		return nil
@@ -318,7 +318,7 @@ func (d *Driver) op(ctx context.Context) (context.Context, context.CancelFunc, e
 		return nil, nil, err
 	}
 	if d.closed.Load() {
-		return nil, nil, fmt.Errorf("etcd: %w", registry.ErrClosed)
+		return nil, nil, fmt.Errorf("etcd: %w", driver.ErrClosed)
 	}
 	c, cancel := context.WithTimeout(ctx, d.reqT)
 	return c, cancel, nil
@@ -331,15 +331,15 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("etcd: %s: %w: lease not found", what, registry.ErrNotFound)
+		return fmt.Errorf("etcd: %s: %w: lease not found", what, driver.ErrNotFound)
 	case parent.Err() != nil:
 		return fmt.Errorf("etcd: %s: %w", what, parent.Err())
 	case d.closed.Load():
-		return fmt.Errorf("etcd: %s: %w", what, registry.ErrClosed)
+		return fmt.Errorf("etcd: %s: %w", what, driver.ErrClosed)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, registry.ErrUnavailable, d.reqT)
+		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
 	default:
-		return fmt.Errorf("etcd: %s: %w: %v", what, registry.ErrUnavailable, err)
+		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrUnavailable, err)
 	}
 }
 
@@ -348,19 +348,19 @@ func isAuthErr(err error) bool {
 		errors.Is(err, rpctypes.ErrUserEmpty) || errors.Is(err, rpctypes.ErrAuthNotEnabled)
 }
 
-func encode(in registry.Instance) (string, error) {
-	b, err := json.Marshal(in) // registry.Instance's JSON form is the stored one
+func encode(in driver.Instance) (string, error) {
+	b, err := json.Marshal(in) // driver.Instance's JSON form is the stored one
 	if err != nil {
-		return "", fmt.Errorf("etcd: encode %s: %w: %v", in.ID, registry.ErrInvalid, err)
+		return "", fmt.Errorf("etcd: encode %s: %w: %v", in.ID, driver.ErrInvalid, err)
 	}
 	return string(b), nil
 }
 
 // decode reads a stored value. The key is the truth for service and ID.
-func decode(service, id string, val []byte) (registry.Instance, bool) {
-	var in registry.Instance
+func decode(service, id string, val []byte) (driver.Instance, bool) {
+	var in driver.Instance
 	if err := json.Unmarshal(val, &in); err != nil || in.Address == "" {
-		return registry.Instance{}, false
+		return driver.Instance{}, false
 	}
 	in.ID, in.Service = id, service
 	return in, true
@@ -376,8 +376,8 @@ func idOf(servicePrefix string, key []byte) (string, bool) {
 	return id, true
 }
 
-// Register implements registry.Driver: a new lease, and the key put with it.
-func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+// Register implements driver.Driver: a new lease, and the key put with it.
+func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	val, err := encode(inst)
 	if err != nil {
 		return nil, err
@@ -394,20 +394,20 @@ func ttlSeconds(ttl time.Duration) int64 {
 	return max(s, int64(limits.MinTTL/time.Second))
 }
 
-// List implements registry.Driver with one linearizable range read.
-func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+// List implements driver.Driver with one linearizable range read.
+func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
 	c, cancel, err := d.op(ctx)
 	if err != nil {
-		return registry.Snapshot{}, err
+		return driver.Snapshot{}, err
 	}
 	defer cancel()
 	sp := d.servicePrefix(service)
 	resp, err := d.cli.Get(c, sp, clientv3.WithPrefix())
 	if err != nil {
-		return registry.Snapshot{}, d.wrap(ctx, "list "+service, err)
+		return driver.Snapshot{}, d.wrap(ctx, "list "+service, err)
 	}
-	snap := registry.Snapshot{Service: service, Revision: uint64(resp.Header.Revision), At: time.Now(),
-		Instances: make([]registry.Instance, 0, len(resp.Kvs))}
+	snap := driver.Snapshot{Service: service, Revision: uint64(resp.Header.Revision), At: time.Now(),
+		Instances: make([]driver.Instance, 0, len(resp.Kvs))}
 	for _, kv := range resp.Kvs {
 		id, ok := idOf(sp, kv.Key)
 		if !ok {
@@ -417,11 +417,11 @@ func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, e
 			snap.Instances = append(snap.Instances, in)
 		}
 	}
-	registry.SortInstances(snap.Instances)
+	driver.SortInstances(snap.Instances)
 	return snap, nil
 }
 
-// Services implements registry.Driver with a keys-only range read of the
+// Services implements driver.Driver with a keys-only range read of the
 // whole prefix.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	c, cancel, err := d.op(ctx)
@@ -438,7 +438,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), root)
 		svc, id, ok := strings.Cut(rest, "/")
-		if !ok || id == "" || strings.Contains(id, "/") || registry.ValidateService(svc) != nil {
+		if !ok || id == "" || strings.Contains(id, "/") || driver.ValidateService(svc) != nil {
 			continue
 		}
 		// Keys come sorted, so one service's keys are adjacent.
@@ -490,7 +490,7 @@ func (r *registration) grantAndPut(ctx context.Context, val string) error {
 	return nil
 }
 
-// Heartbeat implements registry.Registration: one keep-alive, then a
+// Heartbeat implements driver.Registration: one keep-alive, then a
 // check that the key is still there.
 func (r *registration) Heartbeat(ctx context.Context) error {
 	d := r.d
@@ -511,14 +511,14 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		// Deleted behind our back. The lease has no other key: drop it now
 		// rather than let it run out, then let the engine register anew.
 		_, _ = d.cli.Revoke(c, lease)
-		return fmt.Errorf("etcd: heartbeat %s: %w: key %s was deleted", r.id, registry.ErrNotFound, r.key)
+		return fmt.Errorf("etcd: heartbeat %s: %w: key %s was deleted", r.id, driver.ErrNotFound, r.key)
 	}
 	return nil
 }
 
-// Update implements registry.Registration: the key is rewritten on its
+// Update implements driver.Registration: the key is rewritten on its
 // lease, or on a new one if the server lost the lease.
-func (r *registration) Update(ctx context.Context, inst registry.Instance) error {
+func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	val, err := encode(inst)
 	if err != nil {
 		return err
@@ -543,7 +543,7 @@ func (r *registration) Update(ctx context.Context, inst registry.Instance) error
 	return nil
 }
 
-// Deregister implements registry.Registration: delete the key (the change
+// Deregister implements driver.Registration: delete the key (the change
 // watchers see), then revoke the lease.
 func (r *registration) Deregister(ctx context.Context) error {
 	d := r.d

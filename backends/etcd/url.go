@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
-func openURL(_ context.Context, u *url.URL) (registry.Driver, error) {
+func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
 	opts, err := ParseURL(u)
 	if err != nil {
 		return nil, err
@@ -29,13 +29,13 @@ func ParseURL(u *url.URL) (Options, error) {
 	var o Options
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != Scheme && scheme != SchemeTLS {
-		return o, fmt.Errorf("etcd: %w: scheme %q, want %s or %s", registry.ErrInvalid, u.Scheme, Scheme, SchemeTLS)
+		return o, fmt.Errorf("etcd: %w: scheme %q, want %s or %s", driver.ErrInvalid, u.Scheme, Scheme, SchemeTLS)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return o, fmt.Errorf("etcd: %w: URL path %q: set the key prefix with ?prefix=", registry.ErrInvalid, u.Path)
+		return o, fmt.Errorf("etcd: %w: URL path %q: set the key prefix with ?prefix=", driver.ErrInvalid, u.Path)
 	}
 	if u.Host == "" {
-		return o, fmt.Errorf("etcd: %w: URL has no host (etcd://host:2379[,host2:2379])", registry.ErrInvalid)
+		return o, fmt.Errorf("etcd: %w: URL has no host (etcd://host:2379[,host2:2379])", driver.ErrInvalid)
 	}
 	tlsOn := scheme == SchemeTLS
 	httpScheme := "http://"
@@ -44,7 +44,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return o, fmt.Errorf("etcd: %w: empty host in the endpoint list", registry.ErrInvalid)
+			return o, fmt.Errorf("etcd: %w: empty host in the endpoint list", driver.ErrInvalid)
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
@@ -90,21 +90,21 @@ func ParseURL(u *url.URL) (Options, error) {
 		case "insecure_skip_verify":
 			insecure, err = strconv.ParseBool(v)
 		default:
-			return o, fmt.Errorf("etcd: %w: unknown URL option %q (known: prefix, dial_timeout, request_timeout, progress_interval, username, password, ca_file, cert_file, key_file, server_name, insecure_skip_verify)", registry.ErrInvalid, k)
+			return o, fmt.Errorf("etcd: %w: unknown URL option %q (known: prefix, dial_timeout, request_timeout, progress_interval, username, password, ca_file, cert_file, key_file, server_name, insecure_skip_verify)", driver.ErrInvalid, k)
 		}
 		if err != nil {
 			if k == "password" {
-				return o, fmt.Errorf("etcd: %w: URL option password: %v", registry.ErrInvalid, err)
+				return o, fmt.Errorf("etcd: %w: URL option password: %v", driver.ErrInvalid, err)
 			}
-			return o, fmt.Errorf("etcd: %w: URL option %s=%q: %v", registry.ErrInvalid, k, v, err)
+			return o, fmt.Errorf("etcd: %w: URL option %s=%q: %v", driver.ErrInvalid, k, v, err)
 		}
 	}
 	if o.Client.Password != "" && o.Client.Username == "" {
-		return o, fmt.Errorf("etcd: %w: a password needs a user name", registry.ErrInvalid)
+		return o, fmt.Errorf("etcd: %w: a password needs a user name", driver.ErrInvalid)
 	}
 	if !tlsOn {
 		if caFile != "" || certFile != "" || keyFile != "" || serverName != "" || insecure {
-			return o, fmt.Errorf("etcd: %w: TLS options need the %s:// scheme", registry.ErrInvalid, SchemeTLS)
+			return o, fmt.Errorf("etcd: %w: TLS options need the %s:// scheme", driver.ErrInvalid, SchemeTLS)
 		}
 		return o, nil
 	}
@@ -112,21 +112,21 @@ func ParseURL(u *url.URL) (Options, error) {
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return o, fmt.Errorf("etcd: %w: ca_file: %v", registry.ErrInvalid, err)
+			return o, fmt.Errorf("etcd: %w: ca_file: %v", driver.ErrInvalid, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return o, fmt.Errorf("etcd: %w: ca_file %s holds no PEM certificate", registry.ErrInvalid, caFile)
+			return o, fmt.Errorf("etcd: %w: ca_file %s holds no PEM certificate", driver.ErrInvalid, caFile)
 		}
 		cfg.RootCAs = pool
 	}
 	if (certFile == "") != (keyFile == "") {
-		return o, fmt.Errorf("etcd: %w: cert_file and key_file go together", registry.ErrInvalid)
+		return o, fmt.Errorf("etcd: %w: cert_file and key_file go together", driver.ErrInvalid)
 	}
 	if certFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return o, fmt.Errorf("etcd: %w: client certificate: %v", registry.ErrInvalid, err)
+			return o, fmt.Errorf("etcd: %w: client certificate: %v", driver.ErrInvalid, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}

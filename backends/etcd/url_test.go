@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 func parse(t *testing.T, raw string) (Options, error) {
@@ -100,7 +101,7 @@ func TestOpenByURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var d registry.Driver
+	var d driver.Driver
 	if !r.As(&d) {
 		t.Fatal("registry.As failed")
 	}

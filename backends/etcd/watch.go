@@ -9,17 +9,17 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
-// Watch implements registry.Driver. The stream lists on its first Next;
+// Watch implements driver.Driver. The stream lists on its first Next;
 // see the package documentation for how it detects gaps and stalls.
-func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, error) {
+func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if d.closed.Load() {
-		return nil, fmt.Errorf("etcd: %w", registry.ErrClosed)
+		return nil, fmt.Errorf("etcd: %w", driver.ErrClosed)
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	return &stream{
@@ -42,39 +42,39 @@ type stream struct {
 	lost    <-chan struct{} // closed when the connection dropped since the list
 
 	needList bool
-	rev      int64                        // every change up to rev is in state
-	state    map[string]registry.Instance // by ID
-	dirty    bool                         // state differs from the last one returned
-	sent     bool                         // something was returned
-	lastSign time.Time                    // last watch response or successful probe
-	lists    int                          // full reads so far (tests)
+	rev      int64                      // every change up to rev is in state
+	state    map[string]driver.Instance // by ID
+	dirty    bool                       // state differs from the last one returned
+	sent     bool                       // something was returned
+	lastSign time.Time                  // last watch response or successful probe
+	lists    int                        // full reads so far (tests)
 }
 
-// Close implements registry.Stream. It cancels the watch and returns.
+// Close implements driver.Stream. It cancels the watch and returns.
 func (s *stream) Close() error {
 	s.cancel()
 	return nil
 }
 
 func (s *stream) closedErr() error {
-	return fmt.Errorf("etcd: watch %s: %w", s.service, registry.ErrClosed)
+	return fmt.Errorf("etcd: watch %s: %w", s.service, driver.ErrClosed)
 }
 
-// Next implements registry.Stream.
-func (s *stream) Next(ctx context.Context) (registry.Snapshot, error) {
+// Next implements driver.Stream.
+func (s *stream) Next(ctx context.Context) (driver.Snapshot, error) {
 	for {
 		if s.parent.Err() != nil {
-			return registry.Snapshot{}, s.closedErr()
+			return driver.Snapshot{}, s.closedErr()
 		}
 		if err := ctx.Err(); err != nil {
-			return registry.Snapshot{}, err
+			return driver.Snapshot{}, err
 		}
 		if s.d.closed.Load() {
-			return registry.Snapshot{}, s.closedErr()
+			return driver.Snapshot{}, s.closedErr()
 		}
 		if s.needList {
 			if err := s.relist(ctx); err != nil {
-				return registry.Snapshot{}, err
+				return driver.Snapshot{}, err
 			}
 		}
 		if s.dirty || !s.sent {
@@ -82,7 +82,7 @@ func (s *stream) Next(ctx context.Context) (registry.Snapshot, error) {
 			return s.snapshot(), nil
 		}
 		if err := s.wait(ctx); err != nil {
-			return registry.Snapshot{}, err
+			return driver.Snapshot{}, err
 		}
 	}
 }
@@ -101,7 +101,7 @@ func (s *stream) wait(ctx context.Context) error {
 		// The client would resume the watch by itself, but watchers must
 		// learn that the backend was away: report it, and relist.
 		s.needList = true
-		return fmt.Errorf("etcd: watch %s: %w: connection to the server lost", s.service, registry.ErrUnavailable)
+		return fmt.Errorf("etcd: watch %s: %w: connection to the server lost", s.service, driver.ErrUnavailable)
 	case resp, ok := <-s.wch:
 		s.lastSign = time.Now()
 		if !ok || resp.Canceled || resp.Err() != nil {
@@ -137,7 +137,7 @@ func (s *stream) wait(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("etcd: watch %s: %w: silent for %v and %v", s.service, registry.ErrUnavailable,
+			return fmt.Errorf("etcd: watch %s: %w: silent for %v and %v", s.service, driver.ErrUnavailable,
 				time.Since(s.lastSign).Round(time.Millisecond), err)
 		case rev < s.rev:
 			s.needList = true // data wiped or restored from an older snapshot
@@ -199,11 +199,11 @@ func (s *stream) relist(ctx context.Context) error {
 			return s.closedErr()
 		}
 		if ctx.Err() == nil && lctx.Err() != nil {
-			return fmt.Errorf("etcd: watch %s: list: %w: no answer within %v", s.service, registry.ErrUnavailable, timeout)
+			return fmt.Errorf("etcd: watch %s: list: %w: no answer within %v", s.service, driver.ErrUnavailable, timeout)
 		}
 		return s.d.wrap(ctx, "watch "+s.service+": list", err)
 	}
-	state := make(map[string]registry.Instance, len(resp.Kvs))
+	state := make(map[string]driver.Instance, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		if id, ok := idOf(s.sp, kv.Key); ok {
 			if in, ok := decode(s.service, id, kv.Value); ok {
@@ -211,7 +211,7 @@ func (s *stream) relist(ctx context.Context) error {
 			}
 		}
 	}
-	if !maps.EqualFunc(state, s.state, registry.Instance.Equal) {
+	if !maps.EqualFunc(state, s.state, driver.Instance.Equal) {
 		s.dirty = true
 	}
 	s.state, s.rev = state, resp.Header.Revision
@@ -240,14 +240,14 @@ func (s *stream) stopWatch() {
 	}
 }
 
-func (s *stream) snapshot() registry.Snapshot {
+func (s *stream) snapshot() driver.Snapshot {
 	ids := slices.Sorted(maps.Keys(s.state))
-	out := make([]registry.Instance, 0, len(ids))
+	out := make([]driver.Instance, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, s.state[id].Clone())
 	}
-	registry.SortInstances(out)
-	return registry.Snapshot{Service: s.service, Instances: out, Revision: uint64(s.rev), At: time.Now()}
+	driver.SortInstances(out)
+	return driver.Snapshot{Service: s.service, Instances: out, Revision: uint64(s.rev), At: time.Now()}
 }
 
 // probe reads one key linearizably and returns the cluster's revision.

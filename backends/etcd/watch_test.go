@@ -10,6 +10,7 @@ import (
 
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // The tests in this file drive a stream by hand into the states that are
@@ -38,7 +39,7 @@ func newTestDriver(t *testing.T, c *etcdtest.Cluster, progress time.Duration) *D
 	return d
 }
 
-func register(t *testing.T, d *Driver, svc, id string) registry.Registration {
+func register(t *testing.T, d *Driver, svc, id string) driver.Registration {
 	t.Helper()
 	r, err := d.Register(t.Context(), registry.Instance{ID: id, Service: svc, Address: "127.0.0.1:1"}, 10*time.Second)
 	if err != nil {
@@ -56,7 +57,7 @@ func ids(s registry.Snapshot) []string {
 }
 
 // nextWithin calls Next with a deadline.
-func nextWithin(t *testing.T, st registry.Stream, d time.Duration) (registry.Snapshot, error) {
+func nextWithin(t *testing.T, st driver.Stream, d time.Duration) (registry.Snapshot, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()

@@ -18,16 +18,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Scheme is the URL scheme of this backend.
 const Scheme = "mem"
 
 func init() {
-	registry.RegisterDriver(Scheme, func(_ context.Context, u *url.URL) (registry.Driver, error) {
+	driver.Register(Scheme, func(_ context.Context, u *url.URL) (driver.Driver, error) {
 		if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-			return nil, fmt.Errorf("%w: mem URL takes only a name (mem://name)", registry.ErrInvalid)
+			return nil, fmt.Errorf("%w: mem URL takes only a name (mem://name)", driver.ErrInvalid)
 		}
 		if u.Host == "" {
 			return NewDriver(NewServer()), nil
@@ -66,7 +66,7 @@ type Server struct {
 }
 
 type record struct {
-	inst     registry.Instance
+	inst     driver.Instance
 	deadline time.Time
 }
 
@@ -174,12 +174,12 @@ func (s *Server) expire() {
 
 func (s *Server) unavailable() error {
 	if s.down {
-		return fmt.Errorf("memory: %w: server unreachable", registry.ErrUnavailable)
+		return fmt.Errorf("memory: %w: server unreachable", driver.ErrUnavailable)
 	}
 	return nil
 }
 
-func (s *Server) put(inst registry.Instance, ttl time.Duration) {
+func (s *Server) put(inst driver.Instance, ttl time.Duration) {
 	m := s.services[inst.Service]
 	if m == nil {
 		m = map[string]*record{}
@@ -192,15 +192,15 @@ func (s *Server) put(inst registry.Instance, ttl time.Duration) {
 }
 
 // list returns the live instances of service; s.mu held.
-func (s *Server) list(service string) registry.Snapshot {
+func (s *Server) list(service string) driver.Snapshot {
 	now := time.Now()
-	snap := registry.Snapshot{Service: service, Revision: s.rev, At: now, Instances: []registry.Instance{}}
+	snap := driver.Snapshot{Service: service, Revision: s.rev, At: now, Instances: []driver.Instance{}}
 	for _, r := range s.services[service] {
 		if r.deadline.After(now) {
 			snap.Instances = append(snap.Instances, r.inst.Clone())
 		}
 	}
-	registry.SortInstances(snap.Instances)
+	driver.SortInstances(snap.Instances)
 	return snap
 }
 
@@ -237,10 +237,10 @@ func (d *Driver) enter(ctx context.Context) error {
 	closed, cut := d.closed, d.cut
 	d.mu.Unlock()
 	if closed {
-		return fmt.Errorf("memory: %w", registry.ErrClosed)
+		return fmt.Errorf("memory: %w", driver.ErrClosed)
 	}
 	if cut {
-		return fmt.Errorf("memory: %w: connection cut", registry.ErrUnavailable)
+		return fmt.Errorf("memory: %w: connection cut", driver.ErrUnavailable)
 	}
 	return nil
 }
@@ -261,12 +261,12 @@ func (d *Driver) begin(ctx context.Context) (*Server, error) {
 }
 
 // Limits: TTLs down to 10ms, millisecond granularity.
-func (d *Driver) Limits() registry.Limits {
-	return registry.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
+func (d *Driver) Limits() driver.Limits {
+	return driver.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
 }
 
-// Register implements registry.Driver.
-func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+// Register implements driver.Driver.
+func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	s, err := d.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -290,14 +290,14 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	defer s.mu.Unlock()
 	rec := s.services[r.service][r.id]
 	if rec == nil || !rec.deadline.After(time.Now()) {
-		return fmt.Errorf("memory: heartbeat %s: %w", r.id, registry.ErrNotFound)
+		return fmt.Errorf("memory: heartbeat %s: %w", r.id, driver.ErrNotFound)
 	}
 	rec.deadline = time.Now().Add(r.ttl)
 	s.arm(rec.deadline)
 	return nil
 }
 
-func (r *registration) Update(ctx context.Context, inst registry.Instance) error {
+func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	s, err := r.d.begin(ctx)
 	if err != nil {
 		return err
@@ -323,17 +323,17 @@ func (r *registration) Deregister(ctx context.Context) error {
 	return nil
 }
 
-// List implements registry.Driver.
-func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+// List implements driver.Driver.
+func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
 	s, err := d.begin(ctx)
 	if err != nil {
-		return registry.Snapshot{}, err
+		return driver.Snapshot{}, err
 	}
 	defer s.mu.Unlock()
 	return s.list(service), nil
 }
 
-// Services implements registry.Driver.
+// Services implements driver.Driver.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	s, err := d.begin(ctx)
 	if err != nil {
@@ -350,8 +350,8 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Watch implements registry.Driver.
-func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, error) {
+// Watch implements driver.Driver.
+func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -367,12 +367,12 @@ func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, er
 type stream struct {
 	d       *Driver
 	service string
-	last    *registry.Snapshot
+	last    *driver.Snapshot
 	closed  chan struct{}
 	once    sync.Once
 }
 
-func (st *stream) Next(ctx context.Context) (registry.Snapshot, error) {
+func (st *stream) Next(ctx context.Context) (driver.Snapshot, error) {
 	s := st.d.srv
 	for {
 		// Read the wake channel before checking the link, so a cut made
@@ -381,12 +381,12 @@ func (st *stream) Next(ctx context.Context) (registry.Snapshot, error) {
 		wake := st.d.wake
 		st.d.mu.Unlock()
 		if err := st.d.enter(ctx); err != nil {
-			return registry.Snapshot{}, err
+			return driver.Snapshot{}, err
 		}
 		s.mu.Lock()
 		if err := s.unavailable(); err != nil {
 			s.mu.Unlock()
-			return registry.Snapshot{}, err
+			return driver.Snapshot{}, err
 		}
 		snap := s.list(st.service)
 		ch := s.changed
@@ -399,9 +399,9 @@ func (st *stream) Next(ctx context.Context) (registry.Snapshot, error) {
 		case <-wake:
 		case <-ch:
 		case <-ctx.Done():
-			return registry.Snapshot{}, ctx.Err()
+			return driver.Snapshot{}, ctx.Err()
 		case <-st.closed:
-			return registry.Snapshot{}, fmt.Errorf("memory: watch: %w", registry.ErrClosed)
+			return driver.Snapshot{}, fmt.Errorf("memory: watch: %w", driver.ErrClosed)
 		}
 	}
 }
@@ -411,7 +411,7 @@ func (st *stream) Close() error {
 	return nil
 }
 
-// Close implements registry.Driver. The server lives on.
+// Close implements driver.Driver. The server lives on.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // hashKeys are the keys of one service in the hash layout. They share the
@@ -205,18 +205,18 @@ end
 return out
 `)
 
-// encodeRecord and decodeRecord use registry.Instance's JSON form, the
+// encodeRecord and decodeRecord use driver.Instance's JSON form, the
 // stored form of every backend that keeps instances as JSON.
-func encodeRecord(in registry.Instance) (string, error) {
+func encodeRecord(in driver.Instance) (string, error) {
 	b, err := json.Marshal(in)
 	if err != nil {
-		return "", fmt.Errorf("%w: redis: encode %s: %v", registry.ErrInvalid, in.ID, err)
+		return "", fmt.Errorf("%w: redis: encode %s: %v", driver.ErrInvalid, in.ID, err)
 	}
 	return string(b), nil
 }
 
-func decodeRecord(s string) (registry.Instance, error) {
-	var in registry.Instance
+func decodeRecord(s string) (driver.Instance, error) {
+	var in driver.Instance
 	err := json.Unmarshal([]byte(s), &in)
 	return in, err
 }
@@ -232,7 +232,7 @@ type hashReg struct {
 	svcWritten time.Time // last write of the services index
 }
 
-func (d *Driver) hashRegister(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+func (d *Driver) hashRegister(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	data, err := encodeRecord(inst)
 	if err != nil {
 		return nil, err
@@ -286,12 +286,12 @@ func (r *hashReg) Heartbeat(ctx context.Context) error {
 	}
 	existed, err := r.put(ctx, "heartbeat")
 	if err == nil && !existed {
-		err = fmt.Errorf("redis %s: heartbeat %s/%s: record is gone: %w", r.d.name, r.svc, r.id, registry.ErrNotFound)
+		err = fmt.Errorf("redis %s: heartbeat %s/%s: record is gone: %w", r.d.name, r.svc, r.id, driver.ErrNotFound)
 	}
 	return err
 }
 
-func (r *hashReg) Update(ctx context.Context, inst registry.Instance) error {
+func (r *hashReg) Update(ctx context.Context, inst driver.Instance) error {
 	if err := r.d.enter(ctx); err != nil {
 		return err
 	}
@@ -318,17 +318,17 @@ func (r *hashReg) Deregister(ctx context.Context) error {
 
 // hashSnapshot reads a service's live instances, its revision and the ID
 // of the last log entry.
-func (d *Driver) hashSnapshot(ctx context.Context, service string) (registry.Snapshot, string, error) {
+func (d *Driver) hashSnapshot(ctx context.Context, service string) (driver.Snapshot, string, error) {
 	k := d.hkeys(service)
 	res, err := snapshotScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log}, k.inst).StringSlice()
 	if err != nil {
-		return registry.Snapshot{}, "", d.wrap("list "+service, err)
+		return driver.Snapshot{}, "", d.wrap("list "+service, err)
 	}
 	if len(res) < 2 {
-		return registry.Snapshot{}, "", d.wrap("list "+service, fmt.Errorf("short snapshot reply (%d items)", len(res)))
+		return driver.Snapshot{}, "", d.wrap("list "+service, fmt.Errorf("short snapshot reply (%d items)", len(res)))
 	}
 	rev, _ := strconv.ParseUint(res[0], 10, 64)
-	s := registry.Snapshot{Service: service, Revision: rev, At: time.Now(), Instances: make([]registry.Instance, 0, (len(res)-2)/2)}
+	s := driver.Snapshot{Service: service, Revision: rev, At: time.Now(), Instances: make([]driver.Instance, 0, (len(res)-2)/2)}
 	for i := 2; i+1 < len(res); i += 2 {
 		in, err := decodeRecord(res[i+1])
 		if err != nil || in.ID != res[i] {
@@ -336,7 +336,7 @@ func (d *Driver) hashSnapshot(ctx context.Context, service string) (registry.Sna
 		}
 		s.Instances = append(s.Instances, in)
 	}
-	registry.SortInstances(s.Instances)
+	driver.SortInstances(s.Instances)
 	return s, res[1], nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-func driver(t *testing.T, rawURL string) *rredis.Driver {
+func openDriver(t *testing.T, rawURL string) *rredis.Driver {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -31,7 +31,7 @@ func TestHashTrimmedLogRelists(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	d := driver(t, "redis://"+srv.Addr())
+	d := openDriver(t, "redis://"+srv.Addr())
 	st, err := d.Watch(ctx, "trim")
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestHashDeadlineFromServerClock(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := t.Context()
-	d := driver(t, "redis://"+srv.Addr())
+	d := openDriver(t, "redis://"+srv.Addr())
 	in := registry.Instance{ID: "clock", Service: "clock", Address: "127.0.0.1:1", Weight: 1}
 	if _, err := d.Register(ctx, in, time.Hour); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // minSweepGap keeps a watch from sweeping in a tight loop when a deadline
@@ -28,11 +28,11 @@ type hashStream struct {
 	keys hashKeys
 	blk  goredis.UniversalClient // dedicated: blocking reads only
 
-	insts   map[string]registry.Instance
+	insts   map[string]driver.Instance
 	rev     uint64
 	lastID  string
-	last    registry.Snapshot // last delivered
-	pending bool              // last not yet delivered (the first snapshot)
+	last    driver.Snapshot // last delivered
+	pending bool            // last not yet delivered (the first snapshot)
 
 	lastActive time.Time // last log entry or relist
 	readFailed bool      // the last XREAD failed
@@ -47,7 +47,7 @@ type hashStream struct {
 	closed    chan struct{}
 }
 
-func (d *Driver) hashWatch(ctx context.Context, service string) (registry.Stream, error) {
+func (d *Driver) hashWatch(ctx context.Context, service string) (driver.Stream, error) {
 	st := &hashStream{d: d, svc: service, keys: d.hkeys(service), closed: make(chan struct{}), token: fmt.Sprintf("%016x", rand.Uint64())}
 	if err := st.relist(ctx); err != nil {
 		return nil, err
@@ -134,7 +134,7 @@ func (st *hashStream) relist(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	st.insts = make(map[string]registry.Instance, len(s.Instances))
+	st.insts = make(map[string]driver.Instance, len(s.Instances))
 	for _, in := range s.Instances {
 		st.insts[in.ID] = in
 	}
@@ -145,19 +145,19 @@ func (st *hashStream) relist(ctx context.Context) error {
 }
 
 // current builds a sorted snapshot of the stream's state.
-func (st *hashStream) current() registry.Snapshot {
-	s := registry.Snapshot{Service: st.svc, Revision: st.rev, At: time.Now(), Instances: make([]registry.Instance, 0, len(st.insts))}
+func (st *hashStream) current() driver.Snapshot {
+	s := driver.Snapshot{Service: st.svc, Revision: st.rev, At: time.Now(), Instances: make([]driver.Instance, 0, len(st.insts))}
 	for _, in := range st.insts {
 		s.Instances = append(s.Instances, in)
 	}
-	registry.SortInstances(s.Instances)
+	driver.SortInstances(s.Instances)
 	return s
 }
 
-func (st *hashStream) Next(ctx context.Context) (registry.Snapshot, error) {
+func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
 	select {
 	case <-st.closed:
-		return registry.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, registry.ErrClosed)
+		return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
 	default:
 	}
 	if st.pending {
@@ -171,7 +171,7 @@ func (st *hashStream) Next(ctx context.Context) (registry.Snapshot, error) {
 	defer stop()
 	for {
 		if err := ctx.Err(); err != nil {
-			return registry.Snapshot{}, err
+			return driver.Snapshot{}, err
 		}
 		if time.Since(st.lastActive) >= st.d.o.Quiet {
 			if s, ok, err := st.resync(ctx); err != nil || ok {
@@ -191,7 +191,7 @@ func (st *hashStream) Next(ctx context.Context) (registry.Snapshot, error) {
 			// main client. If that fails too, or reading fails again
 			// right after, the backend is unavailable.
 			if st.readFailed || ctx.Err() != nil || st.sweepErr.Load() != nil {
-				return registry.Snapshot{}, st.fail(ctx, err)
+				return driver.Snapshot{}, st.fail(ctx, err)
 			}
 			st.readFailed = true
 			if s, ok, err := st.resync(ctx); err != nil || ok {
@@ -254,14 +254,14 @@ func (st *hashStream) apply(m goredis.XMessage) bool {
 }
 
 // resync relists; ok reports a changed state to deliver.
-func (st *hashStream) resync(ctx context.Context) (registry.Snapshot, bool, error) {
+func (st *hashStream) resync(ctx context.Context) (driver.Snapshot, bool, error) {
 	prev := st.last
 	if err := st.relist(ctx); err != nil {
-		return registry.Snapshot{}, false, st.fail(ctx, err)
+		return driver.Snapshot{}, false, st.fail(ctx, err)
 	}
 	if st.last.SameInstances(prev) {
 		st.last = prev
-		return registry.Snapshot{}, false, nil
+		return driver.Snapshot{}, false, nil
 	}
 	return st.last, true, nil
 }
@@ -275,10 +275,10 @@ func (st *hashStream) fail(ctx context.Context, err error) error {
 	}
 	select {
 	case <-st.closed:
-		return fmt.Errorf("redis: watch %s: %w", st.svc, registry.ErrClosed)
+		return fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
 	default:
 	}
-	if errors.Is(err, registry.ErrUnavailable) || errors.Is(err, registry.ErrClosed) {
+	if errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed) {
 		return err
 	}
 	return st.d.wrap("watch "+st.svc, err)

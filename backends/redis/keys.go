@@ -14,7 +14,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // The keys layout stores what the article stores: one String per
@@ -76,7 +76,7 @@ func unescape(s string) string {
 }
 
 // encodeArticle renders an instance as the article's JSON.
-func encodeArticle(in registry.Instance) (string, error) {
+func encodeArticle(in driver.Instance) (string, error) {
 	var pairs []string
 	if in.Zone != "" {
 		pairs = append(pairs, mdZone+"="+escape(in.Zone, metaEsc))
@@ -101,7 +101,7 @@ func encodeArticle(in registry.Instance) (string, error) {
 		Metadata: strings.Join(pairs, ","),
 	})
 	if err != nil {
-		return "", fmt.Errorf("%w: redis: encode %s: %v", registry.ErrInvalid, in.ID, err)
+		return "", fmt.Errorf("%w: redis: encode %s: %v", driver.ErrInvalid, in.ID, err)
 	}
 	return string(b), nil
 }
@@ -109,10 +109,10 @@ func encodeArticle(in registry.Instance) (string, error) {
 // decodeArticle reads a value written by us or by a script following the
 // article. Fields may be strings or numbers; unknown fields are ignored.
 // addrFromKey is used when the value has no addr.
-func decodeArticle(service, addrFromKey, val string) (registry.Instance, bool) {
+func decodeArticle(service, addrFromKey, val string) (driver.Instance, bool) {
 	var raw map[string]any
 	if err := json.Unmarshal([]byte(val), &raw); err != nil {
-		return registry.Instance{}, false
+		return driver.Instance{}, false
 	}
 	str := func(k string) string {
 		switch v := raw[k].(type) {
@@ -125,7 +125,7 @@ func decodeArticle(service, addrFromKey, val string) (registry.Instance, bool) {
 		}
 		return ""
 	}
-	in := registry.Instance{Service: service, Address: str("addr"), Version: str("version"), Weight: registry.DefaultWeight}
+	in := driver.Instance{Service: service, Address: str("addr"), Version: str("version"), Weight: driver.DefaultWeight}
 	if in.Address == "" {
 		in.Address = addrFromKey
 	}
@@ -161,7 +161,7 @@ func decodeArticle(service, addrFromKey, val string) (registry.Instance, bool) {
 	return in, in.Address != ""
 }
 
-func setMeta(in *registry.Instance, k, v string) {
+func setMeta(in *driver.Instance, k, v string) {
 	if in.Metadata == nil {
 		in.Metadata = map[string]string{}
 	}
@@ -247,7 +247,7 @@ type keysReg struct {
 
 func ttlSeconds(ttl time.Duration) int64 { return int64((ttl + time.Second - 1) / time.Second) }
 
-func (d *Driver) keysRegister(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+func (d *Driver) keysRegister(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	r := &keysReg{d: d, svc: inst.Service, id: inst.ID, ttl: ttl}
 	if err := r.write(ctx, inst, "register"); err != nil {
 		return nil, err
@@ -257,7 +257,7 @@ func (d *Driver) keysRegister(ctx context.Context, inst registry.Instance, ttl t
 
 // write stores inst under the address's key if it can claim it, else
 // under the key suffixed with the ID.
-func (r *keysReg) write(ctx context.Context, inst registry.Instance, op string) error {
+func (r *keysReg) write(ctx context.Context, inst driver.Instance, op string) error {
 	val, err := encodeArticle(inst)
 	if err != nil {
 		return err
@@ -297,12 +297,12 @@ func (r *keysReg) Heartbeat(ctx context.Context) error {
 		return r.d.wrap("heartbeat "+r.svc+"/"+r.id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("redis %s: heartbeat %s/%s: key %s gone: %w", r.d.name, r.svc, r.id, r.key, registry.ErrNotFound)
+		return fmt.Errorf("redis %s: heartbeat %s/%s: key %s gone: %w", r.d.name, r.svc, r.id, r.key, driver.ErrNotFound)
 	}
 	return nil
 }
 
-func (r *keysReg) Update(ctx context.Context, inst registry.Instance) error {
+func (r *keysReg) Update(ctx context.Context, inst driver.Instance) error {
 	if err := r.d.enter(ctx); err != nil {
 		return err
 	}
@@ -358,15 +358,15 @@ func (d *Driver) scan(ctx context.Context, pattern string) ([]string, error) {
 
 // keysList reads every record of service. Its revision is the server's
 // clock (µs) taken before the scan: later lists have higher revisions.
-func (d *Driver) keysList(ctx context.Context, service string) (registry.Snapshot, error) {
+func (d *Driver) keysList(ctx context.Context, service string) (driver.Snapshot, error) {
 	now, err := d.c.Time(ctx).Result()
 	if err != nil {
-		return registry.Snapshot{}, d.wrap("list "+service, err)
+		return driver.Snapshot{}, d.wrap("list "+service, err)
 	}
 	prefix := d.keyPrefix(service)
 	keys, err := d.scan(ctx, globEscape(prefix)+"*")
 	if err != nil {
-		return registry.Snapshot{}, d.wrap("list "+service, err)
+		return driver.Snapshot{}, d.wrap("list "+service, err)
 	}
 	cmds := make([]*goredis.StringCmd, len(keys))
 	if len(keys) > 0 {
@@ -380,10 +380,10 @@ func (d *Driver) keysList(ctx context.Context, service string) (registry.Snapsho
 		if err != nil && !errors.As(err, &reply) {
 			// A reply error (a key of another type under the prefix) only
 			// fails its own GET; anything else fails the list.
-			return registry.Snapshot{}, d.wrap("list "+service, err)
+			return driver.Snapshot{}, d.wrap("list "+service, err)
 		}
 	}
-	byID := map[string]registry.Instance{}
+	byID := map[string]driver.Instance{}
 	for i, k := range keys {
 		val, err := cmds[i].Result()
 		if err != nil {
@@ -399,12 +399,12 @@ func (d *Driver) keysList(ctx context.Context, service string) (registry.Snapsho
 			byID[in.ID] = in
 		}
 	}
-	s := registry.Snapshot{Service: service, Revision: uint64(now.UnixMicro()), At: time.Now(),
+	s := driver.Snapshot{Service: service, Revision: uint64(now.UnixMicro()), At: time.Now(),
 		Instances: slices.Collect(maps.Values(byID))}
 	if s.Instances == nil {
-		s.Instances = []registry.Instance{}
+		s.Instances = []driver.Instance{}
 	}
-	registry.SortInstances(s.Instances)
+	driver.SortInstances(s.Instances)
 	return s, nil
 }
 
@@ -416,7 +416,7 @@ func (d *Driver) keysServices(ctx context.Context) ([]string, error) {
 	set := map[string]struct{}{}
 	for _, k := range keys {
 		name, _, ok := strings.Cut(strings.TrimPrefix(k, d.o.Prefix+":"), ":")
-		if ok && registry.ValidateService(name) == nil {
+		if ok && driver.ValidateService(name) == nil {
 			set[name] = struct{}{}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/roster-go/roster/backends/redis/redistest"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 func open(t *testing.T, rawURL string) *registry.Registry {
@@ -208,9 +209,9 @@ func TestKeysNotes(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t) // notify-keyspace-events "" by default
 	notes := func(url string) []string {
-		var drv registry.Driver
+		var drv driver.Driver
 		if r := open(t, url); !r.As(&drv) {
-			t.Fatal("As(*registry.Driver) = false")
+			t.Fatal("As(*driver.Driver) = false")
 		}
 		return drv.(interface {
 			Notes(context.Context) []string

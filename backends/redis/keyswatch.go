@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // keysStream follows one service in the keys layout: it relists every poll
@@ -20,7 +20,7 @@ import (
 type keysStream struct {
 	d     *Driver
 	svc   string
-	last  registry.Snapshot
+	last  driver.Snapshot
 	runID string // the server's run_id when last checked; "" unknown
 
 	pending bool
@@ -31,7 +31,7 @@ type keysStream struct {
 	once    sync.Once
 }
 
-func (d *Driver) keysWatch(ctx context.Context, service string) (registry.Stream, error) {
+func (d *Driver) keysWatch(ctx context.Context, service string) (driver.Stream, error) {
 	s, err := d.keysList(ctx, service)
 	if err != nil {
 		return nil, err
@@ -137,10 +137,10 @@ func (st *keysStream) listen() {
 	}
 }
 
-func (st *keysStream) Next(ctx context.Context) (registry.Snapshot, error) {
+func (st *keysStream) Next(ctx context.Context) (driver.Snapshot, error) {
 	select {
 	case <-st.closed:
-		return registry.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, registry.ErrClosed)
+		return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
 	default:
 	}
 	if st.pending {
@@ -152,18 +152,18 @@ func (st *keysStream) Next(ctx context.Context) (registry.Snapshot, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return registry.Snapshot{}, ctx.Err()
+			return driver.Snapshot{}, ctx.Err()
 		case <-st.closed:
-			return registry.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, registry.ErrClosed)
+			return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
 		case <-st.hints:
 		case <-t.C:
 		}
 		s, err := st.d.keysList(ctx, st.svc)
 		if err != nil {
 			if ctx.Err() != nil {
-				return registry.Snapshot{}, ctx.Err()
+				return driver.Snapshot{}, ctx.Err()
 			}
-			return registry.Snapshot{}, err
+			return driver.Snapshot{}, err
 		}
 		t.Reset(st.d.o.Poll)
 		if lost(st.last, s) && st.restarted(ctx) {
@@ -171,7 +171,7 @@ func (st *keysStream) Next(ctx context.Context) (registry.Snapshot, error) {
 			// so, so that the registry holds the instances whose leases
 			// have not yet written themselves back.
 			st.last = s
-			return registry.Snapshot{}, fmt.Errorf("redis: watch %s: %w: the server restarted (run_id changed)", st.svc, registry.ErrUnavailable)
+			return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w: the server restarted (run_id changed)", st.svc, driver.ErrUnavailable)
 		}
 		if !s.SameInstances(st.last) {
 			st.last = s
@@ -181,7 +181,7 @@ func (st *keysStream) Next(ctx context.Context) (registry.Snapshot, error) {
 }
 
 // lost reports whether an instance of prev is missing from cur.
-func lost(prev, cur registry.Snapshot) bool {
+func lost(prev, cur driver.Snapshot) bool {
 	for _, in := range prev.Instances {
 		if _, ok := cur.Find(in.ID); !ok {
 			return true

@@ -155,7 +155,7 @@ func TestHashEmptyServiceKeysLinger(t *testing.T) {
 	rdb := srv.Client()
 	defer rdb.Close()
 	const linger = 3 * time.Second
-	d := driver(t, "redis://"+srv.Addr()+"?linger="+linger.String())
+	d := openDriver(t, "redis://"+srv.Addr()+"?linger="+linger.String())
 	in := registry.Instance{ID: "a", Service: "linger", Address: "127.0.0.1:1", Weight: 1}
 	reg, err := d.Register(ctx, in, time.Minute)
 	if err != nil {
@@ -260,7 +260,7 @@ func TestHashWatchAcrossKeyExpiry(t *testing.T) {
 	rdb := srv.Client()
 	defer rdb.Close()
 	q := "?linger=200ms&quiet=1m"
-	d := driver(t, "redis://"+srv.Addr()+q)
+	d := openDriver(t, "redis://"+srv.Addr()+q)
 	st, err := d.Watch(ctx, "again")
 	if err != nil {
 		t.Fatal(err)

@@ -136,8 +136,8 @@
 //
 // # Errors
 //
-// Errors wrap registry.ErrUnavailable (network, timeouts, server errors),
-// registry.ErrNotFound, registry.ErrInvalid or registry.ErrClosed, and
+// Errors wrap driver.ErrUnavailable (network, timeouts, server errors),
+// driver.ErrNotFound, driver.ErrInvalid or driver.ErrClosed, and
 // never contain passwords.
 package redis
 
@@ -155,7 +155,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Schemes registered with registry.Open.
@@ -163,14 +163,14 @@ var Schemes = []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "re
 
 func init() {
 	for _, s := range Schemes {
-		registry.RegisterDriver(s, func(ctx context.Context, u *url.URL) (registry.Driver, error) {
+		driver.Register(s, func(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			return OpenURL(ctx, u)
 		}, publicOptions...)
 	}
 }
 
 // publicOptions are the URL options whose values are never secret:
-// registry.Redact may show them in errors.
+// driver.Redact may show them in errors.
 var publicOptions = []string{"addr", "layout", "prefix", "master", "sentinel_username", "client_name", "notify",
 	"skip_verify", "sweep", "quiet", "poll", "linger", "dial_timeout", "read_timeout", "write_timeout",
 	"pool_size", "maxlen"}
@@ -227,14 +227,14 @@ func (o *Options) defaults() error {
 			o.Prefix = "roster"
 		}
 		if strings.ContainsAny(o.Prefix, "{}") {
-			return fmt.Errorf("%w: redis: prefix %q must not contain { or } (the hash tag is added per service)", registry.ErrInvalid, o.Prefix)
+			return fmt.Errorf("%w: redis: prefix %q must not contain { or } (the hash tag is added per service)", driver.ErrInvalid, o.Prefix)
 		}
 	case LayoutKeys:
 		if o.Prefix == "" {
 			o.Prefix = "service"
 		}
 	default:
-		return fmt.Errorf("%w: redis: layout %q (want hash or keys)", registry.ErrInvalid, o.Layout)
+		return fmt.Errorf("%w: redis: layout %q (want hash or keys)", driver.ErrInvalid, o.Layout)
 	}
 	if o.Sweep == 0 {
 		o.Sweep = time.Second
@@ -256,16 +256,16 @@ func (o *Options) defaults() error {
 	}
 	switch {
 	case o.Sweep < 0 || o.Quiet < 0 || o.Poll < 0 || o.MaxLen < 0:
-		return fmt.Errorf("%w: redis: negative sweep, quiet, poll or maxlen", registry.ErrInvalid)
+		return fmt.Errorf("%w: redis: negative sweep, quiet, poll or maxlen", driver.ErrInvalid)
 	case o.Linger < time.Millisecond || o.Linger > MaxLinger:
-		return fmt.Errorf("%w: redis: linger %v (want 1ms to %v)", registry.ErrInvalid, o.Linger, MaxLinger)
+		return fmt.Errorf("%w: redis: linger %v (want 1ms to %v)", driver.ErrInvalid, o.Linger, MaxLinger)
 	case o.Notify != NotifyAuto && o.Notify != NotifyOn && o.Notify != NotifyOff:
-		return fmt.Errorf("%w: redis: notify %q (want auto, on or off)", registry.ErrInvalid, o.Notify)
+		return fmt.Errorf("%w: redis: notify %q (want auto, on or off)", driver.ErrInvalid, o.Notify)
 	}
 	return nil
 }
 
-// Driver is a registry.Driver on Redis. Wrap it with registry.New, or open
+// Driver is a driver.Driver on Redis. Wrap it with registry.New, or open
 // it through registry.Open with a redis URL.
 type Driver struct {
 	copts *goredis.UniversalOptions // to open dedicated watch connections
@@ -285,7 +285,7 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 		return nil, err
 	}
 	if len(copts.Addrs) == 0 {
-		return nil, fmt.Errorf("%w: redis: no address", registry.ErrInvalid)
+		return nil, fmt.Errorf("%w: redis: no address", driver.ErrInvalid)
 	}
 	cp := *copts
 	name := strings.Join(cp.Addrs, ",")
@@ -298,16 +298,16 @@ func (d *Driver) Client() goredis.UniversalClient { return d.c }
 // Options returns the effective options.
 func (d *Driver) Options() Options { return d.o }
 
-// Limits implements registry.Driver: hash has millisecond TTLs (min 10ms);
+// Limits implements driver.Driver: hash has millisecond TTLs (min 10ms);
 // keys has whole seconds (SET EX / EXPIRE, min 1s).
-func (d *Driver) Limits() registry.Limits {
+func (d *Driver) Limits() driver.Limits {
 	if d.o.Layout == LayoutKeys {
-		return registry.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
+		return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
 	}
-	return registry.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
+	return driver.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
 }
 
-// Close implements registry.Driver.
+// Close implements driver.Driver.
 func (d *Driver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -329,7 +329,7 @@ func (d *Driver) enter(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return fmt.Errorf("redis: %w", registry.ErrClosed)
+		return fmt.Errorf("redis: %w", driver.ErrClosed)
 	}
 	return nil
 }
@@ -361,9 +361,9 @@ func (d *Driver) wrap(op string, err error) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("redis %s: %s: %w", d.name, op, err)
 	case errors.Is(err, goredis.ErrClosed):
-		return fmt.Errorf("redis %s: %s: %w", d.name, op, registry.ErrClosed)
+		return fmt.Errorf("redis %s: %s: %w", d.name, op, driver.ErrClosed)
 	}
-	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, registry.ErrUnavailable, redactErr(err, d.copts.Password))
+	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, driver.ErrUnavailable, redactErr(err, d.copts.Password))
 }
 
 // redactErr returns err's text with the password (if any) removed; go-redis
@@ -376,8 +376,8 @@ func redactErr(err error, pass string) string {
 	return s
 }
 
-// Register implements registry.Driver.
-func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Registration, error) {
+// Register implements driver.Driver.
+func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -387,10 +387,10 @@ func (d *Driver) Register(ctx context.Context, inst registry.Instance, ttl time.
 	return d.hashRegister(ctx, inst, ttl)
 }
 
-// List implements registry.Driver.
-func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+// List implements driver.Driver.
+func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
 	if err := d.enter(ctx); err != nil {
-		return registry.Snapshot{}, err
+		return driver.Snapshot{}, err
 	}
 	if d.o.Layout == LayoutKeys {
 		return d.keysList(ctx, service)
@@ -399,7 +399,7 @@ func (d *Driver) List(ctx context.Context, service string) (registry.Snapshot, e
 	return s, err
 }
 
-// Services implements registry.Driver.
+// Services implements driver.Driver.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
@@ -410,8 +410,8 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	return d.hashServices(ctx)
 }
 
-// Watch implements registry.Driver.
-func (d *Driver) Watch(ctx context.Context, service string) (registry.Stream, error) {
+// Watch implements driver.Driver.
+func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -431,10 +431,10 @@ func OpenURL(_ context.Context, u *url.URL) (*Driver, error) {
 }
 
 // ParseURL turns a redis URL into client options and driver options.
-// Errors wrap registry.ErrInvalid and show the URL redacted.
+// Errors wrap driver.ErrInvalid and show the URL redacted.
 func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
 	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: redis URL %s: %s", registry.ErrInvalid, registry.Redact(u.String()), fmt.Sprintf(format, a...))
+		return fmt.Errorf("%w: redis URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, a...))
 	}
 	var o Options
 	copts := &goredis.UniversalOptions{}
@@ -581,7 +581,7 @@ func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
 		copts.IsClusterMode = true
 	}
 	if err := o.defaults(); err != nil {
-		return nil, o, bad("%v", strings.TrimPrefix(err.Error(), registry.ErrInvalid.Error()+": redis: "))
+		return nil, o, bad("%v", strings.TrimPrefix(err.Error(), driver.ErrInvalid.Error()+": redis: "))
 	}
 	return copts, o, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // urlHarness runs the conformance suite against a live deployment. It has
@@ -37,7 +38,7 @@ type noter interface {
 
 // driverNotes returns the notes of the registry's driver, if it has any.
 func driverNotes(ctx context.Context, r *registry.Registry) []string {
-	var drv registry.Driver
+	var drv driver.Driver
 	if !r.As(&drv) {
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 	"github.com/roster-go/roster/selector"
 )
 
@@ -255,7 +256,7 @@ func (b *rosterBalancer) publish() {
 			insts = append(insts, c.inst)
 			byID[c.inst.ID] = c.sc
 		}
-		registry.SortInstances(insts)
+		driver.SortInstances(insts)
 		// The selector keeps per-instance state (in flight, latency) by
 		// ID across updates; the picker below only reads it.
 		b.sel.Update(registry.Snapshot{Service: b.service, Instances: insts, At: time.Now()})

@@ -1,4 +1,4 @@
-package registry
+package driver
 
 // AddPublicOptions declares options public as a backend's RegisterDriver
 // would, without registering a scheme (Example output lists schemes).

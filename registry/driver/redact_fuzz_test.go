@@ -1,10 +1,10 @@
-package registry_test
+package driver_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // secret is what the fuzzed URLs carry as their password and token.
@@ -55,7 +55,7 @@ func FuzzRedact(f *testing.F) {
 		}
 		raw := scheme + "://" + user + ":" + secret + "@" + host + path + "?" + query + "&token=" + secret
 		typo := mutate(raw, pos, op, c)
-		if got := registry.Redact(typo); strings.Contains(got, secret[:5]) {
+		if got := driver.Redact(typo); strings.Contains(got, secret[:5]) {
 			t.Fatalf("Redact(%q) = %q shows the secret", typo, got)
 		}
 	})

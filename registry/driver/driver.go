@@ -1,4 +1,4 @@
-package registry
+package driver
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package registry
+package driver
 
 import (
 	"errors"
@@ -37,6 +37,9 @@ func (e *FieldError) Error() string {
 // Is makes errors.Is(err, ErrInvalid) true for every FieldError.
 func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
 
-func invalid(field, format string, args ...any) error {
+// Invalid returns a *FieldError naming field, with a formatted reason.
+func Invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
+
+func invalid(field, format string, args ...any) error { return Invalid(field, format, args...) }
