@@ -41,7 +41,7 @@ func rehash(h uint64, n int) uint64 {
 // one table read and a short scan instead of a binary search.
 type ring struct {
 	hashes []uint64 // sorted
-	owner  []uint32 // index into picker.insts
+	owner  []uint32 // index into Picker.insts
 	keys   []string // host key of each instance
 	counts []int    // points of each instance
 	index  []uint32 // index[j] = first point with hash >> shift ≥ j
@@ -81,7 +81,7 @@ func points(dst []uint64, key string, count int, buf []byte) ([]uint64, []byte) 
 	return dst, buf
 }
 
-func newRing(p *picker, old *ring, vnodes int, c float64, sh *shared) *ring {
+func newRing(p *Picker, old *ring, vnodes int, c float64, sh *shared) *ring {
 	n := len(p.insts)
 	r := &ring{
 		keys: make([]string, n), counts: make([]int, n), n: uint64(n), rnd: p.rnd,
@@ -240,7 +240,7 @@ const (
 	maglevLarge = 655373
 )
 
-func newMaglev(p *picker, size uint64, c float64, sh *shared) *maglev {
+func newMaglev(p *Picker, size uint64, c float64, sh *shared) *maglev {
 	n := len(p.insts)
 	m := size
 	if m == 0 {
