@@ -193,15 +193,10 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	if req.Attempt == 0 {
 		req.Attempt = 1
 	}
-	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Exclude: req.exclude})
-	if errors.Is(err, selector.ErrAllExcluded) {
-		// Every untried, admitted instance is gone: a tried one is better
-		// than failing, then any one (quarantine is advice, not a wall).
-		in, done, err = s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Exclude: req.excludeHard})
-		if errors.Is(err, selector.ErrAllExcluded) {
-			in, done, err = s.sel.Pick(ctx, selector.PickOptions{Key: req.Key})
-		}
-	}
+	// The selector's fallback order, shared with contrib/grpc: untried and
+	// admitted, then tried but admitted, then any (the excluders are
+	// advice, not a wall).
+	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Tried: req.wasTried, Avoid: req.avoided})
 	if err != nil {
 		return fmt.Errorf("%s: %w", req.Service, err)
 	}
