@@ -257,11 +257,12 @@ func (b *rosterBalancer) publish() {
 		}
 		registry.SortInstances(insts)
 		// The selector keeps per-instance state (in flight, latency) by
-		// ID across updates; the picker below only reads it.
+		// ID across updates; the picker captures the immutable view this
+		// update built, so it never picks from a later set.
 		b.sel.Update(registry.Snapshot{Service: b.service, Instances: insts, At: time.Now()})
 		b.state = connectivity.Ready
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: &picker{
-			service: b.service, sel: b.sel, byID: byID, set: b.set, total: len(ready),
+			service: b.service, view: b.sel.Picker(), byID: byID, set: b.set, total: len(ready),
 		}})
 	case connecting:
 		b.state = connectivity.Connecting
@@ -295,11 +296,11 @@ func (p errPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
 }
 
 // picker is immutable: the READY connections by instance ID, and the
-// selector that was updated with exactly those instances when it was
-// built.
+// selector's view built from exactly those instances (grpc-go's pickers
+// are snapshots too: an old one keeps picking from its own set).
 type picker struct {
 	service string
-	sel     *selector.Selector
+	view    *selector.Picker
 	byID    map[string]balancer.SubConn
 	set     *settings
 	total   int
@@ -307,31 +308,23 @@ type picker struct {
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	ctx := info.Ctx
-	key := keyFrom(ctx)
 	tr := triedFrom(ctx)
 	q := p.set.quarantine
-	exclude := func(in *registry.Instance) bool {
-		return tr.has(in.ID) || !q.Admit(p.service, in.ID, p.total)
-	}
-	in, done, err := p.sel.Pick(ctx, selector.PickOptions{Key: key, Exclude: exclude})
-	if errors.Is(err, selector.ErrAllExcluded) {
-		// Everything left was tried or is quarantined: an untried but
-		// quarantined instance, then any (quarantine is advice, and a
-		// retry on a tried instance beats failing).
-		in, done, err = p.sel.Pick(ctx, selector.PickOptions{Key: key, Exclude: func(in *registry.Instance) bool { return tr.has(in.ID) }})
-		if errors.Is(err, selector.ErrAllExcluded) {
-			in, done, err = p.sel.Pick(ctx, selector.PickOptions{Key: key})
-		}
-	}
+	// The fallback order is the selector's, as in middleware.Client: an
+	// instance this RPC has not tried that the quarantine admits, then a
+	// tried one it admits, then any.
+	in, done, err := p.view.Pick(ctx, selector.PickOptions{
+		Key:   keyFrom(ctx),
+		Tried: func(in *registry.Instance) bool { return tr.has(in.ID) },
+		Avoid: func(in *registry.Instance) bool { return !q.Admit(p.service, in.ID, p.total) },
+	})
 	if err != nil {
 		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "rostergrpc: %s: %v", p.service, err)
 	}
 	sc, ok := p.byID[in.ID]
-	if !ok {
-		// A newer picker updated the shared selector since this one was
-		// built: wait for it (gRPC re-picks when it is published).
+	if !ok { // the view was built from byID's instances: not reached
 		done.Done(context.Canceled, 0)
-		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+		return balancer.PickResult{}, status.Errorf(codes.Internal, "rostergrpc: %s: picked %s, which has no connection", p.service, in.ID)
 	}
 	start := time.Now()
 	id, classify, service, total := in.ID, p.set.classify, p.service, p.total
