@@ -46,8 +46,12 @@ func WithSelector(opts ...selector.Option) Option {
 }
 
 // WithMiddleware replaces the default chain (Retry then the client's
-// Quarantine) with mw, the first outermost. Include c.Quarantine().Middleware()
-// yourself if you want quarantine with a custom chain.
+// Quarantine) with mw, the first outermost. To keep quarantine in a chain
+// of your own, build it first and give it to the Client as well, so that
+// Client.Quarantine and the ejection metrics are about that one:
+//
+//	q := NewQuarantine(QuarantineConfig{})
+//	c, err := NewClient(reg, WithQuarantine(q), WithMiddleware(Retry(RetryConfig{MaxAttempts: 5}), q.Middleware()))
 func WithMiddleware(mw ...Middleware) Option {
 	return func(c *clientConfig) { c.mw, c.mwSet = mw, true }
 }
