@@ -99,6 +99,23 @@ func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error
 	if b.closed {
 		return nil
 	}
+	if err := b.configure(s); err != nil {
+		return err
+	}
+	b.syncConns(s.ResolverState)
+	if len(b.conns) == 0 {
+		b.resolverErr = fmt.Errorf("rostergrpc: service %s has no instances", b.service)
+		b.publish()
+		return balancer.ErrBadResolverState
+	}
+	b.resolverErr = nil
+	b.publish()
+	return nil
+}
+
+// configure takes the service, the dial's settings and the strategy from
+// a new state; a new strategy gets a new selector.
+func (b *rosterBalancer) configure(s balancer.ClientConnState) error {
 	if svc, ok := s.ResolverState.Attributes.Value(serviceKey{}).(string); ok {
 		b.service = svc
 	}
@@ -119,35 +136,41 @@ func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error
 		}
 		b.sel, b.strategy = sel, strategy
 	}
+	return nil
+}
 
+// syncConns keeps one SubConn per address of the resolver state: new
+// addresses connect, gone ones shut down, and an instance that changed
+// (a new weight when draining, metadata) is updated without reconnecting.
+func (b *rosterBalancer) syncConns(rs resolver.State) {
 	seen := map[string]bool{}
-	for _, ep := range endpointsOf(s.ResolverState) {
+	for _, ep := range endpointsOf(rs) {
 		if len(ep.Addresses) == 0 {
 			continue
 		}
-		addr := ep.Addresses[0]
+		addr := ep.Addresses[0].Addr
 		inst, ok := InstanceOf(ep.Attributes)
 		if !ok {
 			// Not from the Roster resolver: an anonymous instance.
-			inst = registry.Instance{ID: addr.Addr, Service: b.service, Address: addr.Addr, Weight: registry.DefaultWeight}
+			inst = registry.Instance{ID: addr, Service: b.service, Address: addr, Weight: registry.DefaultWeight}
 		}
-		if seen[addr.Addr] {
+		if seen[addr] {
 			continue // two registrations of one address: one connection
 		}
-		seen[addr.Addr] = true
-		if c := b.conns[addr.Addr]; c != nil {
-			c.inst = inst // a new weight (drain) or metadata: no reconnection
+		seen[addr] = true
+		if c := b.conns[addr]; c != nil {
+			c.inst = inst
 			continue
 		}
 		c := &subConn{inst: inst, state: connectivity.Idle}
-		sc, err := b.cc.NewSubConn([]resolver.Address{{Addr: addr.Addr}}, balancer.NewSubConnOptions{
+		sc, err := b.cc.NewSubConn([]resolver.Address{{Addr: addr}}, balancer.NewSubConnOptions{
 			StateListener: func(st balancer.SubConnState) { b.updateSubConnState(c, st) },
 		})
 		if err != nil {
 			continue
 		}
 		c.sc = sc
-		b.conns[addr.Addr] = c
+		b.conns[addr] = c
 		sc.Connect()
 	}
 	for addr, c := range b.conns {
@@ -156,14 +179,6 @@ func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error
 			delete(b.conns, addr)
 		}
 	}
-	if len(b.conns) == 0 {
-		b.resolverErr = fmt.Errorf("rostergrpc: service %s has no instances", b.service)
-		b.publish()
-		return balancer.ErrBadResolverState
-	}
-	b.resolverErr = nil
-	b.publish()
-	return nil
 }
 
 func endpointsOf(s resolver.State) []resolver.Endpoint {
