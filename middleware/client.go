@@ -80,7 +80,8 @@ func WithSnapshotDir(dir string) Option { return func(c *clientConfig) { c.dir =
 
 // WithFirstSnapshotTimeout bounds how long the first call to a service
 // waits for the registry's answer when the caller's context has no
-// deadline (default 10s).
+// deadline (default 10s; 0 or less: as long as the caller's context
+// lasts).
 func WithFirstSnapshotTimeout(d time.Duration) Option {
 	return func(c *clientConfig) { c.firstTimeout = d }
 }
