@@ -103,11 +103,10 @@ func (s *Selector) Strategy() Strategy { return s.cfg.strategy }
 // caller (closures over its locals, method values).
 //
 // Predicates must be fast and must not modify or retain the instance.
-// Pick asks them in the order Exclude, Tried, Avoid, and asks the next
-// one only about an instance the previous ones accepted, so Avoid is only
-// asked about an instance Pick returns if Avoid accepts it: a predicate
-// whose acceptance has a side effect (a quarantine admitting its one
-// probe call) belongs in Avoid.
+// Pick asks them in the order Exclude, Tried, Avoid, each only about an
+// instance the ones before accepted, so an instance Avoid accepts is the
+// instance Pick returns. A predicate whose acceptance has a side effect
+// (a quarantine admitting its one probe call) belongs in Avoid.
 type PickOptions struct {
 	// Key is the request's affinity key (a user or session ID) for
 	// ConsistentHash and Maglev: equal keys go to the same instance while
@@ -238,6 +237,8 @@ func (p *Picker) Pick(ctx context.Context, o PickOptions) (registry.Instance, Do
 	return *inst, d, nil
 }
 
+// pick is Pick without the copy of the Instance, which its callers make
+// once.
 func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
 	if len(p.insts) == 0 {
 		return nil, Done{}, ErrNoInstances
@@ -335,9 +336,10 @@ func (s *Selector) Len() int { return s.cur.Load().Len() }
 
 // Update installs a new snapshot: it filters the instances, prepares the
 // strategy's tables and publishes them atomically as a new Picker. Picks
-// in progress, and holders of an older Picker, keep using theirs. A stale snapshot is used like a fresh one
-// (the last known instances are still the best guess); an update that
-// only flips the Stale flag does not rebuild anything.
+// in progress, and holders of an older Picker, keep using theirs. A stale
+// snapshot is used like a fresh one (the last known instances are still
+// the best guess); an update that only flips the Stale flag does not
+// rebuild anything.
 func (s *Selector) Update(snap registry.Snapshot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -522,7 +524,8 @@ func (s *Selector) Close() error {
 // flight, latency) belongs to the Selector and is shared with later
 // Pickers for the instances they keep.
 //
-// A Picker is safe for concurrent use. Get one from Selector.Picker.
+// A Picker is safe for concurrent use. Get one from Selector.Picker; the
+// zero Picker has no instances.
 type Picker struct {
 	snap     registry.Snapshot
 	insts    []registry.Instance // candidates: weight > 0, or all draining
@@ -538,7 +541,7 @@ type Picker struct {
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into
-// picker.insts; attempt > 0 asks for another candidate because the
+// Picker.insts; attempt > 0 asks for another candidate because the
 // previous one was rejected.
 type algorithm interface {
 	pick(key uint64, keyed bool, attempt int) int
