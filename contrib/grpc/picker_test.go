@@ -77,7 +77,7 @@ func picks(t *testing.T, p balancer.Picker, n int) map[balancer.SubConn]int {
 	for i := range n {
 		r, err := p.Pick(balancer.PickInfo{FullMethodName: "/grpc.testing.TestService/UnaryCall", Ctx: context.Background()})
 		if err != nil {
-			t.Fatalf("pick %d of %d from an old picker: %v", i+1, n, err)
+			t.Fatalf("pick %d of %d: %v", i+1, n, err)
 		}
 		if r.Done != nil {
 			r.Done(balancer.DoneInfo{})
@@ -94,7 +94,6 @@ func TestOldPickerKeepsItsOwnSet(t *testing.T) {
 	reg := openMem(t)
 	startServer(t, reg, "echo", "a", 0)
 	startServer(t, reg, "echo", "b", 0)
-	s := spied
 	cc, err := rostergrpc.NewClient(reg, "echo",
 		[]rostergrpc.Option{rostergrpc.WithServiceConfig(`{"loadBalancingConfig":[{"` + spyName + `":{"strategy":"round_robin"}}]}`)},
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -105,7 +104,7 @@ func TestOldPickerKeepsItsOwnSet(t *testing.T) {
 	cl := testpb.NewTestServiceClient(cc)
 	waitAnswered(t, cl, "a", "b")
 
-	old := s.latest()
+	old := spied.latest()
 	before := picks(t, old, 20) // round robin over a and b
 	if len(before) != 2 {
 		t.Fatalf("the picker published once a and b answered picks %d connections, want 2", len(before))
@@ -113,7 +112,7 @@ func TestOldPickerKeepsItsOwnSet(t *testing.T) {
 
 	startServer(t, reg, "echo", "c", 0)
 	waitAnswered(t, cl, "c")
-	if s.latest() == old {
+	if spied.latest() == old {
 		t.Fatal("no new picker after c joined")
 	}
 	// The selector behind the balancer now holds a, b and c; the old
