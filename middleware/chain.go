@@ -27,8 +27,12 @@ func Chain(h Handler, mw ...Middleware) Handler {
 	return h
 }
 
-// Excluder rejects instances for the attempts of one request. Quarantine
-// is one; middleware of yours can add others with Request.PushExcluder.
+// Excluder keeps instances out of the attempts of one request. Quarantine
+// is one, Hedge another; middleware of yours can add others with
+// Request.PushExcluder. An excluder is advice, not a wall: when the
+// excluders leave no instance, the pick falls back in the order of
+// selector.PickOptions (an instance this call tried that no excluder
+// rejects, then any instance) rather than fail the call.
 type Excluder interface {
 	Excluded(req *Request, in *registry.Instance) bool
 }
@@ -106,22 +110,11 @@ func (r *Request) PushExcluder(e Excluder) int {
 // PopExcluders removes the excluders pushed since mark.
 func (r *Request) PopExcluders(mark int) { r.excluders = r.excluders[:mark] }
 
-// exclude is the pick-time predicate: tried instances and every excluder.
-func (r *Request) exclude(in *registry.Instance) bool {
-	if r.Tried(in.ID) {
-		return true
-	}
-	for _, e := range r.excluders {
-		if e.Excluded(r, in) {
-			return true
-		}
-	}
-	return false
-}
+// wasTried is the pick's Tried predicate: earlier attempts used in.
+func (r *Request) wasTried(in *registry.Instance) bool { return r.Tried(in.ID) }
 
-// excludeHard applies only the excluders, not the tried set: used once
-// every untried instance is excluded.
-func (r *Request) excludeHard(in *registry.Instance) bool {
+// avoided is the pick's Avoid predicate: an excluder rejects in.
+func (r *Request) avoided(in *registry.Instance) bool {
 	for _, e := range r.excluders {
 		if e.Excluded(r, in) {
 			return true

@@ -46,8 +46,12 @@ func WithSelector(opts ...selector.Option) Option {
 }
 
 // WithMiddleware replaces the default chain (Retry then the client's
-// Quarantine) with mw, the first outermost. Include c.Quarantine().Middleware()
-// yourself if you want quarantine with a custom chain.
+// Quarantine) with mw, the first outermost. To keep quarantine in a chain
+// of your own, build it first and give it to the Client as well, so that
+// Client.Quarantine and the ejection metrics are about that one:
+//
+//	q := NewQuarantine(QuarantineConfig{})
+//	c, err := NewClient(reg, WithQuarantine(q), WithMiddleware(Retry(RetryConfig{MaxAttempts: 5}), q.Middleware()))
 func WithMiddleware(mw ...Middleware) Option {
 	return func(c *clientConfig) { c.mw, c.mwSet = mw, true }
 }
@@ -76,7 +80,8 @@ func WithSnapshotDir(dir string) Option { return func(c *clientConfig) { c.dir =
 
 // WithFirstSnapshotTimeout bounds how long the first call to a service
 // waits for the registry's answer when the caller's context has no
-// deadline (default 10s).
+// deadline (default 10s; 0 or less: as long as the caller's context
+// lasts).
 func WithFirstSnapshotTimeout(d time.Duration) Option {
 	return func(c *clientConfig) { c.firstTimeout = d }
 }
@@ -193,15 +198,10 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	if req.Attempt == 0 {
 		req.Attempt = 1
 	}
-	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Exclude: req.exclude})
-	if errors.Is(err, selector.ErrAllExcluded) {
-		// Every untried, admitted instance is gone: a tried one is better
-		// than failing, then any one (quarantine is advice, not a wall).
-		in, done, err = s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Exclude: req.excludeHard})
-		if errors.Is(err, selector.ErrAllExcluded) {
-			in, done, err = s.sel.Pick(ctx, selector.PickOptions{Key: req.Key})
-		}
-	}
+	// The selector's fallback order, shared with contrib/grpc: untried and
+	// admitted, then tried but admitted, then any (the excluders are
+	// advice, not a wall).
+	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Tried: req.wasTried, Avoid: req.avoided})
 	if err != nil {
 		return fmt.Errorf("%s: %w", req.Service, err)
 	}

@@ -33,3 +33,33 @@ func Example() {
 	fmt.Println(err, len(tried))
 	// Output: <nil> 2
 }
+
+// A chain of your own, with tuned policies: each policy takes its Config
+// (zero fields: the defaults). The quarantine is built first and given to
+// the Client too, so that Client.Quarantine and the ejection metrics are
+// about the one in the chain.
+func ExampleWithMiddleware() {
+	ctx := context.Background()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	reg.Register(ctx, registry.Instance{ID: "a", Service: "user-svc", Address: "10.0.0.1:80"})
+	reg.Register(ctx, registry.Instance{ID: "b", Service: "user-svc", Address: "10.0.0.2:80"})
+
+	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 1})
+	c, _ := middleware.NewClient(reg,
+		middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)),
+		middleware.WithQuarantine(q),
+		middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 2}), q.Middleware()))
+	defer c.Close()
+
+	call := func(ctx context.Context, in registry.Instance) error {
+		if in.ID == "a" {
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	// Round robin reaches a within two calls; its one failure ejects it,
+	// and the retry serves the call from b.
+	fmt.Println(c.Do(ctx, "user-svc", call), c.Do(ctx, "user-svc", call), c.Quarantine().Ejected("user-svc"))
+	// Output: <nil> <nil> [a]
+}

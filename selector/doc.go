@@ -2,12 +2,14 @@
 // load balancing over registry snapshots.
 //
 // A Selector follows a service's snapshots (Update, Follow or Start with a
-// *registry.Watcher) and, on every change, builds an immutable picker:
+// *registry.Watcher) and, on every change, builds an immutable Picker:
 // filters applied, draining instances set aside, weights normalised,
-// rings and tables computed. The picker is published through an atomic
+// rings and tables computed. The Picker is published through an atomic
 // pointer; Pick only reads it. A pick takes no lock and allocates nothing,
 // the Done feedback included, so its cost is the strategy's own (≈15–150 ns
-// on a shared 2-vCPU VM; docs/bench/selector.md).
+// on a shared 2-vCPU VM; docs/bench/selector.md). Selector.Picker hands
+// out the current Picker, for a caller that must keep picking from one
+// set while the selector moves on (the gRPC balancer's pickers).
 //
 //	sel, err := selector.New(selector.WithStrategy(selector.P2CEWMA))
 //	...
@@ -23,8 +25,15 @@
 // # Contract
 //
 //   - Pick returns ErrNoInstances when there is nothing to pick from, and
-//     ErrAllExcluded when PickOptions.Exclude rejected every instance (the
-//     caller decides: stop retrying, or pick again without exclusions).
+//     ErrAllExcluded when PickOptions.Exclude rejected every instance.
+//   - PickOptions.Tried and Avoid are soft: Pick relaxes them in one
+//     stated order rather than fail — an untried, admitted instance, then
+//     a tried one that is admitted, then any. middleware.Client and
+//     contrib/grpc both pick this way, so a retry goes to the same kind of
+//     instance through either.
+//   - A Picker never changes. Holders of an old Picker keep picking from
+//     its set; the feedback their Done values give lands in the
+//     selector's per-instance state all the same.
 //   - Instances with Weight 0 are draining: they are picked only when no
 //     other instance is left (or every other one is excluded).
 //   - A stale snapshot (the registry backend is failing) is used as is:

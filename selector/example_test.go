@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/roster-go/roster/backends/memory"
@@ -117,4 +118,44 @@ func ExampleParseStrategy() {
 	// Output:
 	// true
 	// true
+}
+
+// Tried and Avoid are relaxed in one order rather than fail the pick: an
+// untried, admitted instance; then a tried, admitted one; then any that
+// Exclude lets through. middleware.Client and contrib/grpc both pick this
+// way (Tried: the call's earlier attempts; Avoid: quarantined instances).
+func ExamplePickOptions_fallback() {
+	ctx := context.Background()
+	sel, _ := selector.New(selector.WithStrategy(selector.RoundRobin))
+	sel.Update(instances("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80")) // cart-0, cart-1, cart-2
+	is := func(ids ...string) func(*registry.Instance) bool {
+		return func(in *registry.Instance) bool { return slices.Contains(ids, in.ID) }
+	}
+	for _, o := range []selector.PickOptions{
+		{Tried: is("cart-0"), Avoid: is("cart-1")},
+		{Tried: is("cart-2"), Avoid: is("cart-0", "cart-1")},
+		{Tried: is("cart-2"), Avoid: is("cart-0", "cart-1", "cart-2"), Exclude: is("cart-1", "cart-2")},
+	} {
+		in, _, err := sel.Pick(ctx, o)
+		fmt.Println(in.ID, err)
+	}
+	// Output:
+	// cart-2 <nil>
+	// cart-2 <nil>
+	// cart-0 <nil>
+}
+
+// A Picker is the view one Update built. Holding it keeps picking from
+// that set while the selector moves on, as a gRPC balancer's pickers do.
+func ExampleSelector_Picker() {
+	ctx := context.Background()
+	sel, _ := selector.New(selector.WithStrategy(selector.RoundRobin))
+	sel.Update(instances("10.0.0.1:80"))
+	old := sel.Picker()
+	sel.Update(instances("10.0.0.9:80"))
+
+	was, _, _ := old.Pick(ctx, selector.PickOptions{})
+	now, _, _ := sel.Pick(ctx, selector.PickOptions{})
+	fmt.Println(was.Address, now.Address)
+	// Output: 10.0.0.1:80 10.0.0.9:80
 }

@@ -1,6 +1,7 @@
 package selector
 
 import (
+	"cmp"
 	"encoding/binary"
 	"math"
 	"math/bits"
@@ -41,7 +42,7 @@ func rehash(h uint64, n int) uint64 {
 // one table read and a short scan instead of a binary search.
 type ring struct {
 	hashes []uint64 // sorted
-	owner  []uint32 // index into picker.insts
+	owner  []uint32 // index into Picker.insts
 	keys   []string // host key of each instance
 	counts []int    // points of each instance
 	index  []uint32 // index[j] = first point with hash >> shift ≥ j
@@ -81,7 +82,7 @@ func points(dst []uint64, key string, count int, buf []byte) ([]uint64, []byte) 
 	return dst, buf
 }
 
-func newRing(p *picker, old *ring, vnodes int, c float64, sh *shared) *ring {
+func newRing(p *Picker, old *ring, vnodes int, c float64, sh *shared) *ring {
 	n := len(p.insts)
 	r := &ring{
 		keys: make([]string, n), counts: make([]int, n), n: uint64(n), rnd: p.rnd,
@@ -98,45 +99,71 @@ func newRing(p *picker, old *ring, vnodes int, c float64, sh *shared) *ring {
 		}
 		byKey[r.keys[i]] = i
 	}
-	r.hashes = make([]uint64, 0, total)
-	r.owner = make([]uint32, 0, total)
-
 	// Keep the points of hosts that stay (same key, same count): they are
 	// already sorted, so the new ring is a merge of the survivors with the
 	// sorted points of the hosts that are new. O(points), no rehash.
-	var keepH []uint64
-	var keepO []uint32
-	fresh := make([]bool, n)
+	keepH, keepO, fresh := r.survivors(old, byKey)
+	add := r.freshPoints(fresh)
+	r.hashes = make([]uint64, 0, total)
+	r.owner = make([]uint32, 0, total)
+	x, y := 0, 0
+	for x < len(keepH) || y < len(add) {
+		if y == len(add) || (x < len(keepH) && keepH[x] <= add[y].h) {
+			r.hashes, r.owner = append(r.hashes, keepH[x]), append(r.owner, keepO[x])
+			x++
+		} else {
+			r.hashes, r.owner = append(r.hashes, add[y].h), append(r.owner, add[y].o)
+			y++
+		}
+	}
+	r.buildIndex()
+	return r
+}
+
+// point is a ring point: its hash and its owner, an index into r.keys.
+type point struct {
+	h uint64
+	o uint32
+}
+
+// survivors returns, in ring order, the points of old whose host stays in
+// r with the same number of points (hashes, and owners renumbered for r),
+// and which of r's hosts need their points computed. old may be nil.
+func (r *ring) survivors(old *ring, byKey map[string]int) (keepH []uint64, keepO []uint32, fresh []bool) {
+	fresh = make([]bool, len(r.keys))
 	for i := range fresh {
 		fresh[i] = true
 	}
-	if old != nil {
-		remap := make([]int, len(old.keys))
-		for j, k := range old.keys {
-			remap[j] = -1
-			if i, ok := byKey[k]; ok && r.counts[i] == old.counts[j] {
-				remap[j] = i
-				fresh[i] = false
-			}
-		}
-		keepH = make([]uint64, 0, len(old.hashes))
-		keepO = make([]uint32, 0, len(old.hashes))
-		for x, h := range old.hashes {
-			if i := remap[old.owner[x]]; i >= 0 {
-				keepH = append(keepH, h)
-				keepO = append(keepO, uint32(i))
-			}
+	if old == nil {
+		return nil, nil, fresh
+	}
+	remap := make([]int, len(old.keys))
+	for j, k := range old.keys {
+		remap[j] = -1
+		if i, ok := byKey[k]; ok && r.counts[i] == old.counts[j] {
+			remap[j] = i
+			fresh[i] = false
 		}
 	}
-	type point struct {
-		h uint64
-		o uint32
+	keepH = make([]uint64, 0, len(old.hashes))
+	keepO = make([]uint32, 0, len(old.hashes))
+	for x, h := range old.hashes {
+		if i := remap[old.owner[x]]; i >= 0 {
+			keepH = append(keepH, h)
+			keepO = append(keepO, uint32(i))
+		}
 	}
+	return keepH, keepO, fresh
+}
+
+// freshPoints computes the points of the fresh hosts, sorted by hash and
+// then owner (the order a full build gives, so every client agrees).
+func (r *ring) freshPoints(fresh []bool) []point {
 	var add []point
 	var buf []byte
 	var hs []uint64
-	for i := range n {
-		if !fresh[i] {
+	for i, f := range fresh {
+		if !f {
 			continue
 		}
 		hs, buf = points(hs[:0], r.keys[i], r.counts[i], buf)
@@ -145,28 +172,12 @@ func newRing(p *picker, old *ring, vnodes int, c float64, sh *shared) *ring {
 		}
 	}
 	slices.SortFunc(add, func(a, b point) int {
-		if a.h != b.h {
-			if a.h < b.h {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
 		}
-		return int(a.o) - int(b.o)
+		return cmp.Compare(a.o, b.o)
 	})
-	x, y := 0, 0
-	for x < len(keepH) || y < len(add) {
-		if y == len(add) || (x < len(keepH) && keepH[x] <= add[y].h) {
-			r.hashes = append(r.hashes, keepH[x])
-			r.owner = append(r.owner, keepO[x])
-			x++
-		} else {
-			r.hashes = append(r.hashes, add[y].h)
-			r.owner = append(r.owner, add[y].o)
-			y++
-		}
-	}
-	r.buildIndex()
-	return r
+	return add
 }
 
 func (r *ring) buildIndex() {
@@ -240,7 +251,7 @@ const (
 	maglevLarge = 655373
 )
 
-func newMaglev(p *picker, size uint64, c float64, sh *shared) *maglev {
+func newMaglev(p *Picker, size uint64, c float64, sh *shared) *maglev {
 	n := len(p.insts)
 	m := size
 	if m == 0 {

@@ -16,7 +16,7 @@ type leastRequest struct {
 	scanning bool
 }
 
-func newLeastRequest(p *picker, choices int) *leastRequest {
+func newLeastRequest(p *Picker, choices int) *leastRequest {
 	n := len(p.insts)
 	l := &leastRequest{eps: p.eps, n: uint64(n), choices: choices, rnd: p.rnd, scanning: choices >= n}
 	for _, w := range p.weights[1:] {

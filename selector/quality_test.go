@@ -16,10 +16,10 @@ import (
 func withRand(src randSource) Option         { return func(c *config) { c.rng = src } }
 func withClock(now func() int64) Option      { return func(c *config) { c.clock = now } }
 func seeded(seed uint64) randSource          { return rand.NewPCG(seed, seed^0x5eed) }
-func testPicker(s registry.Snapshot) *picker { return pickerFor(s, seeded(1)) }
+func testPicker(s registry.Snapshot) *Picker { return pickerFor(s, seeded(1)) }
 
-func pickerFor(s registry.Snapshot, src randSource) *picker {
-	p := &picker{insts: s.Instances, rnd: rng{src}}
+func pickerFor(s registry.Snapshot, src randSource) *Picker {
+	p := &Picker{insts: s.Instances, rnd: rng{src}}
 	for _, in := range s.Instances {
 		p.weights = append(p.weights, in.Weight)
 		p.eps = append(p.eps, &endpoint{})

@@ -43,7 +43,7 @@ const maxEffort = 5
 
 // Selector picks one instance of a service per call.
 //
-// It holds an immutable, prepared picker (weights, tables, rings are
+// It holds an immutable, prepared Picker (weights, tables, rings are
 // computed in Update, never in Pick) behind an atomic pointer: Pick only
 // reads it, so picks never wait for an Update and never take a lock.
 // Per-instance state (requests in flight, latency EWMA) lives outside the
@@ -54,11 +54,11 @@ const maxEffort = 5
 type Selector struct {
 	cfg config
 	sh  *shared
-	cur atomic.Pointer[picker]
+	cur atomic.Pointer[Picker] // never nil after New
 
 	mu   sync.Mutex           // serialises Update
 	eps  map[string]*endpoint // by instance ID; owned by mu
-	prev *picker              // last built picker, under mu
+	prev *Picker              // last built picker, under mu
 
 	run struct {
 		sync.Mutex
@@ -91,6 +91,7 @@ func New(opts ...Option) (*Selector, error) {
 		s.sh.now = monotonic
 	}
 	s.sh.clock.Store(s.sh.now())
+	s.cur.Store(&Picker{sh: s.sh}) // empty: Pick says ErrNoInstances
 	return s, nil
 }
 
@@ -98,21 +99,75 @@ func New(opts ...Option) (*Selector, error) {
 func (s *Selector) Strategy() Strategy { return s.cfg.strategy }
 
 // PickOptions qualify one pick. The zero value is a plain pick. Passing
-// PickOptions does not allocate; nor does an Exclude closure that does not
-// escape the caller.
+// PickOptions does not allocate; nor do predicates that do not escape the
+// caller (closures over its locals, method values).
+//
+// Predicates must be fast and must not modify or retain the instance.
+// Pick asks them in the order Exclude, Tried, Avoid, each only about an
+// instance the ones before accepted, so an instance Avoid accepts is the
+// instance Pick returns. A predicate whose acceptance has a side effect
+// (a quarantine admitting its one probe call) belongs in Avoid.
 type PickOptions struct {
 	// Key is the request's affinity key (a user or session ID) for
 	// ConsistentHash and Maglev: equal keys go to the same instance while
 	// the instance set does not change. Other strategies ignore it. An
 	// empty Key picks at random.
 	Key string
-	// Exclude, if set, rejects instances for this pick: the retry
-	// middleware rejects those it already tried, the quarantine middleware
-	// those it ejected. Pick asks the strategy again (up to 5 times), then
-	// takes the first acceptable instance in a scan, then a draining one;
-	// if every instance is rejected it returns ErrAllExcluded. Exclude
-	// must be fast and must not modify or retain the instance.
+	// Exclude, if set, rejects instances outright: Pick never returns one
+	// it rejects, and returns ErrAllExcluded when it rejects them all.
+	// When the strategy proposes a rejected instance, Pick asks it again
+	// (up to 5 times), then takes the first acceptable instance in a
+	// scan, then a draining one.
 	Exclude func(*registry.Instance) bool
+	// Tried and Avoid are soft: Pick honours them while it can and
+	// relaxes them rather than fail. Tried marks the instances earlier
+	// attempts of the same call used; Avoid the ones the caller would
+	// rather not use now (quarantined, or taken by a parallel hedge).
+	// Pick takes the first step of this order that leaves an instance
+	// (the fallback policy of middleware.Client and contrib/grpc alike):
+	//
+	//  1. neither Tried nor Avoid: an untried, admitted instance;
+	//  2. not Avoid: one this call tried, but admitted;
+	//  3. any instance.
+	//
+	// Exclude holds in every step, and within a step draining instances
+	// come last. A tried instance goes before an avoided one because one
+	// failure of this call is weaker evidence than a quarantine's several
+	// in a row, and a quarantine already re-admits its instances one
+	// probe at a time.
+	Tried func(*registry.Instance) bool
+	Avoid func(*registry.Instance) bool
+}
+
+// step is a step of the fallback order of PickOptions.
+type step int
+
+const (
+	untried  step = iota // rejects Exclude, Tried and Avoid
+	admitted             // rejects Exclude and Avoid
+	anyOne               // rejects Exclude
+)
+
+// rejects reports whether o rejects in at step s.
+func (o *PickOptions) rejects(in *registry.Instance, s step) bool {
+	if o.Exclude != nil && o.Exclude(in) {
+		return true
+	}
+	if s == untried && o.Tried != nil && o.Tried(in) {
+		return true
+	}
+	return s <= admitted && o.Avoid != nil && o.Avoid(in)
+}
+
+// relaxes reports whether step s accepts more than the step before it.
+func (o *PickOptions) relaxes(s step) bool {
+	switch s {
+	case admitted:
+		return o.Tried != nil
+	case anyOne:
+		return o.Avoid != nil
+	}
+	return true
 }
 
 // Done reports the outcome of a picked call. It is a small value, not a
@@ -147,18 +202,46 @@ func (d Done) Done(err error, latency time.Duration) {
 	}
 }
 
+// Pick picks from the selector's current Picker: see Picker.Pick. It
+// never blocks and allocates nothing.
+func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
+	// Not s.cur.Load().Pick(ctx, o): a second copy of the Instance on
+	// return costs as much as a round-robin pick.
+	inst, d, err := s.cur.Load().pick(&o)
+	if err != nil {
+		return registry.Instance{}, Done{}, err
+	}
+	return *inst, d, nil
+}
+
+// Picker returns the selector's current Picker: the immutable view built
+// by the latest Update. Hold it to keep picking from that one set while
+// the selector moves on, as a gRPC balancer's picker does. It is never
+// nil; before the first Update it has no instances.
+func (s *Selector) Picker() *Picker { return s.cur.Load() }
+
 // Pick returns one instance and the Done to call when the call ends. It
 // never blocks and allocates nothing. It returns ErrNoInstances when there
-// is nothing to pick from and ErrAllExcluded when o.Exclude rejects every
-// instance. Instances of weight 0 (draining) are picked only when no other
-// instance is left. The returned Instance shares its Tags and Metadata
-// with the snapshot: do not modify them.
+// is nothing to pick from, and ErrAllExcluded when o.Exclude rejects every
+// instance; o.Tried and o.Avoid are relaxed in the order PickOptions
+// states rather than fail. Instances of weight 0 (draining) are picked
+// only when no other instance is left. The returned Instance shares its
+// Tags and Metadata with the snapshot: do not modify them.
 //
 // ctx is not consulted today; it is there for tracing hooks.
-func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
-	p := s.cur.Load()
-	if p == nil || len(p.insts) == 0 {
-		return registry.Instance{}, Done{}, ErrNoInstances
+func (p *Picker) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
+	inst, d, err := p.pick(&o)
+	if err != nil {
+		return registry.Instance{}, Done{}, err
+	}
+	return *inst, d, nil
+}
+
+// pick is Pick without the copy of the Instance, which its callers make
+// once.
+func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
+	if len(p.insts) == 0 {
+		return nil, Done{}, ErrNoInstances
 	}
 	var h uint64
 	keyed := false
@@ -167,33 +250,48 @@ func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, 
 	}
 	i := p.algo.pick(h, keyed, 0)
 	inst, ep := &p.insts[i], p.eps[i]
-	if o.Exclude != nil && o.Exclude(inst) {
-		if inst, ep = p.pickExcluding(h, keyed, o.Exclude); inst == nil {
-			return registry.Instance{}, Done{}, ErrAllExcluded
+	if (o.Exclude != nil || o.Tried != nil || o.Avoid != nil) && o.rejects(inst, untried) {
+		if inst, ep = p.fallback(h, keyed, o); inst == nil {
+			return nil, Done{}, ErrAllExcluded
 		}
 	}
 	if !p.track {
-		return *inst, Done{}, nil
+		return inst, Done{}, nil
 	}
 	ep.inflight.Add(1)
-	if s.sh.bounded {
-		s.sh.total.Add(1)
+	if p.sh.bounded {
+		p.sh.total.Add(1)
 	}
-	d := Done{ep: ep, sh: s.sh}
-	if s.sh.ewma {
-		d.picked = s.sh.clock.Load()
+	d := Done{ep: ep, sh: p.sh}
+	if p.sh.ewma {
+		d.picked = p.sh.clock.Load()
 	}
-	return *inst, d, nil
+	return inst, d, nil
 }
 
-// pickExcluding is the slow path of Pick: the strategy proposed an
-// excluded instance.
-func (p *picker) pickExcluding(h uint64, keyed bool, exclude func(*registry.Instance) bool) (*registry.Instance, *endpoint) {
+// fallback is the slow path of Pick: the strategy proposed an instance o
+// rejects. It walks the steps of PickOptions' order, skipping those that
+// would accept nothing more than the one before.
+func (p *Picker) fallback(h uint64, keyed bool, o *PickOptions) (*registry.Instance, *endpoint) {
+	for s := untried; s <= anyOne; s++ {
+		if !o.relaxes(s) {
+			continue
+		}
+		if inst, ep := p.pickExcluding(h, keyed, o, s); inst != nil {
+			return inst, ep
+		}
+	}
+	return nil, nil
+}
+
+// pickExcluding picks an instance o accepts at step s: the strategy asked
+// again, then a scan, then the draining instances.
+func (p *Picker) pickExcluding(h uint64, keyed bool, o *PickOptions, s step) (*registry.Instance, *endpoint) {
 	n := len(p.insts)
 	if n > 1 {
 		for attempt := 1; attempt < maxEffort; attempt++ {
 			i := p.algo.pick(h, keyed, attempt)
-			if !exclude(&p.insts[i]) {
+			if !o.rejects(&p.insts[i], s) {
 				return &p.insts[i], p.eps[i]
 			}
 		}
@@ -205,43 +303,43 @@ func (p *picker) pickExcluding(h uint64, keyed bool, exclude func(*registry.Inst
 		}
 		for j := range n {
 			i := int((start + uint64(j)) % uint64(n))
-			if !exclude(&p.insts[i]) {
+			if !o.rejects(&p.insts[i], s) {
 				return &p.insts[i], p.eps[i]
 			}
 		}
 	}
 	for i := range p.spare {
-		if !exclude(&p.spare[i]) {
+		if !o.rejects(&p.spare[i], s) {
 			return &p.spare[i], p.spareEps[i]
 		}
 	}
 	return nil, nil
 }
 
+// Snapshot returns the snapshot p was built from (before filters): its
+// Stale flag tells whether the registry backend was failing. It is the
+// zero Snapshot for the picker of a selector that has had no Update.
+func (p *Picker) Snapshot() registry.Snapshot { return p.snap }
+
+// Len returns how many instances p chooses from (after filters, without
+// the draining ones unless nothing else is left).
+func (p *Picker) Len() int { return len(p.insts) }
+
 // Snapshot returns the snapshot the selector picks from (before filters):
 // its Stale flag tells whether the registry backend is failing. It is the
 // zero Snapshot before the first Update.
-func (s *Selector) Snapshot() registry.Snapshot {
-	if p := s.cur.Load(); p != nil {
-		return p.snap
-	}
-	return registry.Snapshot{}
-}
+func (s *Selector) Snapshot() registry.Snapshot { return s.cur.Load().Snapshot() }
 
 // Len returns how many instances Pick chooses from (after filters,
 // without the draining ones unless nothing else is left).
-func (s *Selector) Len() int {
-	if p := s.cur.Load(); p != nil {
-		return len(p.insts)
-	}
-	return 0
-}
+func (s *Selector) Len() int { return s.cur.Load().Len() }
 
 // Update installs a new snapshot: it filters the instances, prepares the
-// strategy's tables and publishes them atomically. Picks in progress keep
-// using the previous picker. A stale snapshot is used like a fresh one
-// (the last known instances are still the best guess); an update that
-// only flips the Stale flag does not rebuild anything.
+// strategy's tables and publishes them atomically as a new Picker. Picks
+// in progress, and holders of an older Picker, keep using theirs. A stale
+// snapshot is used like a fresh one (the last known instances are still
+// the best guess); an update that only flips the Stale flag does not
+// rebuild anything.
 func (s *Selector) Update(snap registry.Snapshot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -258,7 +356,7 @@ func (s *Selector) Update(snap registry.Snapshot) {
 }
 
 // build prepares a picker; s.mu is held.
-func (s *Selector) build(snap registry.Snapshot) *picker {
+func (s *Selector) build(snap registry.Snapshot) *Picker {
 	insts := snap.Instances
 	for _, f := range s.cfg.filters {
 		insts = f(insts)
@@ -288,7 +386,7 @@ func (s *Selector) build(snap registry.Snapshot) *picker {
 		eps[id] = ep
 		return ep
 	}
-	p := &picker{snap: snap, insts: active, spare: drain, rnd: rng{s.cfg.rng}}
+	p := &Picker{snap: snap, insts: active, spare: drain, rnd: rng{s.cfg.rng}, sh: s.sh}
 	p.eps = make([]*endpoint, len(active))
 	p.weights = make([]uint32, len(active))
 	for i := range active {
@@ -309,7 +407,7 @@ func (s *Selector) build(snap registry.Snapshot) *picker {
 	return p
 }
 
-func (s *Selector) newAlgorithm(p *picker, prev *picker) algorithm {
+func (s *Selector) newAlgorithm(p *Picker, prev *Picker) algorithm {
 	c := &s.cfg
 	switch c.strategy {
 	case RoundRobin:
@@ -417,8 +515,18 @@ func (s *Selector) Close() error {
 	return err
 }
 
-// picker is one immutable, prepared view of the instances.
-type picker struct {
+// Picker is one immutable, prepared view of a Selector's instances: what
+// one Update built from one snapshot (filters applied, draining instances
+// set aside, the strategy's tables computed). It never changes: a
+// Selector publishes a new Picker on every Update, and whoever holds an
+// older one keeps picking from that older set (grpc-go's pickers work the
+// same way). The per-instance state its Done values feed (requests in
+// flight, latency) belongs to the Selector and is shared with later
+// Pickers for the instances they keep.
+//
+// A Picker is safe for concurrent use. Get one from Selector.Picker; the
+// zero Picker has no instances.
+type Picker struct {
 	snap     registry.Snapshot
 	insts    []registry.Instance // candidates: weight > 0, or all draining
 	eps      []*endpoint         // state of insts[i]
@@ -427,13 +535,14 @@ type picker struct {
 	spareEps []*endpoint
 	algo     algorithm
 	rnd      rng
-	track    bool // count requests in flight
-	keyed    bool // the algorithm uses PickOptions.Key
+	sh       *shared // the selector's, for Done
+	track    bool    // count requests in flight
+	keyed    bool    // the algorithm uses PickOptions.Key
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into
-// picker.insts; attempt > 0 asks for another candidate because the
-// previous one was excluded.
+// Picker.insts; attempt > 0 asks for another candidate because the
+// previous one was rejected.
 type algorithm interface {
 	pick(key uint64, keyed bool, attempt int) int
 }

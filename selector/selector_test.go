@@ -245,8 +245,9 @@ func TestFollowReturnsOnClose(t *testing.T) {
 	}
 }
 
-// Pick allocates nothing, Done included, with a key and with an Exclude
-// closure over the caller's locals (what the retry middleware does).
+// Pick allocates nothing, Done included, with a key and with predicates
+// that are closures over the caller's locals (what the middleware does),
+// through every step of the fallback, from the Selector or a held Picker.
 func TestPickDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -255,8 +256,9 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	for _, st := range Strategies() {
 		s := mustNew(t, WithStrategy(st))
 		s.Update(snap(100))
+		held := s.Picker()
 		var tried [3]string
-		n := 0
+		n, i := 0, 0
 		allocs := testing.AllocsPerRun(1000, func() {
 			ex := func(in *registry.Instance) bool {
 				for _, id := range tried[:n] {
@@ -266,7 +268,16 @@ func TestPickDoesNotAllocate(t *testing.T) {
 				}
 				return false
 			}
-			in, done, err := s.Pick(ctx, PickOptions{Key: "user-42", Exclude: ex})
+			o := PickOptions{Key: "user-42", Exclude: ex}
+			if i++; i%2 == 0 {
+				// Every instance avoided, the last one tried: the last step.
+				o = PickOptions{Key: "user-42", Tried: ex, Avoid: func(*registry.Instance) bool { return true }}
+			}
+			in, done, err := s.Pick(ctx, o)
+			if i%3 == 0 {
+				done.Done(nil, time.Millisecond)
+				in, done, err = held.Pick(ctx, o)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,7 @@ type roundRobin struct {
 	n    uint64
 }
 
-func newRoundRobin(p *picker) *roundRobin {
+func newRoundRobin(p *Picker) *roundRobin {
 	r := &roundRobin{n: uint64(len(p.insts))}
 	r.next.Store(p.rnd.next())
 	return r
@@ -39,7 +39,7 @@ type alias struct {
 	rnd   rng
 }
 
-func newAlias(p *picker) *alias {
+func newAlias(p *Picker) *alias {
 	n := len(p.insts)
 	a := &alias{prob: make([]uint64, n), alias: make([]uint32, n), n: uint64(n), rnd: p.rnd}
 	var total float64

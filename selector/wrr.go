@@ -11,7 +11,7 @@ const (
 
 // newWeightedRoundRobin returns the exact nginx smooth sequence as a table
 // when it is small, else the static stride scheduler.
-func newWeightedRoundRobin(p *picker, smoothLimit int) algorithm {
+func newWeightedRoundRobin(p *Picker, smoothLimit int) algorithm {
 	n := len(p.insts)
 	w := make([]uint64, n)
 	g := uint64(0)
@@ -48,7 +48,7 @@ type smooth struct {
 	period uint64
 }
 
-func newSmooth(p *picker, w []uint64, period uint64) *smooth {
+func newSmooth(p *Picker, w []uint64, period uint64) *smooth {
 	n := len(w)
 	cur := make([]int64, n)
 	seq := make([]uint32, period)
@@ -95,7 +95,7 @@ const (
 	clampHigh    = 10.0
 )
 
-func newStride(p *picker) *stride {
+func newStride(p *Picker) *stride {
 	n := len(p.insts)
 	var sum float64
 	for _, w := range p.weights {

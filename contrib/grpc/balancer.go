@@ -100,6 +100,23 @@ func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error
 	if b.closed {
 		return nil
 	}
+	if err := b.configure(s); err != nil {
+		return err
+	}
+	b.syncConns(s.ResolverState)
+	if len(b.conns) == 0 {
+		b.resolverErr = fmt.Errorf("rostergrpc: service %s has no instances", b.service)
+		b.publish()
+		return balancer.ErrBadResolverState
+	}
+	b.resolverErr = nil
+	b.publish()
+	return nil
+}
+
+// configure takes the service, the dial's settings and the strategy from
+// a new state; a new strategy gets a new selector.
+func (b *rosterBalancer) configure(s balancer.ClientConnState) error {
 	if svc, ok := s.ResolverState.Attributes.Value(serviceKey{}).(string); ok {
 		b.service = svc
 	}
@@ -120,35 +137,41 @@ func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error
 		}
 		b.sel, b.strategy = sel, strategy
 	}
+	return nil
+}
 
+// syncConns keeps one SubConn per address of the resolver state: new
+// addresses connect, gone ones shut down, and an instance that changed
+// (a new weight when draining, metadata) is updated without reconnecting.
+func (b *rosterBalancer) syncConns(rs resolver.State) {
 	seen := map[string]bool{}
-	for _, ep := range endpointsOf(s.ResolverState) {
+	for _, ep := range endpointsOf(rs) {
 		if len(ep.Addresses) == 0 {
 			continue
 		}
-		addr := ep.Addresses[0]
+		addr := ep.Addresses[0].Addr
 		inst, ok := InstanceOf(ep.Attributes)
 		if !ok {
 			// Not from the Roster resolver: an anonymous instance.
-			inst = registry.Instance{ID: addr.Addr, Service: b.service, Address: addr.Addr, Weight: registry.DefaultWeight}
+			inst = registry.Instance{ID: addr, Service: b.service, Address: addr, Weight: registry.DefaultWeight}
 		}
-		if seen[addr.Addr] {
+		if seen[addr] {
 			continue // two registrations of one address: one connection
 		}
-		seen[addr.Addr] = true
-		if c := b.conns[addr.Addr]; c != nil {
-			c.inst = inst // a new weight (drain) or metadata: no reconnection
+		seen[addr] = true
+		if c := b.conns[addr]; c != nil {
+			c.inst = inst
 			continue
 		}
 		c := &subConn{inst: inst, state: connectivity.Idle}
-		sc, err := b.cc.NewSubConn([]resolver.Address{{Addr: addr.Addr}}, balancer.NewSubConnOptions{
+		sc, err := b.cc.NewSubConn([]resolver.Address{{Addr: addr}}, balancer.NewSubConnOptions{
 			StateListener: func(st balancer.SubConnState) { b.updateSubConnState(c, st) },
 		})
 		if err != nil {
 			continue
 		}
 		c.sc = sc
-		b.conns[addr.Addr] = c
+		b.conns[addr] = c
 		sc.Connect()
 	}
 	for addr, c := range b.conns {
@@ -157,14 +180,6 @@ func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error
 			delete(b.conns, addr)
 		}
 	}
-	if len(b.conns) == 0 {
-		b.resolverErr = fmt.Errorf("rostergrpc: service %s has no instances", b.service)
-		b.publish()
-		return balancer.ErrBadResolverState
-	}
-	b.resolverErr = nil
-	b.publish()
-	return nil
 }
 
 func endpointsOf(s resolver.State) []resolver.Endpoint {
@@ -258,11 +273,12 @@ func (b *rosterBalancer) publish() {
 		}
 		driver.SortInstances(insts)
 		// The selector keeps per-instance state (in flight, latency) by
-		// ID across updates; the picker below only reads it.
+		// ID across updates; the picker captures the immutable view this
+		// update built, so it never picks from a later set.
 		b.sel.Update(registry.Snapshot{Service: b.service, Instances: insts, At: time.Now()})
 		b.state = connectivity.Ready
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: &picker{
-			service: b.service, sel: b.sel, byID: byID, set: b.set, total: len(ready),
+			service: b.service, view: b.sel.Picker(), byID: byID, set: b.set, total: len(ready),
 		}})
 	case connecting:
 		b.state = connectivity.Connecting
@@ -296,11 +312,11 @@ func (p errPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
 }
 
 // picker is immutable: the READY connections by instance ID, and the
-// selector that was updated with exactly those instances when it was
-// built.
+// selector's view built from exactly those instances (grpc-go's pickers
+// are snapshots too: an old one keeps picking from its own set).
 type picker struct {
 	service string
-	sel     *selector.Selector
+	view    *selector.Picker
 	byID    map[string]balancer.SubConn
 	set     *settings
 	total   int
@@ -308,31 +324,23 @@ type picker struct {
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	ctx := info.Ctx
-	key := keyFrom(ctx)
 	tr := triedFrom(ctx)
 	q := p.set.quarantine
-	exclude := func(in *registry.Instance) bool {
-		return tr.has(in.ID) || !q.Admit(p.service, in.ID, p.total)
-	}
-	in, done, err := p.sel.Pick(ctx, selector.PickOptions{Key: key, Exclude: exclude})
-	if errors.Is(err, selector.ErrAllExcluded) {
-		// Everything left was tried or is quarantined: an untried but
-		// quarantined instance, then any (quarantine is advice, and a
-		// retry on a tried instance beats failing).
-		in, done, err = p.sel.Pick(ctx, selector.PickOptions{Key: key, Exclude: func(in *registry.Instance) bool { return tr.has(in.ID) }})
-		if errors.Is(err, selector.ErrAllExcluded) {
-			in, done, err = p.sel.Pick(ctx, selector.PickOptions{Key: key})
-		}
-	}
+	// The fallback order is the selector's, as in middleware.Client: an
+	// instance this RPC has not tried that the quarantine admits, then a
+	// tried one it admits, then any.
+	in, done, err := p.view.Pick(ctx, selector.PickOptions{
+		Key:   keyFrom(ctx),
+		Tried: func(in *registry.Instance) bool { return tr.has(in.ID) },
+		Avoid: func(in *registry.Instance) bool { return !q.Admit(p.service, in.ID, p.total) },
+	})
 	if err != nil {
 		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "rostergrpc: %s: %v", p.service, err)
 	}
 	sc, ok := p.byID[in.ID]
-	if !ok {
-		// A newer picker updated the shared selector since this one was
-		// built: wait for it (gRPC re-picks when it is published).
+	if !ok { // the view was built from byID's instances: not reached
 		done.Done(context.Canceled, 0)
-		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+		return balancer.PickResult{}, status.Errorf(codes.Internal, "rostergrpc: %s: picked %s, which has no connection", p.service, in.ID)
 	}
 	start := time.Now()
 	id, classify, service, total := in.ID, p.set.classify, p.service, p.total

@@ -22,13 +22,16 @@
 //
 // One SubConn per instance address, kept connected. On every change of
 // addresses, weights or connectivity the balancer feeds the READY
-// instances to a selector.Selector and publishes an immutable picker; Pick
-// only reads it. Draining instances (weight 0, Lease.Drain) stay connected
-// but are picked only when nothing else is left, so in-flight and last-
-// resort traffic still works. Pick excludes instances the quarantine
-// ejected and, for a retried RPC, those its earlier attempts failed on
-// (while others are left). Done reports the latency and error to the
-// selector and the classified outcome (Classifier) to the quarantine.
+// instances to a selector.Selector and publishes a picker over the
+// selector's immutable view of exactly those instances (selector.Picker):
+// Pick only reads it, and an old picker never sees a newer set. Draining
+// instances (weight 0, Lease.Drain) stay connected but are picked only
+// when nothing else is left, so in-flight and last-resort traffic still
+// works. Pick falls back in the selector's order (selector.PickOptions),
+// the same as middleware.Client: an instance this RPC has not tried that
+// the quarantine admits, then one it tried that the quarantine admits,
+// then any. Done reports the latency and error to the selector and the
+// classified outcome (Classifier) to the quarantine.
 //
 // # Retries
 //
