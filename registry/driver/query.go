@@ -1,0 +1,304 @@
+package driver
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Query reads the options of a registry URL in the vocabulary every
+// backend shares, so that an option means the same thing, is spelled the
+// same way and fails the same way on every backend:
+//
+//   - a parameter given twice is an error, never "first wins" or "last
+//     wins";
+//   - an unknown parameter is an error that lists the known ones;
+//   - TLS is spelled tls, ca_file, cert_file, key_file, server_name and
+//     skip_verify everywhere (see TLS);
+//   - a secret is given in the URL, in a file (name_file) or in an
+//     environment variable, and its value never appears in an error
+//     (see Secret);
+//   - every error wraps ErrInvalid and names the option; the URL in it is
+//     redacted, and only public values (strings, numbers, durations) are
+//     quoted.
+//
+// Read each option with one method call, then call Err once: it returns
+// the first error met, or the unknown parameters.
+type Query struct {
+	backend string
+	u       *url.URL
+	vals    url.Values
+	known   []string
+	err     error
+}
+
+// ParseQuery starts reading u's options for backend (a name such as
+// "redis", for errors). It rejects what no backend accepts: an opaque URL
+// ("consul:10.0.0.1:8500", the "//" forgotten — it would silently mean
+// localhost), a fragment, a query that does not parse, and a parameter
+// given twice.
+func ParseQuery(backend string, u *url.URL) (*Query, error) {
+	q := &Query{backend: backend, u: u}
+	switch {
+	case u.Opaque != "":
+		return nil, q.fail("want %s://host:port (the \"//\" is missing)", u.Scheme)
+	case u.Fragment != "":
+		return nil, q.fail("a URL fragment (#…) has no meaning here")
+	}
+	vals, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, q.fail("query does not parse (options are name=value pairs joined by &)")
+	}
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range vals {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if n := len(vals[k]); n > 1 {
+			return nil, q.fail("option %s given %d times", safeName(k), n)
+		}
+	}
+	q.vals = vals
+	return q, nil
+}
+
+// fail builds an ErrInvalid naming the backend and the redacted URL.
+func (q *Query) fail(format string, args ...any) error {
+	return fmt.Errorf("%w: %s URL %s: %s", ErrInvalid, q.backend, Redact(q.u.String()), fmt.Sprintf(format, args...))
+}
+
+// take returns the raw value of name and marks name known.
+func (q *Query) take(name string) (string, bool) {
+	q.known = append(q.known, name)
+	vs, ok := q.vals[name]
+	if !ok {
+		return "", false
+	}
+	return vs[0], true
+}
+
+func (q *Query) setErr(err error) {
+	if q.err == nil {
+		q.err = err
+	}
+}
+
+// Has reports whether name was given (and marks it known).
+func (q *Query) Has(name string) bool {
+	_, ok := q.take(name)
+	return ok
+}
+
+// String reads a public string option into dst (left alone when absent).
+func (q *Query) String(name string, dst *string) {
+	if v, ok := q.take(name); ok {
+		*dst = v
+	}
+}
+
+// Enum reads a string option that must be one of allowed.
+func (q *Query) Enum(name string, dst *string, allowed ...string) {
+	v, ok := q.take(name)
+	if !ok {
+		return
+	}
+	if !slices.Contains(allowed, v) {
+		q.setErr(q.fail("option %s=%s: want one of %s", name, shown(v), strings.Join(allowed, ", ")))
+		return
+	}
+	*dst = v
+}
+
+// Duration reads a positive duration ("500ms", "10s").
+func (q *Query) Duration(name string, dst *time.Duration) {
+	v, ok := q.take(name)
+	if !ok {
+		return
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		q.setErr(q.fail("option %s=%s is not a positive duration (such as 500ms or 10s)", name, shown(v)))
+		return
+	}
+	*dst = d
+}
+
+// Int reads a positive integer.
+func (q *Query) Int(name string, dst *int) {
+	v, ok := q.take(name)
+	if !ok {
+		return
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		q.setErr(q.fail("option %s=%s is not a positive integer", name, shown(v)))
+		return
+	}
+	*dst = n
+}
+
+// Bool reads true/false (also 1/0).
+func (q *Query) Bool(name string, dst *bool) {
+	v, ok := q.take(name)
+	if !ok {
+		return
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		q.setErr(q.fail("option %s=%s: want true or false", name, shown(v)))
+		return
+	}
+	*dst = b
+}
+
+// Secret reads a secret into dst, from, in order: the URL option name,
+// the file named by the option name_file (its content, trailing newline
+// removed), or the environment variable env (when env is not empty).
+// Giving both name and name_file is an error. The value never appears in
+// an error; a file that cannot be read is named, not quoted.
+func (q *Query) Secret(name, env string, dst *string) {
+	v, inURL := q.take(name)
+	file, inFile := q.take(name + "_file")
+	switch {
+	case inURL && inFile:
+		q.setErr(q.fail("options %s and %s_file both given: choose one", name, name))
+	case inURL:
+		*dst = v
+	case inFile:
+		b, err := os.ReadFile(file)
+		if err != nil {
+			q.setErr(q.fail("option %s_file: cannot read %q: %v", name, file, unwrapPath(err)))
+			return
+		}
+		*dst = strings.TrimRight(string(b), "\r\n")
+	case env != "":
+		if ev, ok := os.LookupEnv(env); ok {
+			*dst = ev
+		}
+	}
+}
+
+// unwrapPath drops the *PathError wrapping (which repeats the path).
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// TLS reads the TLS options every backend spells the same way:
+//
+//	tls          true to use TLS on a scheme without its own TLS form
+//	ca_file      PEM file of the CAs that sign the server's certificate
+//	cert_file    PEM client certificate (mutual TLS), with key_file
+//	key_file     PEM private key of cert_file
+//	server_name  name to verify in the server's certificate
+//	skip_verify  true: do not verify the server's certificate (tests only)
+//
+// on is whether the scheme already asks for TLS (rediss://, etcds://,
+// consuls://). It returns nil when TLS is off; a TLS option given while
+// TLS is off is an error, as are a certificate without its key and files
+// that do not load.
+func (q *Query) TLS(on bool) *tls.Config {
+	q.Bool("tls", &on)
+	var ca, cert, key, server string
+	var skip bool
+	q.String("ca_file", &ca)
+	q.String("cert_file", &cert)
+	q.String("key_file", &key)
+	q.String("server_name", &server)
+	q.Bool("skip_verify", &skip)
+	if !on {
+		if ca != "" || cert != "" || key != "" || server != "" || skip {
+			q.setErr(q.fail("TLS options given but TLS is off (use the scheme's TLS form or tls=true)"))
+		}
+		return nil
+	}
+	cfg, err := loadTLS(ca, cert, key)
+	if err != nil {
+		q.setErr(q.fail("%v", err))
+		return nil
+	}
+	cfg.ServerName, cfg.InsecureSkipVerify = server, skip
+	return cfg
+}
+
+func loadTLS(ca, cert, key string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if (cert == "") != (key == "") {
+		return nil, errors.New("cert_file and key_file go together")
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("cert_file %q / key_file %q: %v", cert, key, unwrapPath(err))
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("ca_file %q: %v", ca, unwrapPath(err))
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file %q holds no PEM certificate", ca)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// Err returns the first error met while reading, or an error naming the
+// parameters no method read (an unknown option, or one misspelled), with
+// the list of known ones. Secret-looking unknown names are not echoed:
+// the name itself may be a secret that lost its "=".
+func (q *Query) Err() error {
+	if q.err != nil {
+		return q.err
+	}
+	var unknown []string
+	for k := range q.vals {
+		if !slices.Contains(q.known, k) {
+			unknown = append(unknown, safeName(k))
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	known := slices.Clone(q.known)
+	slices.Sort(known)
+	return q.fail("unknown option %s (known: %s)", strings.Join(unknown, ", "), strings.Join(slices.Compact(known), ", "))
+}
+
+// shown quotes a bad value for an error, unless it may hold a secret that
+// a typo ran into it ("wait=5stoken=s3cret": the "&" lost).
+func shown(v string) string {
+	if strings.ContainsAny(v, "=@&") || len(v) > 64 {
+		return "<value hidden>"
+	}
+	return strconv.Quote(v)
+}
+
+// safeName quotes an option name when it is plainly a name and not
+// secret-looking, else hides it.
+func safeName(k string) string {
+	openersMu.RLock()
+	pub := public[k]
+	openersMu.RUnlock()
+	if plain(k) && len(k) <= 32 && (pub || secretNames[k] || !isSensitive(k)) {
+		return strconv.Quote(k)
+	}
+	return "<option>"
+}
