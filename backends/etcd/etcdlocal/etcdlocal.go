@@ -91,7 +91,8 @@ type Server struct {
 }
 
 // Start starts the server and returns once it serves clients, or fails.
-// ctx bounds the start only.
+// ctx bounds the start only; a server not ready within a minute is an
+// error too.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	a, err := parseAddr(cfg.Addr)
 	if err != nil {
@@ -272,7 +273,7 @@ func newSpec(dir string, a addr, lg *zap.Logger) (embedded.Spec, error) {
 func freePort(host string) (int, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return 0, fmt.Errorf("etcdlocal: free port: %w", err)
+		return 0, fmt.Errorf("free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
