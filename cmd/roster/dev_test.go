@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,7 +15,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -101,14 +102,12 @@ func (p *devProc) stop(t *testing.T, bound time.Duration) {
 // data, and stops promptly on SIGINT even with a client watching.
 func TestDev(t *testing.T) {
 	cache := t.TempDir()
-	addr, err := loopback.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
+	dev, url := startDev(t, cache, "--listen", "127.0.0.1:0")
+	addr, ok := strings.CutPrefix(url, "etcd://127.0.0.1:")
+	if _, err := strconv.Atoi(addr); !ok || err != nil {
+		t.Fatalf("roster dev printed ROSTER_REGISTRY=%s, want etcd://127.0.0.1:<port>", url)
 	}
-	dev, url := startDev(t, cache, "--listen", addr)
-	if url != "etcd://"+addr {
-		t.Fatalf("roster dev printed ROSTER_REGISTRY=%s, want etcd://%s", url, addr)
-	}
+	addr = "127.0.0.1:" + addr
 	dataDir := filepath.Join(cache, "roster", "dev")
 	if !strings.Contains(dev.stdout.String(), dataDir) {
 		t.Errorf("roster dev does not name its data directory %s:\n%s", dataDir, dev.stdout.String())
@@ -155,7 +154,8 @@ func TestDev(t *testing.T) {
 	}
 	dev.stop(t, 3*time.Second)
 
-	dev, _ = startDev(t, cache, "--listen", addr)
+	// Started again on the same data (on another port, as it happens).
+	dev, url = startDev(t, cache, "--listen", "127.0.0.1:0")
 	lsAPI(t, url)
 	dev.stop(t, 3*time.Second)
 }
@@ -163,7 +163,9 @@ func TestDev(t *testing.T) {
 // lsAPI asserts that "roster ls api" with ROSTER_REGISTRY=url lists api-1.
 func lsAPI(t *testing.T, url string) {
 	t.Helper()
-	cmd := exec.Command(binary, "ls", "api")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "ls", "api")
 	cmd.Env = append(os.Environ(), "ROSTER_REGISTRY="+url)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "api-1") || !strings.Contains(string(out), "127.0.0.1:8081") {
