@@ -7,22 +7,23 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/backends/etcd/etcdlocal"
 	"github.com/roster-go/roster/registry"
 )
 
-// Example starts an embedded etcd server, registers an instance through
-// an etcd:// URL, finds it, and deregisters it.
+// Example starts an embedded etcd server (a throwaway one, on a free
+// port), registers an instance through an etcd:// URL, finds it, and
+// deregisters it.
 func Example() {
 	ctx := context.Background()
-	srv, err := etcdtest.Start(ctx, etcdtest.Config{})
+	srv, err := etcdlocal.Start(ctx, etcdlocal.Config{Addr: "127.0.0.1:0"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer srv.Close() // deferred first, so it runs last: clients close before the server
 
 	// In production: registry.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379?prefix=/roster")
-	r, err := registry.Open(ctx, srv.URL("/roster"))
+	r, err := registry.Open(ctx, srv.URL()+"?prefix=/roster")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/backends/etcd/etcdlocal"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
@@ -190,12 +190,14 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 	began := time.Now()
 	if url == "" {
 		fmt.Fprintln(out, "starting an embedded etcd…")
-		cl, err := etcdtest.Start(ctx, etcdtest.Config{})
+		// A free port and throwaway data: the demo must not clash with a
+		// "roster dev" or an etcd on 2379.
+		srv, err := etcdlocal.Start(ctx, etcdlocal.Config{Addr: "127.0.0.1:0"})
 		if err != nil {
 			return fmt.Errorf("embedded etcd: %w", err)
 		}
-		defer cl.Close()
-		url = cl.URL("/roster-demo")
+		defer srv.Close()
+		url = srv.URL() + "?prefix=/roster-demo"
 		fmt.Fprintf(out, "embedded etcd ready in %.1fs at %s\n", time.Since(began).Seconds(), url)
 	}
 	// Two registries, as two processes would have: one for the instances,

@@ -1,9 +1,10 @@
 // Command roster is Roster's command line: a demo that runs the whole
-// library on an embedded etcd, a registration sidecar for non-Go
-// processes, inspection commands (ls, watch, pick) and the conformance
-// suite against a live deployment.
+// library on an embedded etcd, a local registry for development, a
+// registration sidecar for non-Go processes, inspection commands (ls,
+// watch, pick) and the conformance suite against a live deployment.
 //
 //	go run ./cmd/roster demo
+//	roster dev                     # etcd on 127.0.0.1:2379 until Ctrl-C
 //	roster register --registry etcd://10.0.0.1:2379 --service api --addr 10.0.0.5:8080 -- ./server
 //	roster ls api --registry redis://10.0.0.2:6379
 //	roster conformance consul://127.0.0.1:8500
@@ -63,7 +64,7 @@ The registry is chosen by URL, from --registry or $ROSTER_REGISTRY:
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("registry", "", "registry URL (default $ROSTER_REGISTRY)")
-	root.AddCommand(newDemo(), newRegister(), newLs(), newWatch(), newPick(), newConformance())
+	root.AddCommand(newDemo(), newDev(), newRegister(), newLs(), newWatch(), newPick(), newConformance())
 	return root
 }
 

@@ -5,7 +5,7 @@
 // calling — no request fails. It exits by itself after a few seconds.
 //
 //	go run ./examples/fx-service                           # embedded etcd
-//	ROSTER_REGISTRY=etcd://127.0.0.1:2379 go run ./examples/fx-service
+//	ROSTER_REGISTRY=etcd://127.0.0.1:2379 go run ./examples/fx-service   # e.g. on "roster dev"
 //
 // Each fx app here stands for a separate process; they share a process
 // only to make the demonstration self-contained.
@@ -26,7 +26,7 @@ import (
 	"go.uber.org/fx"
 
 	_ "github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/backends/etcd/etcdlocal"
 	_ "github.com/roster-go/roster/backends/memory"
 	rosterfx "github.com/roster-go/roster/contrib/fx"
 	rosterhttp "github.com/roster-go/roster/contrib/http"
@@ -120,12 +120,12 @@ func run() error {
 	defer cancel()
 	url := os.Getenv(rosterfx.EnvURL)
 	if url == "" {
-		cluster, err := etcdtest.Start(ctx, etcdtest.Config{})
+		srv, err := etcdlocal.Start(ctx, etcdlocal.Config{Addr: "127.0.0.1:0"}) // free port, throwaway data
 		if err != nil {
 			return err
 		}
-		defer cluster.Close()
-		url = cluster.URL("/roster-example")
+		defer srv.Close()
+		url = srv.URL() + "?prefix=/roster-example"
 		log.Printf("%s is unset: started an embedded etcd, %s", rosterfx.EnvURL, url)
 	}
 

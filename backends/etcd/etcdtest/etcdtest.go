@@ -11,11 +11,12 @@
 //
 // Clients reach each member through a small proxy of the Cluster's own
 // (Endpoints), unless Config.DirectClients is set. Stopping a member first
-// drops the proxied connections, so the server does not wait for open
-// watch streams to end (embed.Etcd.Close waits up to 7s for them
-// otherwise). Close clients before closing the Cluster all the same.
+// drops the proxied connections, so that to clients it looks like a crash.
+// Close clients before closing the Cluster all the same.
 //
-// The server logs nothing unless Config.Logger is set.
+// The server logs nothing unless Config.Logger is set. Members are started
+// and stopped by the same code as backends/etcd/etcdlocal, the package for
+// a development etcd outside tests.
 package etcdtest
 
 import (
@@ -34,9 +35,9 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/roster-go/roster/backends/etcd/internal/embedded"
 	"github.com/roster-go/roster/internal/loopback"
 )
 
@@ -50,8 +51,7 @@ type Config struct {
 	// there is removed.
 	Dir string
 	// DirectClients makes Endpoints point at the members themselves rather
-	// than at the Cluster's proxies: one hop less (for benchmarks), but
-	// stopping a member then waits for clients' streams (up to 7s).
+	// than at the Cluster's proxies: one hop less (for benchmarks).
 	DirectClients bool
 	// Logger receives the servers' logs. Default: none.
 	Logger *zap.Logger
@@ -87,8 +87,8 @@ type member struct {
 	name      string
 	clientURL url.URL
 	peerURL   url.URL
-	front     *loopback.Proxy // nil with DirectClients
-	e         *embed.Etcd     // nil while stopped
+	front     *loopback.Proxy  // nil with DirectClients
+	e         *embedded.Member // nil while stopped
 }
 
 // Start starts a cluster and waits until every member is ready.
@@ -171,29 +171,26 @@ func (c *Cluster) memberDir(i int) string {
 	return filepath.Join(c.dir, fmt.Sprintf("gen%d-%s", c.gen, c.members[i].name))
 }
 
-func (c *Cluster) embedConfig(i int) *embed.Config {
+func (c *Cluster) spec(i int) embedded.Spec {
 	m := c.members[i]
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = c.memberDir(i)
-	cfg.ListenClientUrls = []url.URL{m.clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
-	if c.cfg.TLS != nil {
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: c.cfg.TLS.CertFile, KeyFile: c.cfg.TLS.KeyFile}
-	}
-	cfg.ListenPeerUrls = []url.URL{m.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
 	var ic []string
 	for _, o := range c.members {
 		ic = append(ic, o.name+"="+o.peerURL.String())
 	}
-	cfg.InitialCluster = strings.Join(ic, ",")
-	cfg.InitialClusterToken = c.token
-	cfg.ClusterState = embed.ClusterStateFlagNew // ignored when the data dir exists
-	cfg.UnsafeNoFsync = true                     // test data: speed over durability
-	cfg.Logger = "zap"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(c.cfg.Logger.Named(m.name))
-	return cfg
+	s := embedded.Spec{
+		Name:           m.name,
+		Dir:            c.memberDir(i),
+		ClientURL:      m.clientURL,
+		PeerURL:        m.peerURL,
+		InitialCluster: strings.Join(ic, ","),
+		Token:          c.token,
+		NoFsync:        true, // test data: speed over durability
+		Logger:         c.cfg.Logger.Named(m.name),
+	}
+	if c.cfg.TLS != nil {
+		s.ClientTLS = transport.TLSInfo{CertFile: c.cfg.TLS.CertFile, KeyFile: c.cfg.TLS.KeyFile}
+	}
+	return s
 }
 
 // startAll starts every stopped member and waits for all to be ready.
@@ -202,7 +199,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		if m.e != nil {
 			continue
 		}
-		e, err := embed.StartEtcd(c.embedConfig(i))
+		e, err := embedded.Start(c.spec(i))
 		if err != nil {
 			return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
 		}
@@ -217,18 +214,10 @@ func (c *Cluster) startAll(ctx context.Context) error {
 }
 
 func (c *Cluster) waitReady(ctx context.Context, m *member) error {
-	t := time.NewTimer(c.cfg.StartTimeout)
-	defer t.Stop()
-	select {
-	case <-m.e.Server.ReadyNotify():
-		return nil
-	case err := <-m.e.Err():
-		return fmt.Errorf("etcdtest: %s failed: %w", m.name, err)
-	case <-t.C:
-		return fmt.Errorf("etcdtest: %s not ready within %v", m.name, c.cfg.StartTimeout)
-	case <-ctx.Done():
-		return fmt.Errorf("etcdtest: start %s: %w", m.name, ctx.Err())
+	if err := m.e.WaitReady(ctx, c.cfg.StartTimeout); err != nil {
+		return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
 	}
+	return nil
 }
 
 // stop stops one member, dropping proxied client connections first.
@@ -299,23 +288,11 @@ func (c *Cluster) URL(prefix string, options ...string) string {
 }
 
 func (c *Cluster) registryURL(hosts []string, prefix string, options []string) string {
-	q := []string{}
-	if prefix != "" {
-		q = append(q, "prefix="+url.QueryEscape(prefix))
-	}
-	scheme := "etcd://"
+	var caFile string
 	if c.cfg.TLS != nil {
-		scheme = "etcds://"
-		if c.cfg.TLS.CAFile != "" {
-			q = append(q, "ca_file="+url.QueryEscape(c.cfg.TLS.CAFile))
-		}
+		caFile = c.cfg.TLS.CAFile
 	}
-	q = append(q, options...)
-	u := scheme + strings.Join(hosts, ",")
-	if len(q) > 0 {
-		u += "?" + strings.Join(q, "&")
-	}
-	return u
+	return embedded.RegistryURL(hosts, c.cfg.TLS != nil, caFile, prefix, options)
 }
 
 // Client returns a new client of the cluster; the caller closes it
@@ -364,7 +341,7 @@ func (c *Cluster) StartMember(ctx context.Context, i int) error {
 	if m.e != nil {
 		return nil
 	}
-	e, err := embed.StartEtcd(c.embedConfig(i))
+	e, err := embedded.Start(c.spec(i))
 	if err != nil {
 		return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
 	}
@@ -381,9 +358,9 @@ func (c *Cluster) Leader() int {
 		if m.e == nil {
 			continue
 		}
-		lead := m.e.Server.Leader()
+		lead := m.e.Server().Leader()
 		for j, o := range c.members {
-			if o.e != nil && o.e.Server.MemberID() == lead {
+			if o.e != nil && o.e.Server().MemberID() == lead {
 				return j
 			}
 		}
