@@ -89,16 +89,31 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	if err := r.checkOpen(); err != nil {
 		return nil, err
 	}
-	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond}
-	for _, f := range opts {
-		f(&o)
+	inst, err := prepare(inst)
+	if err != nil {
+		return nil, err
 	}
+	l, o, err := r.newLease(inst, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := l.first(ctx, o); err != nil {
+		return nil, err
+	}
+	return l, r.track(ctx, l)
+}
+
+// prepare validates an instance and fills in its defaults (ID, weight).
+func prepare(inst Instance) (Instance, error) {
 	inst = inst.Clone()
 	if err := ValidateService(inst.Service); err != nil {
-		return nil, err
+		return inst, err
 	}
 	if err := ValidateAddress(inst.Address); err != nil {
-		return nil, err
+		return inst, err
 	}
 	if inst.ID == "" {
 		inst.ID = NewID(inst.Service, inst.Address)
@@ -106,19 +121,26 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	if inst.Weight == 0 {
 		inst.Weight = DefaultWeight
 	}
-	if err := inst.Validate(); err != nil {
-		return nil, err
+	return inst, inst.Validate()
+}
+
+// newLease applies the options, checks the timings against the backend's
+// limits, and returns the lease, not yet written.
+func (r *Registry) newLease(inst Instance, opts []RegisterOption) (*Lease, regOptions, error) {
+	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond}
+	for _, f := range opts {
+		f(&o)
 	}
 	ttl, err := ValidateTTL(o.ttl, r.drv.Limits())
 	if err != nil {
-		return nil, err
+		return nil, o, err
 	}
 	interval := o.interval
 	if interval == 0 {
 		interval = ttl / 3
 	}
 	if interval <= 0 || interval > ttl/3 {
-		return nil, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
+		return nil, o, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
 	}
 	if o.backoffMax <= 0 {
 		// Re-registering no faster than heartbeating costs the backend no
@@ -129,36 +151,40 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	if o.check != nil && o.checkInterval <= 0 {
 		o.checkInterval = interval
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-
-	l := &Lease{
+	return &Lease{
 		r: r, id: inst.ID, ttl: ttl, interval: interval,
 		policy: backoff.Policy{Base: o.backoffBase, Max: o.backoffMax},
 		check:  o.check, checkEvery: o.checkInterval, onState: o.onState,
 		inst: inst,
 		stop: make(chan struct{}), done: make(chan struct{}),
-	}
-	healthy := true
+	}, o, nil
+}
+
+// first runs the health check, if any, and writes the instance unless
+// the check fails (the lease then starts withdrawn).
+func (l *Lease) first(ctx context.Context, o regOptions) error {
 	if o.check != nil {
 		cctx, cancel := context.WithTimeout(ctx, o.checkInterval)
-		if err := runCheck(cctx, o.check); err != nil {
-			healthy = false
-			l.state, l.err = LeaseWithdrawn, fmt.Errorf("health check: %w", err)
-		}
+		err := runCheck(cctx, o.check)
 		cancel()
-	}
-	if healthy {
-		reg, err := r.drv.Register(ctx, inst, ttl)
 		if err != nil {
-			return nil, fmt.Errorf("register %s/%s: %w", inst.Service, inst.ID, err)
+			l.state, l.err = LeaseWithdrawn, fmt.Errorf("health check: %w", err)
+			return nil
 		}
-		l.reg = reg
 	}
+	reg, err := l.r.drv.Register(ctx, l.inst, l.ttl)
+	if err != nil {
+		return fmt.Errorf("register %s/%s: %w", l.inst.Service, l.inst.ID, err)
+	}
+	l.reg = reg
+	return nil
+}
+
+// track starts the lease's goroutine, unless the registry closed
+// meanwhile (the write is then undone).
+func (r *Registry) track(ctx context.Context, l *Lease) error {
 	lctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -166,12 +192,12 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 		if l.reg != nil {
 			_ = l.reg.Deregister(ctx)
 		}
-		return nil, fmt.Errorf("%s: %w", r, ErrClosed)
+		return fmt.Errorf("%s: %w", r, ErrClosed)
 	}
 	r.leases[l] = struct{}{}
 	r.mu.Unlock()
 	go l.run(lctx, time.Now())
-	return l, nil
+	return nil
 }
 
 func (r *Registry) forget(l *Lease) {
