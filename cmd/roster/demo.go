@@ -166,7 +166,10 @@ type demo struct {
 	live     bool
 	start    time.Time
 	insts    []*demoInstance
+	byAddr   map[string]*demoInstance
 	client   *middleware.Client
+	q        *middleware.Quarantine
+	httpc    *http.Client
 	calls    atomic.Int64
 	failed   atomic.Int64
 	attempts atomic.Int64
@@ -189,16 +192,12 @@ func (dm *demo) event(format string, a ...any) {
 func runDemo(ctx context.Context, out io.Writer, url string, duration time.Duration, st selector.Strategy, workers int, live bool) error {
 	began := time.Now()
 	if url == "" {
-		fmt.Fprintln(out, "starting an embedded etcd…")
-		// A free port and throwaway data: the demo must not clash with a
-		// "roster dev" or an etcd on 2379.
-		srv, err := etcdlocal.Start(ctx, etcdlocal.Config{Addr: "127.0.0.1:0"})
+		local, stop, err := startLocalEtcd(ctx, out, began)
 		if err != nil {
-			return fmt.Errorf("embedded etcd: %w", err)
+			return err
 		}
-		defer srv.Close()
-		url = srv.URL() + "?prefix=/roster-demo"
-		fmt.Fprintf(out, "embedded etcd ready in %.1fs at %s\n", time.Since(began).Seconds(), url)
+		defer stop()
+		url = local
 	}
 	// Two registries, as two processes would have: one for the instances,
 	// one for the client.
@@ -212,8 +211,49 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 		return err
 	}
 	defer clients.Close()
-
 	dm := &demo{out: out, live: live}
+	stopAll, err := dm.setUp(ctx, servers, clients, st, workers)
+	defer stopAll()
+	if err != nil {
+		return err
+	}
+	dm.start = time.Now()
+	dm.event("5 instances registered; %d callers, strategy %s, for %v", workers, st, duration)
+	if err := dm.run(ctx, clients, duration, workers); err != nil {
+		return err
+	}
+	dm.render(dm.q, true)
+	fmt.Fprintf(out, "\ntotal %.1fs including the registry's start\n", time.Since(began).Seconds())
+	if n := dm.failed.Load(); n > 0 {
+		fmt.Fprintf(out, "%d calls failed; last error: %v\n", n, dm.lastErr.Load())
+		return exitError{1}
+	}
+	return nil
+}
+
+// startLocalEtcd starts the demo's own registry: a free port and
+// throwaway data, so that it never clashes with a "roster dev" or an etcd
+// on 2379.
+func startLocalEtcd(ctx context.Context, out io.Writer, began time.Time) (string, func(), error) {
+	fmt.Fprintln(out, "starting an embedded etcd…")
+	srv, err := etcdlocal.Start(ctx, etcdlocal.Config{Addr: "127.0.0.1:0"})
+	if err != nil {
+		return "", nil, fmt.Errorf("embedded etcd: %w", err)
+	}
+	url := srv.URL() + "?prefix=/roster-demo"
+	fmt.Fprintf(out, "embedded etcd ready in %.1fs at %s\n", time.Since(began).Seconds(), url)
+	return url, func() { srv.Close() }, nil
+}
+
+// setUp starts the five instances and the client; the returned function
+// stops what was started, even after an error.
+func (dm *demo) setUp(ctx context.Context, servers, clients *registry.Registry, st selector.Strategy, workers int) (func(), error) {
+	var stops []func()
+	stopAll := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
 	dm.insts = []*demoInstance{
 		{name: "alpha", weight: 100, delay: 2 * time.Millisecond},
 		{name: "bravo", weight: 100, delay: 2 * time.Millisecond},
@@ -221,103 +261,62 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 		{name: "delta", weight: 100, delay: 6 * time.Millisecond}, // 3× slower
 		{name: "echo", weight: 50, delay: 2 * time.Millisecond, failRate: 0.05},
 	}
+	dm.byAddr = map[string]*demoInstance{}
 	for _, d := range dm.insts {
 		if err := d.start(ctx, servers); err != nil {
-			return fmt.Errorf("start %s: %w", d.name, err)
+			return stopAll, fmt.Errorf("start %s: %w", d.name, err)
 		}
-		defer d.srv.Close()
+		stops = append(stops, func() { d.srv.Close() })
+		dm.byAddr[d.ln.Addr().String()] = d
 	}
-	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 3, BaseEjection: 10 * time.Second, MaxEjectedPercent: 40})
+	dm.q = middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 3, BaseEjection: 10 * time.Second, MaxEjectedPercent: 40})
 	// Four attempts: a call can meet the crashed instance, a 503 from echo
 	// and a connection closed by the graceful stop in a row.
-	dm.client, err = middleware.NewClient(clients, middleware.WithSelector(selector.WithStrategy(st)),
-		middleware.WithQuarantine(q), middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 4}), q.Middleware()))
+	c, err := middleware.NewClient(clients, middleware.WithSelector(selector.WithStrategy(st)),
+		middleware.WithQuarantine(dm.q), middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 4}), dm.q.Middleware()))
 	if err != nil {
-		return err
+		return stopAll, err
 	}
-	defer dm.client.Close()
-	byAddr := map[string]*demoInstance{}
-	for _, d := range dm.insts {
-		byAddr[d.ln.Addr().String()] = d
-	}
+	dm.client = c
+	stops = append(stops, func() { c.Close() })
+	dm.httpc = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers * 2}}
+	stops = append(stops, dm.httpc.CloseIdleConnections)
+	return stopAll, nil
+}
 
-	dm.start = time.Now()
-	dm.event("5 instances registered; %d callers, strategy %s, for %v", workers, st, duration)
+// call is one attempt: a GET to the picked instance.
+func (dm *demo) call(ctx context.Context, in registry.Instance) error {
+	dm.attempts.Add(1)
+	d := dm.byAddr[in.Address]
+	start := time.Now()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.Address+"/", nil)
+	resp, err := dm.httpc.Do(req)
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s answered %s", d.name, resp.Status)
+		}
+	}
+	if d != nil && ctx.Err() == nil { // a call cut short by its caller says nothing of the instance
+		d.record(time.Since(start), err)
+	}
+	return err
+}
+
+// run drives the callers, the fault script and the event log for
+// duration, redrawing the status meanwhile.
+func (dm *demo) run(ctx context.Context, clients *registry.Registry, duration time.Duration, workers int) error {
 	runCtx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
-
-	httpc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers * 2}}
-	defer httpc.CloseIdleConnections()
-	call := func(ctx context.Context, in registry.Instance) error {
-		dm.attempts.Add(1)
-		d := byAddr[in.Address]
-		start := time.Now()
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.Address+"/", nil)
-		resp, err := httpc.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("%s answered %s", d.name, resp.Status)
-			}
-		}
-		if d != nil && ctx.Err() == nil { // a call cut short by its caller says nothing of the instance
-			d.record(time.Since(start), err)
-		}
-		return err
-	}
-
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for runCtx.Err() == nil {
-				// Calls get their own deadline, not the demo's: one started
-				// just before the end runs to completion (retries included)
-				// instead of being cut short and misread as a failure.
-				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-				err := dm.client.Do(cctx, demoService, call)
-				ccancel()
-				if ctx.Err() != nil {
-					return // interrupted
-				}
-				dm.calls.Add(1)
-				if err != nil {
-					dm.failed.Add(1)
-					dm.lastErr.Store(err.Error())
-				}
-			}
-		}()
+		wg.Go(func() { dm.caller(ctx, runCtx) })
 	}
-
-	// The script: a crash at 40%, a graceful stop at 60%.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		killed, stopped := dm.insts[1], dm.insts[2]
-		if !sleepCtx(runCtx, duration*4/10) {
-			return
-		}
-		killed.kill()
-		dm.event("killed %s (crash: no deregistration; it stays registered until its TTL of 3s runs out)", killed.name)
-		if !sleepCtx(runCtx, duration*2/10) {
-			return
-		}
-		dm.event("stopping %s gracefully: deregister, drain 500ms, stop", stopped.name)
-		stopped.stop(500 * time.Millisecond)
-		dm.event("%s stopped", stopped.name)
-	}()
-
-	// Watch registry and quarantine changes for the event log.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		dm.observe(runCtx, clients, q)
-	}()
-
+	wg.Go(func() { dm.script(runCtx, duration) })
+	wg.Go(func() { dm.observe(runCtx, clients, dm.q) })
 	every := 2 * time.Second // a status line
-	if live {
+	if dm.live {
 		every = 250 * time.Millisecond // a redraw
 	}
 	tick := time.NewTicker(every)
@@ -328,20 +327,47 @@ loop:
 		case <-runCtx.Done():
 			break loop
 		case <-tick.C:
-			dm.render(q, false)
+			dm.render(dm.q, false)
 		}
 	}
 	wg.Wait()
-	if ctx.Err() != nil {
-		return ctx.Err()
+	return ctx.Err()
+}
+
+// caller makes calls until runCtx ends.
+func (dm *demo) caller(ctx, runCtx context.Context) {
+	for runCtx.Err() == nil {
+		// Calls get their own deadline, not the demo's: one started just
+		// before the end runs to completion (retries included) instead of
+		// being cut short and misread as a failure.
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		err := dm.client.Do(cctx, demoService, dm.call)
+		ccancel()
+		if ctx.Err() != nil {
+			return // interrupted
+		}
+		dm.calls.Add(1)
+		if err != nil {
+			dm.failed.Add(1)
+			dm.lastErr.Store(err.Error())
+		}
 	}
-	dm.render(q, true)
-	fmt.Fprintf(out, "\ntotal %.1fs including the registry's start\n", time.Since(began).Seconds())
-	if n := dm.failed.Load(); n > 0 {
-		fmt.Fprintf(out, "%d calls failed; last error: %v\n", n, dm.lastErr.Load())
-		return exitError{1}
+}
+
+// script is the demo's faults: a crash at 40%, a graceful stop at 60%.
+func (dm *demo) script(runCtx context.Context, duration time.Duration) {
+	killed, stopped := dm.insts[1], dm.insts[2]
+	if !sleepCtx(runCtx, duration*4/10) {
+		return
 	}
-	return nil
+	killed.kill()
+	dm.event("killed %s (crash: no deregistration; it stays registered until its TTL of 3s runs out)", killed.name)
+	if !sleepCtx(runCtx, duration*2/10) {
+		return
+	}
+	dm.event("stopping %s gracefully: deregister, drain 500ms, stop", stopped.name)
+	stopped.stop(500 * time.Millisecond)
+	dm.event("%s stopped", stopped.name)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
