@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"time"
@@ -49,11 +50,7 @@ func driverNotes(ctx context.Context, r *registry.Registry) []string {
 }
 
 func newConformance() *cobra.Command {
-	var (
-		cfg    conformance.Config
-		run    string
-		asJSON bool
-	)
+	cr := &conformanceCmd{}
 	cmd := &cobra.Command{
 		Use:   "conformance [URL]",
 		Short: "Run the backend conformance suite against a live registry",
@@ -74,101 +71,128 @@ the results (on stderr with --json). The exit status is 1 if any check fails.`,
 			if u == "" {
 				return fmt.Errorf("no registry URL: give one, or set --registry or ROSTER_REGISTRY")
 			}
-			// Check reachability once, with a clear error, before 30 checks fail alike.
-			probe, err := registry.Open(cmd.Context(), u)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			_, err = probe.Services(ctx)
-			var notes []string
-			if err == nil {
-				notes = driverNotes(ctx, probe)
-			}
-			cancel()
-			lim := probe.Limits()
-			probe.Close()
-			if err != nil {
-				return fmt.Errorf("%s is not usable: %w", registry.Redact(u), err)
-			}
-			if cfg.TTL == 0 {
-				cfg.TTL = max(3*time.Second, lim.MinTTL)
-			}
-			var names []string
-			if run != "" {
-				re, err := regexp.Compile(run)
-				if err != nil {
-					return fmt.Errorf("--run: %w", err)
-				}
-				for _, n := range conformance.Names() {
-					if re.MatchString(n) {
-						names = append(names, n)
-					}
-				}
-				if len(names) == 0 {
-					return fmt.Errorf("--run %q matches no check (checks: %s)", run, strings.Join(conformance.Names(), ", "))
-				}
-			}
-			out := cmd.OutOrStdout()
-			// Rows are printed as checks finish, so the columns are sized
-			// up front (a tabwriter flushed per row aligns nothing).
-			shown := names
-			if len(shown) == 0 {
-				shown = conformance.Names()
-			}
-			width := len("CHECK")
-			for _, n := range shown {
-				width = max(width, len(n))
-			}
-			row := func(name, res, dur, reason string) {
-				fmt.Fprintln(out, strings.TrimRight(fmt.Sprintf("%-*s  %-7s  %6s  %s", width, name, res, dur, reason), " "))
-			}
-			if !asJSON {
-				fmt.Fprintf(out, "conformance of %s (ttl %v)\n", registry.Redact(u), cfg.TTL)
-				for _, n := range notes {
-					fmt.Fprintf(out, "note: %s\n", n)
-				}
-				row("CHECK", "RESULT", "TIME", "REASON")
-			} else {
-				for _, n := range notes {
-					fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
-				}
-			}
-			var passed, failed, notRun int
-			results := conformance.RunChecks(cmd.Context(), urlHarness{u, cfg}, names, func(r conformance.Result) {
-				res := "pass"
-				switch {
-				case r.Skipped:
-					res = "not run"
-					notRun++
-				case !r.Passed:
-					res = "FAIL"
-					failed++
-				default:
-					passed++
-				}
-				if !asJSON {
-					row(r.Name, res, fmt.Sprintf("%.1fs", r.Duration.Seconds()), r.Reason)
-				}
-			})
-			if asJSON {
-				if err := json.NewEncoder(out).Encode(results); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintf(out, "%d passed, %d failed, %d not run\n", passed, failed, notRun)
-			}
-			if failed > 0 {
-				return exitError{1}
-			}
-			return nil
+			return cr.run(cmd, u)
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&cfg.TTL, "ttl", 0, "TTL of the liveness checks (default max(3s, the backend's minimum))")
-	f.DurationVar(&cfg.ExpirySlack, "expiry-slack", 1500*time.Millisecond, "how late after its TTL a crashed instance may disappear")
-	f.DurationVar(&cfg.Propagation, "propagation", 2*time.Second, "how long a write may take to reach another client")
-	f.StringVar(&run, "run", "", "run only the checks matching this regular expression")
-	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	f.DurationVar(&cr.cfg.TTL, "ttl", 0, "TTL of the liveness checks (default max(3s, the backend's minimum))")
+	f.DurationVar(&cr.cfg.ExpirySlack, "expiry-slack", 1500*time.Millisecond, "how late after its TTL a crashed instance may disappear")
+	f.DurationVar(&cr.cfg.Propagation, "propagation", 2*time.Second, "how long a write may take to reach another client")
+	f.StringVar(&cr.filter, "run", "", "run only the checks matching this regular expression")
+	f.BoolVar(&cr.asJSON, "json", false, "print the results as JSON")
 	return cmd
+}
+
+// conformanceCmd is one "roster conformance" invocation.
+type conformanceCmd struct {
+	cfg    conformance.Config
+	filter string
+	asJSON bool
+}
+
+func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
+	notes, lim, err := probeRegistry(cmd.Context(), u)
+	if err != nil {
+		return err
+	}
+	if cr.cfg.TTL == 0 {
+		cr.cfg.TTL = max(3*time.Second, lim.MinTTL)
+	}
+	names, err := selectChecks(cr.filter)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	row := rowPrinter(out, names)
+	if !cr.asJSON {
+		fmt.Fprintf(out, "conformance of %s (ttl %v)\n", registry.Redact(u), cr.cfg.TTL)
+		for _, n := range notes {
+			fmt.Fprintf(out, "note: %s\n", n)
+		}
+		row("CHECK", "RESULT", "TIME", "REASON")
+	} else {
+		for _, n := range notes {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
+		}
+	}
+	var passed, failed, notRun int
+	results := conformance.RunChecks(cmd.Context(), urlHarness{u, cr.cfg}, names, func(r conformance.Result) {
+		res := "pass"
+		switch {
+		case r.Skipped:
+			res = "not run"
+			notRun++
+		case !r.Passed:
+			res = "FAIL"
+			failed++
+		default:
+			passed++
+		}
+		if !cr.asJSON {
+			row(r.Name, res, fmt.Sprintf("%.1fs", r.Duration.Seconds()), r.Reason)
+		}
+	})
+	if cr.asJSON {
+		if err := json.NewEncoder(out).Encode(results); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(out, "%d passed, %d failed, %d not run\n", passed, failed, notRun)
+	}
+	if failed > 0 {
+		return exitError{1}
+	}
+	return nil
+}
+
+// probeRegistry checks reachability once, with a clear error, before 30
+// checks fail alike; it returns the backend's notes and limits.
+func probeRegistry(ctx context.Context, u string) ([]string, registry.Limits, error) {
+	probe, err := registry.Open(ctx, u)
+	if err != nil {
+		return nil, registry.Limits{}, err
+	}
+	defer probe.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := probe.Services(ctx); err != nil {
+		return nil, registry.Limits{}, fmt.Errorf("%s is not usable: %w", registry.Redact(u), err)
+	}
+	return driverNotes(ctx, probe), probe.Limits(), nil
+}
+
+// selectChecks returns the checks whose names match filter (all: nil).
+func selectChecks(filter string) ([]string, error) {
+	if filter == "" {
+		return nil, nil
+	}
+	re, err := regexp.Compile(filter)
+	if err != nil {
+		return nil, fmt.Errorf("--run: %w", err)
+	}
+	var names []string
+	for _, n := range conformance.Names() {
+		if re.MatchString(n) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("--run %q matches no check (checks: %s)", filter, strings.Join(conformance.Names(), ", "))
+	}
+	return names, nil
+}
+
+// rowPrinter prints result rows as checks finish, so the columns are
+// sized up front (a tabwriter flushed per row aligns nothing).
+func rowPrinter(out io.Writer, names []string) func(name, res, dur, reason string) {
+	if len(names) == 0 {
+		names = conformance.Names()
+	}
+	width := len("CHECK")
+	for _, n := range names {
+		width = max(width, len(n))
+	}
+	return func(name, res, dur, reason string) {
+		fmt.Fprintln(out, strings.TrimRight(fmt.Sprintf("%-*s  %-7s  %6s  %s", width, name, res, dur, reason), " "))
+	}
 }
