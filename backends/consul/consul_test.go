@@ -199,7 +199,7 @@ func TestArticlePayloadDiscovered(t *testing.T) {
 		tr.CloseIdleConnections()
 	})
 
-	r, err := openRegistry(a.Addr())
+	r, err := openRegistry(t, a)
 	if err != nil {
 		t.Fatal(err)
 	}
