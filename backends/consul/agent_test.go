@@ -1,6 +1,7 @@
 package consul_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/registry"
 )
 
 // The tests run against a real Consul agent (v1.13.9, MPL-2.0), built from
@@ -49,6 +51,11 @@ func sharedAgent(tb testing.TB) *consultest.Agent {
 		tb.Fatalf("cannot start the Consul agent: %v", shared.err)
 	}
 	return shared.a
+}
+
+// openRegistry opens a registry on a as the conformance harness does.
+func openRegistry(tb testing.TB, a *consultest.Agent) (*registry.Registry, error) {
+	return consultest.NewHarness(tb, a).Open(context.Background())
 }
 
 func (s *sharedT) stop() {

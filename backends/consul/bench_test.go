@@ -145,12 +145,12 @@ func BenchmarkLookup1000(b *testing.B) {
 func BenchmarkPropagation(b *testing.B) {
 	a := sharedAgent(b)
 	ctx := context.Background()
-	writer, err := openRegistry(a.Addr())
+	writer, err := openRegistry(b, a)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer writer.Close()
-	reader, err := openRegistry(a.Addr())
+	reader, err := openRegistry(b, a)
 	if err != nil {
 		b.Fatal(err)
 	}

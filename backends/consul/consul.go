@@ -8,10 +8,16 @@
 //	consul://127.0.0.1:8500?token=…&dc=dc1&check=ttl&deregister_after=1m
 //	consuls://consul.internal:8501?ca_file=/etc/consul/ca.pem   (HTTPS)
 //
+// A missing host is 127.0.0.1, a missing port 8500 (8501 with TLS). The
+// options are read with driver.Query, as on every backend: an unknown or
+// repeated option, a bad value, or a URL without "//" (consul:host:8500,
+// which would otherwise mean the local agent) is an error wrapping
+// driver.ErrInvalid that names the option and never shows the token.
 // Query parameters (all optional):
 //
 //	token             ACL token, sent as X-Consul-Token (never in errors);
-//	                  defaults to CONSUL_HTTP_TOKEN / CONSUL_HTTP_TOKEN_FILE
+//	                  token_file reads it from a file; defaults to
+//	                  CONSUL_HTTP_TOKEN / CONSUL_HTTP_TOKEN_FILE
 //	dc                datacenter for reads and writes (default: the agent's)
 //	check             ttl (default) or http
 //	deregister_after  DeregisterCriticalServiceAfter, ≥ 1m (default 1m)
@@ -23,7 +29,10 @@
 //	stale             true: reads may be answered by any server (AllowStale)
 //	max_conns         connections for calls other than blocking queries (default 64)
 //	max_watch_conns   connections for blocking queries, one per watched service (default 64)
-//	ca_file, cert_file, key_file, tls_server_name, tls_skip_verify   TLS
+//	tls, ca_file, cert_file, key_file, server_name, skip_verify
+//	                  TLS, as on every backend (driver.Query.TLS); consuls://
+//	                  is tls=true. tls_server_name and tls_skip_verify are
+//	                  deprecated spellings of server_name and skip_verify.
 //
 // # What the TTL means here
 //
@@ -111,11 +120,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -141,223 +147,6 @@ func init() {
 	}
 	driver.Register(Scheme, open, publicOptions...)
 	driver.Register(SchemeTLS, open, publicOptions...)
-}
-
-// publicOptions are the URL options whose values are never secret:
-// driver.Redact may show them in errors.
-var publicOptions = []string{"dc", "check", "deregister_after", "http_path", "http_interval", "http_timeout",
-	"wait", "timeout", "stale", "max_conns", "max_watch_conns", "ca_file", "cert_file", "tls_server_name",
-	"tls_skip_verify"}
-
-// Check types.
-const (
-	CheckTTL  = "ttl"
-	CheckHTTP = "http"
-)
-
-// The driver's default connection budget: 128 in all, well under the 200
-// concurrent connections per client IP a Consul agent accepts by default
-// (limits.http_max_conns_per_client). See the package doc.
-const (
-	DefaultMaxConns      = 64
-	DefaultMaxWatchConns = 64
-)
-
-// MinDeregisterAfter is Consul's floor for DeregisterCriticalServiceAfter:
-// lower values are silently raised by the agent, so they are rejected here.
-const MinDeregisterAfter = time.Minute
-
-// Options configure a Driver. ParseURL fills them from a URL.
-type Options struct {
-	Address    string // host:port of the agent's HTTP API
-	TLS        bool   // HTTPS (consuls://)
-	Token      string
-	Datacenter string
-
-	Check           string        // CheckTTL (default) or CheckHTTP
-	DeregisterAfter time.Duration // ≥ MinDeregisterAfter; default 1m
-	HTTPPath        string        // default /healthz
-	HTTPInterval    time.Duration // default 10s
-	HTTPTimeout     time.Duration // default 2s
-
-	Wait       time.Duration // blocking-query wait; default 30s
-	Timeout    time.Duration // one request other than a blocking query; default 10s
-	AllowStale bool
-
-	MaxConns      int // connections for calls other than blocking queries; default DefaultMaxConns
-	MaxWatchConns int // connections for blocking queries; default DefaultMaxWatchConns
-
-	CAFile, CertFile, KeyFile, TLSServerName string
-	TLSSkipVerify                            bool
-}
-
-func (o *Options) defaults() {
-	if o.Check == "" {
-		o.Check = CheckTTL
-	}
-	if o.DeregisterAfter == 0 {
-		o.DeregisterAfter = MinDeregisterAfter
-	}
-	if o.HTTPPath == "" {
-		o.HTTPPath = "/healthz"
-	}
-	if o.HTTPInterval == 0 {
-		o.HTTPInterval = 10 * time.Second
-	}
-	if o.HTTPTimeout == 0 {
-		o.HTTPTimeout = 2 * time.Second
-	}
-	if o.Wait == 0 {
-		o.Wait = 30 * time.Second
-	}
-	if o.Timeout == 0 {
-		o.Timeout = 10 * time.Second
-	}
-	if o.MaxConns == 0 {
-		o.MaxConns = DefaultMaxConns
-	}
-	if o.MaxWatchConns == 0 {
-		o.MaxWatchConns = DefaultMaxWatchConns
-	}
-}
-
-func (o *Options) validate() error {
-	bad := func(f string, a ...any) error {
-		return fmt.Errorf("consul: %w: %s", driver.ErrInvalid, fmt.Sprintf(f, a...))
-	}
-	if _, _, err := net.SplitHostPort(o.Address); err != nil {
-		return bad("agent address %q is not host:port", o.Address)
-	}
-	switch o.Check {
-	case CheckTTL, CheckHTTP:
-	default:
-		return bad("check=%q: want ttl or http", o.Check)
-	}
-	if o.DeregisterAfter < MinDeregisterAfter {
-		return bad("deregister_after=%v: Consul's minimum is 1m (lower values are raised by the agent, and its reaper runs every 30s)", o.DeregisterAfter)
-	}
-	if !strings.HasPrefix(o.HTTPPath, "/") {
-		return bad("http_path=%q must start with /", o.HTTPPath)
-	}
-	if o.HTTPInterval < time.Second {
-		return bad("http_interval=%v: Consul's minimum check interval is 1s", o.HTTPInterval)
-	}
-	if o.HTTPTimeout <= 0 {
-		return bad("http_timeout=%v must be positive", o.HTTPTimeout)
-	}
-	if o.Wait < time.Second || o.Wait > 10*time.Minute {
-		return bad("wait=%v: want 1s to 10m (Consul caps blocking waits at 10m)", o.Wait)
-	}
-	if o.Timeout <= 0 {
-		return bad("timeout=%v must be positive", o.Timeout)
-	}
-	if o.MaxConns < 1 || o.MaxWatchConns < 1 {
-		return bad("max_conns=%d, max_watch_conns=%d: want at least 1 each", o.MaxConns, o.MaxWatchConns)
-	}
-	return nil
-}
-
-// ParseURL reads Options from a consul:// or consuls:// URL. A missing
-// port is 8500 (consul) or 8501 (consuls).
-func ParseURL(u *url.URL) (Options, error) {
-	var o Options
-	bad := func(f string, a ...any) (Options, error) {
-		return Options{}, fmt.Errorf("consul: %w: %s", driver.ErrInvalid, fmt.Sprintf(f, a...))
-	}
-	switch strings.ToLower(u.Scheme) {
-	case Scheme:
-	case SchemeTLS:
-		o.TLS = true
-	default:
-		return bad("scheme %q: want consul or consuls", u.Scheme)
-	}
-	if u.User != nil {
-		return bad("credentials in the URL's user part are not used; pass token=")
-	}
-	if u.Path != "" && u.Path != "/" {
-		return bad("the URL takes no path")
-	}
-	host := u.Host
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	if u.Port() == "" {
-		port := "8500"
-		if o.TLS {
-			port = "8501"
-		}
-		host = net.JoinHostPort(strings.Trim(host, "[]"), port)
-	}
-	o.Address = host
-	q := u.Query()
-	dur := func(name string, dst *time.Duration) error {
-		v := q.Get(name)
-		if v == "" {
-			return nil
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("consul: %w: %s=%q is not a duration", driver.ErrInvalid, name, v)
-		}
-		*dst = d
-		return nil
-	}
-	boolean := func(name string, dst *bool) error {
-		v := q.Get(name)
-		if v == "" {
-			return nil
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("consul: %w: %s=%q is not a boolean", driver.ErrInvalid, name, v)
-		}
-		*dst = b
-		return nil
-	}
-	integer := func(name string, dst *int) error {
-		v := q.Get(name)
-		if v == "" {
-			return nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("consul: %w: %s=%q is not an integer", driver.ErrInvalid, name, v)
-		}
-		*dst = n
-		return nil
-	}
-	known := []string{"token", "dc", "check", "deregister_after", "http_path", "http_interval", "http_timeout",
-		"wait", "timeout", "stale", "max_conns", "max_watch_conns",
-		"ca_file", "cert_file", "key_file", "tls_server_name", "tls_skip_verify"}
-	for k := range q {
-		if !slices.Contains(known, k) {
-			return bad("unknown parameter %q (known: %s)", k, strings.Join(known, ", "))
-		}
-	}
-	o.Token = q.Get("token")
-	o.Datacenter = q.Get("dc")
-	o.Check = strings.ToLower(q.Get("check"))
-	o.HTTPPath = q.Get("http_path")
-	o.CAFile, o.CertFile, o.KeyFile = q.Get("ca_file"), q.Get("cert_file"), q.Get("key_file")
-	o.TLSServerName = q.Get("tls_server_name")
-	for _, err := range []error{
-		dur("deregister_after", &o.DeregisterAfter), dur("http_interval", &o.HTTPInterval),
-		dur("http_timeout", &o.HTTPTimeout), dur("wait", &o.Wait), dur("timeout", &o.Timeout),
-		boolean("stale", &o.AllowStale), boolean("tls_skip_verify", &o.TLSSkipVerify),
-		integer("max_conns", &o.MaxConns), integer("max_watch_conns", &o.MaxWatchConns),
-	} {
-		if err != nil {
-			return Options{}, err
-		}
-	}
-	if !o.TLS && (o.CAFile != "" || o.CertFile != "" || o.KeyFile != "" || o.TLSServerName != "" || o.TLSSkipVerify) {
-		return bad("TLS parameters need the consuls:// scheme")
-	}
-	o.defaults()
-	if err := o.validate(); err != nil {
-		return Options{}, err
-	}
-	return o, nil
 }
 
 // Driver is a driver.Driver talking to one Consul agent.
@@ -431,6 +220,9 @@ func (d *Driver) newClient(conns int) (*api.Client, error) {
 	tr := cfg.Transport // a pooled transport of its own
 	if tr == nil {
 		tr = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	if o.TLSConfig != nil {
+		tr.TLSClientConfig = o.TLSConfig.Clone() // NewHttpClient keeps it
 	}
 	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost, tr.MaxIdleConns = conns, conns, conns
 	hc, err := api.NewHttpClient(tr, cfg.TLSConfig)

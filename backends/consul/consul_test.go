@@ -46,8 +46,10 @@ func TestParseURL(t *testing.T) {
 		{"consul://10.0.0.1:18500?token=s3cret&dc=eu1", func(o consul.Options) bool {
 			return o.Address == "10.0.0.1:18500" && o.Token == "s3cret" && o.Datacenter == "eu1"
 		}},
-		{"consuls://consul.internal?ca_file=/ca.pem&tls_server_name=consul", func(o consul.Options) bool {
-			return o.Address == "consul.internal:8501" && o.TLS && o.CAFile == "/ca.pem" && o.TLSServerName == "consul"
+		// TLS options now load their files when parsed (TestParseURLTLS):
+		// without files, only the server name.
+		{"consuls://consul.internal?tls_server_name=consul", func(o consul.Options) bool {
+			return o.Address == "consul.internal:8501" && o.TLS && o.TLSConfig.ServerName == "consul"
 		}},
 		{"consul://[::1]:8500?check=http&http_path=/healthz&http_interval=5s&http_timeout=1s&deregister_after=2m", func(o consul.Options) bool {
 			return o.Address == "[::1]:8500" && o.Check == consul.CheckHTTP && o.HTTPInterval == 5*time.Second &&
@@ -66,28 +68,42 @@ func TestParseURL(t *testing.T) {
 	}
 	bad := []struct{ url, says string }{
 		{"consul://h:1?deregister_after=30s", "minimum is 1m"},
-		{"consul://h:1?check=tcp", "want ttl or http"},
+		{"consul://h:1?check=tcp", "want one of ttl, http"},
 		{"consul://h:1?check=http&http_interval=500ms", "1s"},
 		{"consul://h:1?wait=11m", "10m"},
-		{"consul://h:1?bogus=1", "unknown parameter"},
-		{"consul://h:1?ca_file=/x", "consuls://"},
 		{"consul://u:pw@h:1", "token="},
 		{"consul://h:1/path", "no path"},
-		{"consul://h:1?wait=soon", "not a duration"},
-		{"consul://h:1?max_conns=many", "not an integer"},
-		{"consul://h:1?max_watch_conns=-1", "at least 1"},
+		// The messages below are driver.Query's, shared by every backend.
+		{"consul://h:1?bogus=1", `unknown option "bogus"`},
+		{"consul://h:1?ca_file=/x", "TLS is off"},
+		{"consul://h:1?wait=soon", "not a positive duration"},
+		{"consul://h:1?max_conns=many", "not a positive integer"},
+		{"consul://h:1?max_watch_conns=-1", "not a positive integer"},
+		// Zero meant "the default" and was taken silently; now rejected.
+		{"consul://h:1?timeout=0s", "not a positive duration"},
+		// A repeated option was "first wins" (url.Values.Get); now an error.
+		{"consul://h:1?dc=eu1&dc=us1", "given 2 times"},
+		// No "//": the host was dropped and the driver talked to
+		// 127.0.0.1:8500, sending it the token; now rejected.
+		{"consul:10.99.99.99:8500?token=s3cret", `the "//" is missing`},
+		{"consul://h:1?token=s3cret&token_file=/t", "choose one"},
+		{"consul://h:1?tls_skip_verify=true", "TLS is off"},
+		{"consuls://h:1?server_name=a&tls_server_name=b", "both given"},
+		{"consuls://h:1?ca_file=/nonexistent/ca.pem", "ca_file"},
 	}
 	for _, c := range bad {
 		u, _ := url.Parse(c.url)
 		_, err := consul.ParseURL(u)
-		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.says) {
-			t.Errorf("ParseURL(%s) = %v, want ErrInvalid saying %q", c.url, err, c.says)
+		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.says) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("ParseURL(%s) = %v, want ErrInvalid saying %q, without the token", c.url, err, c.says)
 		}
 	}
 	// Through registry.Open, the token never shows in the error.
-	_, err := registry.Open(t.Context(), "consul://h:1?token=s3cret&deregister_after=10s")
-	if !errors.Is(err, registry.ErrInvalid) || strings.Contains(err.Error(), "s3cret") {
-		t.Errorf("Open with a bad parameter = %v, want ErrInvalid without the token", err)
+	for _, raw := range []string{"consul://h:1?token=s3cret&deregister_after=10s", "consul:10.99.99.99:8500?token=s3cret"} {
+		_, err := registry.Open(t.Context(), raw)
+		if !errors.Is(err, registry.ErrInvalid) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%s) = %v, want ErrInvalid without the token", registry.Redact(raw), err)
+		}
 	}
 }
 
@@ -183,7 +199,7 @@ func TestArticlePayloadDiscovered(t *testing.T) {
 		tr.CloseIdleConnections()
 	})
 
-	r, err := openRegistry(a.Addr())
+	r, err := openRegistry(t, a)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,13 @@ package consul_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"net/url"
 	"time"
 
-	_ "github.com/roster-go/roster/backends/consul"
+	"github.com/roster-go/roster/backends/consul"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -41,4 +43,22 @@ func Example() {
 	for _, in := range snap.Instances {
 		fmt.Println(in.ID, in.Address, in.Weight)
 	}
+}
+
+// ParseURL reads a URL as registry.Open does; a missing port is 8500.
+func ExampleParseURL() {
+	u, _ := url.Parse("consul://10.0.0.1?dc=eu1&check=http&http_path=/health&wait=1m")
+	o, err := consul.ParseURL(u)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(o.Address, o.Datacenter, o.Check, o.HTTPPath, o.Wait)
+
+	// Mistakes are errors that name the option, never a silent default.
+	u, _ = url.Parse("consul://10.0.0.1?wait=1m&wait=2m")
+	_, err = consul.ParseURL(u)
+	fmt.Println(errors.Is(err, registry.ErrInvalid))
+	// Output:
+	// 10.0.0.1:8500 eu1 http /health 1m0s
+	// true
 }

@@ -83,6 +83,20 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, d.wrap(ctx, "services", err)
 	}
+	out, doubtful := sortOut(names, checks)
+	confirmed, err := d.confirmPassing(ctx, doubtful)
+	if err != nil {
+		return nil, d.wrap(ctx, "services", err)
+	}
+	out = append(out, confirmed...)
+	slices.Sort(out)
+	return out, nil
+}
+
+// sortOut splits the valid service names into those whose every check
+// passes and the doubtful ones, which have a failing check (possibly
+// only on some instances) or live on a node whose own check fails.
+func sortOut(names map[string][]string, checks api.HealthChecks) (passing, doubtful []string) {
 	suspect := map[string]bool{}
 	allSuspect := false
 	for _, c := range checks {
@@ -94,24 +108,29 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 		}
 		suspect[c.ServiceName] = true
 	}
-	var out []string
-	var confirm []string
 	for n := range names {
-		if driver.ValidateService(n) != nil {
-			continue
-		}
-		if allSuspect || suspect[n] {
-			confirm = append(confirm, n)
-		} else {
-			out = append(out, n)
+		switch {
+		case driver.ValidateService(n) != nil:
+		case allSuspect || suspect[n]:
+			doubtful = append(doubtful, n)
+		default:
+			passing = append(passing, n)
 		}
 	}
-	// Confirm the doubtful ones, a few at a time.
-	var mu sync.Mutex
-	var firstErr error
+	return passing, doubtful
+}
+
+// confirmPassing returns those of names that have a passing instance,
+// asking a few at a time.
+func (d *Driver) confirmPassing(ctx context.Context, names []string) ([]string, error) {
+	var (
+		mu       sync.Mutex
+		out      []string
+		firstErr error
+		wg       sync.WaitGroup
+	)
 	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for _, n := range confirm {
+	for _, n := range names {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -129,11 +148,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 		}()
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return nil, d.wrap(ctx, "services", firstErr)
-	}
-	slices.Sort(out)
-	return out, nil
+	return out, firstErr
 }
 
 // block runs one blocking query on the pool of blocking queries, within

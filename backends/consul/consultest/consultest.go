@@ -3,6 +3,11 @@
 // log in a temporary directory. It never skips: a missing binary is an
 // error that says how to get one.
 //
+// NewHarness is the Consul backend's conformance harness on such an
+// agent, so that a conformance test is one line:
+//
+//	conformance.Run(t, consultest.NewHarness(t, consultest.Start(t)))
+//
 // The binary (Consul 1.13.9, MPL-2.0) is $ROSTER_CONSUL_BIN if set, else
 // ~/.cache/roster/consul-1.13.9, where scripts/test.sh builds it from the
 // Go module proxy (tools/consul), else consul on PATH.

@@ -10,8 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/registry"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestFindBinaryNamesTheFix(t *testing.T) {
 	t.Setenv(consultest.EnvBin, filepath.Join(t.TempDir(), "nope"))
@@ -78,5 +84,44 @@ func TestRestartKeepsOrLosesAgentRegistrations(t *testing.T) {
 	}
 	if _, err := os.Stat(a.Dir()); !os.IsNotExist(err) {
 		t.Errorf("Close left %s: %v", a.Dir(), err)
+	}
+}
+
+// The harness opens working registries and offers every fault hook but
+// Wipe, which it declares skipped; its external delete reaches the agent.
+func TestHarness(t *testing.T) {
+	defer http.DefaultClient.CloseIdleConnections()
+	a := consultest.Start(t)
+	h := consultest.NewHarness(t, a)
+	_, p := h.(conformance.Partitioner)
+	_, r := h.(conformance.Restarter)
+	_, d := h.(conformance.ExternalDeleter)
+	_, w := h.(conformance.Wiper)
+	if !p || !r || !d || w || h.Config().Skip["WipeReregistersAndResyncs"] == "" {
+		t.Errorf("hooks: Partitioner %v, Restarter %v, ExternalDeleter %v, Wiper %v (want all but Wiper, "+
+			"and its check declared skipped); Skip %v", p, r, d, w, h.Config().Skip)
+	}
+	reg, link, err := h.(conformance.Partitioner).OpenLinked(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	if err := link.SetConnected(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	l, err := reg.Register(t.Context(), registry.Instance{Service: "harness", Address: "127.0.0.1:80"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.Instance().ID
+	if !hasService(t, a, id) {
+		t.Fatalf("%s registered through the harness's registry is not on the agent", id)
+	}
+	l.Abandon() // as a crash: no heartbeat re-registers it behind the check below
+	if err := h.(conformance.ExternalDeleter).DeleteExternally(t.Context(), l.Instance()); err != nil {
+		t.Fatal(err)
+	}
+	if hasService(t, a, id) {
+		t.Errorf("%s still on the agent after DeleteExternally", id)
 	}
 }

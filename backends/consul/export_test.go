@@ -1,0 +1,5 @@
+package consul
+
+// PublicOptions are the options Register declares public, for the test
+// that keeps the list in step with ParseURL.
+var PublicOptions = publicOptions

@@ -1,0 +1,56 @@
+package consul_test
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/registry"
+)
+
+// consuls:// reaches an agent serving HTTPS with the URL's CA and server
+// name, in the shared spelling and the deprecated one, and refuses an
+// agent whose certificate does not match.
+func TestTLSAgent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tlsFiles(t, dir)
+	port, err := loopback.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	consultest.Start(t, "-hcl", fmt.Sprintf("ports { https = %d }", port), "-hcl", fmt.Sprintf(
+		`tls { defaults { ca_file = %q, cert_file = %q, key_file = %q, verify_incoming = false } }`,
+		filepath.Join(dir, "ca.pem"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")))
+	base := fmt.Sprintf("consuls://127.0.0.1:%d?timeout=2s&ca_file=%s", port, filepath.Join(dir, "ca.pem"))
+	for _, raw := range []string{base + "&server_name=consul.test", base + "&tls_server_name=consul.test"} {
+		r, err := registry.Open(t.Context(), raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := r.Register(t.Context(), registry.Instance{Service: "tls-svc", Address: "127.0.0.1:80"})
+		if err != nil {
+			r.Close()
+			t.Fatalf("Register over %s: %v", raw, err)
+		}
+		if sn, err := r.Lookup(t.Context(), "tls-svc"); err != nil || len(sn.Instances) != 1 {
+			t.Errorf("Lookup over %s = %v, %v; want the instance", raw, sn.Instances, err)
+		}
+		if err := l.Deregister(t.Context()); err != nil {
+			t.Error(err)
+		}
+		r.Close()
+	}
+	r, err := registry.Open(t.Context(), base+"&server_name=other.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Lookup(t.Context(), "tls-svc"); !errors.Is(err, registry.ErrUnavailable) || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("Lookup with the wrong server name = %v, want ErrUnavailable on the certificate", err)
+	}
+}

@@ -1,0 +1,159 @@
+package consul_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/backends/consul"
+	"github.com/roster-go/roster/registry"
+)
+
+func parseURL(t *testing.T, raw string) (consul.Options, error) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return consul.ParseURL(u)
+}
+
+// tlsFiles writes a CA and a certificate it signs for 127.0.0.1 and
+// "consul.test" into dir: ca.pem, cert.pem, key.pem.
+func tlsFiles(t *testing.T, dir string) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "roster test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "consul.test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: []string{"consul.test"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]*pem.Block{
+		"ca.pem":   {Type: "CERTIFICATE", Bytes: caDER},
+		"cert.pem": {Type: "CERTIFICATE", Bytes: leafDER},
+		"key.pem":  {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TLS is spelled as on every backend; consuls:// or tls=true turns it on,
+// and the files are loaded when the URL is parsed.
+func TestParseURLTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tlsFiles(t, dir)
+	files := "ca_file=" + filepath.Join(dir, "ca.pem") + "&cert_file=" + filepath.Join(dir, "cert.pem") +
+		"&key_file=" + filepath.Join(dir, "key.pem")
+	o, err := parseURL(t, "consuls://consul.test?"+files+"&server_name=agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.TLSConfig; !o.TLS || o.Address != "consul.test:8501" || c.RootCAs == nil || len(c.Certificates) != 1 ||
+		c.ServerName != "agent" || c.InsecureSkipVerify {
+		t.Errorf("consuls:// with files: %+v, TLS config %+v", o, c)
+	}
+	o, err = parseURL(t, "consul://consul.test?tls=true&skip_verify=true")
+	if err != nil || !o.TLS || o.Address != "consul.test:8501" || !o.TLSConfig.InsecureSkipVerify {
+		t.Errorf("consul://…?tls=true&skip_verify=true = %+v, %v; want TLS on port 8501, not verifying", o, err)
+	}
+	// The spellings of URLs written before the shared vocabulary.
+	o, err = parseURL(t, "consuls://h:1?tls_server_name=agent&tls_skip_verify=true")
+	if err != nil || o.TLSConfig.ServerName != "agent" || !o.TLSConfig.InsecureSkipVerify {
+		t.Errorf("deprecated tls_server_name, tls_skip_verify: %+v, %v", o, err)
+	}
+	o, err = parseURL(t, "consul://h:1?stale=true")
+	if err != nil || o.TLS || o.TLSConfig != nil {
+		t.Errorf("plain consul:// = %+v, %v; want no TLS", o, err)
+	}
+	_, err = parseURL(t, "consuls://h:1?cert_file="+filepath.Join(dir, "cert.pem"))
+	if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "key_file") {
+		t.Errorf("cert_file without key_file = %v, want ErrInvalid naming key_file", err)
+	}
+}
+
+// The token comes from the URL, from token_file, or from CONSUL_HTTP_TOKEN
+// (CONSUL_HTTP_TOKEN_FILE is left to the Consul client, as before).
+func TestParseURLToken(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CONSUL_HTTP_TOKEN", "from-env")
+	for raw, want := range map[string]string{
+		"consul://h:1?token=from-url":     "from-url",
+		"consul://h:1?token_file=" + file: "from-file",
+		"consul://h:1":                    "from-env",
+	} {
+		if o, err := parseURL(t, raw); err != nil || o.Token != want {
+			t.Errorf("ParseURL(%s).Token = %q, %v; want %q", raw, o.Token, err, want)
+		}
+	}
+	_, err := parseURL(t, "consul://h:1?token_file="+file+".missing")
+	if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "token_file") {
+		t.Errorf("a missing token_file = %v, want ErrInvalid naming token_file", err)
+	}
+}
+
+// publicOptions lists exactly the options that are not secret: every
+// option ParseURL knows but the token and the two whose names look secret,
+// and Redact shows each of their values.
+func TestPublicOptions(t *testing.T) {
+	t.Parallel()
+	_, err := parseURL(t, "consul://h:1?bogus=1")
+	_, known, ok := strings.Cut(err.Error(), "(known: ")
+	if !ok {
+		t.Fatalf("the unknown-option error lists no known options: %v", err)
+	}
+	var want []string
+	for _, k := range strings.Split(strings.TrimSuffix(known, ")"), ", ") {
+		if k != "token" && k != "token_file" && k != "key_file" {
+			want = append(want, k)
+		}
+	}
+	got := slices.Sorted(slices.Values(consul.PublicOptions))
+	if !slices.Equal(got, want) {
+		t.Errorf("publicOptions = %v\nwant the known non-secret options %v", got, want)
+	}
+	for _, k := range got {
+		raw := "consul://h:1?" + k + "=v4lue&token=s3cret"
+		if r := registry.Redact(raw); !strings.Contains(r, k+"=v4lue") || strings.Contains(r, "s3cret") {
+			t.Errorf("Redact(%s) = %s, want %s shown and the token masked", raw, r, k)
+		}
+	}
+}
