@@ -15,6 +15,10 @@
 // watch streams to end (embed.Etcd.Close waits up to 7s for them
 // otherwise). Close clients before closing the Cluster all the same.
 //
+// NewHarness starts a Cluster for a test and returns the
+// conformance.Harness that runs the shared suite on it, fault hooks
+// included.
+//
 // The server logs nothing unless Config.Logger is set.
 package etcdtest
 
