@@ -11,6 +11,11 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
+// The full conformance suite runs on a 3-member cluster too
+// (conformance_test.go), where its restarts and wipes take the whole
+// cluster down. The tests here add the faults the suite cannot name: one
+// member of several failing, and a quorum lost while a member answers.
+
 // TestClusterMemberFailures runs registrations and a watch on a 3-member
 // cluster while first the leader, then a follower, is stopped and started
 // again. The registration made before the faults must never disappear

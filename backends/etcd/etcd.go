@@ -11,11 +11,27 @@
 //	etcd://[user:password@]host1:2379[,host2:2379…][?options]    plain TCP
 //	etcds://[user:password@]host1:2379[,host2:2379…][?options]   TLS
 //
-// Give every host its port, or none (2379 for all). Options: prefix (key prefix, default /roster), dial_timeout (default 5s),
-// request_timeout (bound on every call, default 5s), progress_interval
-// (stall detection, default 2s, see Watch below), username and password (instead of the URL's user
-// info), and for etcds ca_file, cert_file, key_file, server_name and
-// insecure_skip_verify. Errors never contain the password.
+// Give every host its port, or none (2379 for all). Options:
+//
+//	prefix             key prefix, default /roster
+//	dial_timeout       connection setup and authentication, default 5s
+//	request_timeout    bound on every call, default 5s
+//	progress_interval  watch stall detection, default 2s (see Watch below)
+//	username           instead of the user info before the @
+//	password           instead of the password before the @
+//	password_file      a file holding the password (trailing newline dropped)
+//	tls                true: TLS on etcd:// too (etcds:// turns it on)
+//	ca_file, cert_file, key_file, server_name, skip_verify
+//	                   TLS, as on every backend (driver.Query.TLS)
+//	insecure_skip_verify  deprecated name of skip_verify, still accepted
+//
+// Options are read by driver.Query, as on every backend: an option given
+// twice, an unknown option, a TLS option while TLS is off, a user name or
+// password given both before the @ and as an option are errors wrapping
+// driver.ErrInvalid that name the option, and never contain the password.
+// The password is not read from the environment (ETCDCTL_PASSWORD belongs
+// to etcdctl, beside its ETCDCTL_USER); password_file keeps it out of the
+// URL.
 //
 // # Data model
 //
@@ -138,11 +154,6 @@ func init() {
 	driver.Register(Scheme, openURL, publicOptions...)
 	driver.Register(SchemeTLS, openURL, publicOptions...)
 }
-
-// publicOptions are the URL options whose values are never secret:
-// driver.Redact may show them in errors.
-var publicOptions = []string{"prefix", "dial_timeout", "request_timeout", "progress_interval", "username",
-	"ca_file", "cert_file", "server_name", "insecure_skip_verify"}
 
 // Driver is a driver.Driver on an etcd v3 cluster. Wrap it with
 // registry.New, or get one through registry.Open with an etcd:// URL.

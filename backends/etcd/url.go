@@ -2,18 +2,22 @@ package etcd
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
-	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/roster-go/roster/registry/driver"
 )
+
+// publicOptions are the URL options whose values are not secrets, so that
+// driver.Redact may show them in errors: every option but password.
+// (driver.Register masks key_file and password_file all the same, for
+// their names; their values are only paths.)
+var publicOptions = []string{"prefix", "dial_timeout", "request_timeout", "progress_interval", "username",
+	"password_file", "tls", "ca_file", "cert_file", "key_file", "server_name", "skip_verify", "insecure_skip_verify"}
 
 func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
 	opts, err := ParseURL(u)
@@ -24,123 +28,119 @@ func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
 }
 
 // ParseURL turns an etcd:// or etcds:// URL into Options (see the package
-// documentation for the forms). Errors never quote the password.
+// documentation for the forms and options). Errors wrap driver.ErrInvalid,
+// name the option and never quote the password.
 func ParseURL(u *url.URL) (Options, error) {
 	var o Options
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != Scheme && scheme != SchemeTLS {
-		return o, fmt.Errorf("etcd: %w: scheme %q, want %s or %s", driver.ErrInvalid, u.Scheme, Scheme, SchemeTLS)
+		return o, invalid(u, "scheme %q: want %s or %s", u.Scheme, Scheme, SchemeTLS)
+	}
+	q, err := driver.ParseQuery("etcd", u)
+	if err != nil {
+		return o, err
 	}
 	if u.Path != "" && u.Path != "/" {
-		return o, fmt.Errorf("etcd: %w: URL path %q: set the key prefix with ?prefix=", driver.ErrInvalid, u.Path)
+		return o, invalid(u, "a path has no meaning here: set the key prefix with ?prefix=")
 	}
+	q.String("prefix", &o.Prefix)
+	if q.Has("prefix") && strings.TrimRight(o.Prefix, "/") == "" {
+		return o, invalid(u, "option prefix must name a key prefix such as /roster")
+	}
+	q.Duration("dial_timeout", &o.Client.DialTimeout)
+	q.Duration("request_timeout", &o.RequestTimeout)
+	q.Duration("progress_interval", &o.ProgressInterval)
+	if err := credentials(u, q, &o.Client); err != nil {
+		return o, err
+	}
+	legacySkip, err := insecureSkipVerify(u, q)
+	if err != nil {
+		return o, err
+	}
+	o.Client.TLS = q.TLS(scheme == SchemeTLS)
+	if err := q.Err(); err != nil {
+		return o, err
+	}
+	if legacySkip {
+		if o.Client.TLS == nil {
+			return o, invalid(u, "option insecure_skip_verify given but TLS is off (use etcds:// or tls=true)")
+		}
+		o.Client.TLS.InsecureSkipVerify = true
+	}
+	o.Client.Endpoints, err = endpoints(u, o.Client.TLS != nil)
+	return o, err
+}
+
+// invalid is an ErrInvalid in the form driver.Query gives its own, with
+// the URL redacted.
+func invalid(u *url.URL, format string, args ...any) error {
+	return fmt.Errorf("%w: etcd URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+}
+
+// credentials reads the user name and password from the URL's user info
+// or from the options username and password (or password_file), but not
+// the same one from both: which should win would be a guess.
+//
+// The password is not read from the environment. ETCDCTL_PASSWORD belongs
+// to etcdctl and pairs with ETCDCTL_USER: honouring it would make one URL
+// mean different things in different shells, and turn every URL without a
+// user into an error wherever it is set. password_file keeps the password
+// out of the URL instead.
+func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
+	q.String("username", &c.Username)
+	q.Secret("password", "", &c.Password)
+	if u.User != nil {
+		if q.Has("username") {
+			return invalid(u, "user name given twice: before the @ and as option username")
+		}
+		c.Username = u.User.Username()
+		if pw, ok := u.User.Password(); ok {
+			if q.Has("password") || q.Has("password_file") {
+				return invalid(u, "password given twice: before the @ and as option password or password_file")
+			}
+			c.Password = pw
+		}
+	}
+	if c.Password != "" && c.Username == "" {
+		return invalid(u, "a password needs a user name")
+	}
+	return nil
+}
+
+// insecureSkipVerify reads insecure_skip_verify, the name of skip_verify
+// before every backend spelt TLS the same way (driver.Query.TLS). URLs in
+// use still carry it, so it stays, deprecated; giving both is an error.
+func insecureSkipVerify(u *url.URL, q *driver.Query) (bool, error) {
+	if !q.Has("insecure_skip_verify") {
+		return false, nil
+	}
+	if q.Has("skip_verify") {
+		return false, invalid(u, "options skip_verify and insecure_skip_verify (its deprecated name) both given: keep skip_verify")
+	}
+	var skip bool
+	q.Bool("insecure_skip_verify", &skip)
+	return skip, nil
+}
+
+// endpoints turns the URL's comma-separated hosts into client endpoints;
+// a host without a port gets etcd's 2379.
+func endpoints(u *url.URL, tlsOn bool) ([]string, error) {
 	if u.Host == "" {
-		return o, fmt.Errorf("etcd: %w: URL has no host (etcd://host:2379[,host2:2379])", driver.ErrInvalid)
+		return nil, invalid(u, "no host (etcd://host:2379[,host2:2379])")
 	}
-	tlsOn := scheme == SchemeTLS
-	httpScheme := "http://"
+	scheme := "http://"
 	if tlsOn {
-		httpScheme = "https://"
+		scheme = "https://"
 	}
+	var eps []string
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return o, fmt.Errorf("etcd: %w: empty host in the endpoint list", driver.ErrInvalid)
+			return nil, invalid(u, "empty host in the endpoint list")
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
 		}
-		o.Client.Endpoints = append(o.Client.Endpoints, httpScheme+h)
+		eps = append(eps, scheme+h)
 	}
-	if u.User != nil {
-		o.Client.Username = u.User.Username()
-		o.Client.Password, _ = u.User.Password()
-	}
-	q := u.Query()
-	var (
-		caFile, certFile, keyFile, serverName string
-		insecure                              bool
-	)
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		var err error
-		switch k {
-		case "prefix":
-			o.Prefix = v
-			if strings.TrimRight(v, "/") == "" {
-				err = fmt.Errorf("must name a key prefix such as /roster")
-			}
-		case "dial_timeout":
-			o.Client.DialTimeout, err = positiveDuration(v)
-		case "request_timeout":
-			o.RequestTimeout, err = positiveDuration(v)
-		case "progress_interval":
-			o.ProgressInterval, err = positiveDuration(v)
-		case "username":
-			o.Client.Username = v
-		case "password":
-			o.Client.Password = v
-		case "ca_file":
-			caFile = v
-		case "cert_file":
-			certFile = v
-		case "key_file":
-			keyFile = v
-		case "server_name":
-			serverName = v
-		case "insecure_skip_verify":
-			insecure, err = strconv.ParseBool(v)
-		default:
-			return o, fmt.Errorf("etcd: %w: unknown URL option %q (known: prefix, dial_timeout, request_timeout, progress_interval, username, password, ca_file, cert_file, key_file, server_name, insecure_skip_verify)", driver.ErrInvalid, k)
-		}
-		if err != nil {
-			if k == "password" {
-				return o, fmt.Errorf("etcd: %w: URL option password: %v", driver.ErrInvalid, err)
-			}
-			return o, fmt.Errorf("etcd: %w: URL option %s=%q: %v", driver.ErrInvalid, k, v, err)
-		}
-	}
-	if o.Client.Password != "" && o.Client.Username == "" {
-		return o, fmt.Errorf("etcd: %w: a password needs a user name", driver.ErrInvalid)
-	}
-	if !tlsOn {
-		if caFile != "" || certFile != "" || keyFile != "" || serverName != "" || insecure {
-			return o, fmt.Errorf("etcd: %w: TLS options need the %s:// scheme", driver.ErrInvalid, SchemeTLS)
-		}
-		return o, nil
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName, InsecureSkipVerify: insecure} //nolint:gosec // opt-in by the URL
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return o, fmt.Errorf("etcd: %w: ca_file: %v", driver.ErrInvalid, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return o, fmt.Errorf("etcd: %w: ca_file %s holds no PEM certificate", driver.ErrInvalid, caFile)
-		}
-		cfg.RootCAs = pool
-	}
-	if (certFile == "") != (keyFile == "") {
-		return o, fmt.Errorf("etcd: %w: cert_file and key_file go together", driver.ErrInvalid)
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return o, fmt.Errorf("etcd: %w: client certificate: %v", driver.ErrInvalid, err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	o.Client.TLS = cfg
-	return o, nil
-}
-
-func positiveDuration(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, err
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("must be positive")
-	}
-	return d, nil
+	return eps, nil
 }

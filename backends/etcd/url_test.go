@@ -3,7 +3,10 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -70,11 +73,108 @@ func TestParseURLRejects(t *testing.T) {
 		"etcds://h1:2379?ca_file=/nonexistent/ca.pem",
 		"etcds://h1:2379?cert_file=/c.pem",
 		"etcds://h1:2379?insecure_skip_verify=maybe",
+		// Intentional change with driver.Query: a repeated option was
+		// "last wins" and is an error now.
+		"etcd://h1:2379?prefix=/a&prefix=/b",
+		"etcd://h1:2379?insecure_skip_verify=true",                   // TLS is off
+		"etcds://h1:2379?insecure_skip_verify=true&skip_verify=true", // old and new name
+		"etcd://h1:2379?skip_verify=true",
+		"etcd://h1:2379?tls=yes",
+		"etcd://alice@h1:2379?username=bob",
+		"etcd://alice:pw@h1:2379?password=pw2",
+		"etcd://h1:2379?username=alice&password=pw&password_file=/pw",
+		"etcd://h1:2379?username=alice&password_file=/nonexistent/pw",
+		"etcd:h1:2379", // the "//" forgotten
+		"etcd://h1:2379#prefix=/roster",
+		"consul://h1:8500",
 	} {
 		_, err := parse(t, raw)
 		if !errors.Is(err, registry.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", raw, err)
 		}
+	}
+}
+
+func TestParseURLTLS(t *testing.T) {
+	for raw, skip := range map[string]bool{
+		"etcd://h1:2379?tls=true":                     false,
+		"etcds://h1:2379?skip_verify=true":            true,
+		"etcds://h1:2379?insecure_skip_verify=true":   true, // deprecated alias
+		"etcds://h1:2379?insecure_skip_verify=false":  false,
+		"etcd://h1:2379?tls=1&server_name=etcd.local": false,
+	} {
+		o, err := parse(t, raw)
+		if err != nil {
+			t.Errorf("%s: %v", raw, err)
+			continue
+		}
+		if o.Client.TLS == nil || o.Client.TLS.InsecureSkipVerify != skip || o.Client.Endpoints[0] != "https://h1:2379" {
+			t.Errorf("%s: TLS %+v, endpoints %v; want TLS on, skip_verify %v, https", raw, o.Client.TLS, o.Client.Endpoints, skip)
+		}
+	}
+	if o, err := parse(t, "etcds://h1:2379?tls=false"); err != nil || o.Client.TLS != nil || o.Client.Endpoints[0] != "http://h1:2379" {
+		t.Errorf("etcds:// with tls=false: %+v %v, want plain TCP", o.Client, err)
+	}
+}
+
+func TestParseURLPasswordFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(file, []byte("s3cret-0451\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{
+		"etcd://h1:2379?username=alice&password_file=" + url.QueryEscape(file),
+		"etcd://alice@h1:2379?password_file=" + url.QueryEscape(file),
+	} {
+		o, err := parse(t, raw)
+		if err != nil || o.Client.Username != "alice" || o.Client.Password != "s3cret-0451" {
+			t.Errorf("%s: credentials %q/%q, %v; want alice and the file's password without its newline", raw, o.Client.Username, o.Client.Password, err)
+		}
+	}
+	// The environment of etcdctl is not read (see credentials).
+	t.Setenv("ETCDCTL_PASSWORD", "s3cret-0451")
+	if o, err := parse(t, "etcd://h1:2379"); err != nil || o.Client.Password != "" {
+		t.Errorf("ETCDCTL_PASSWORD set: password %q, %v; want none", o.Client.Password, err)
+	}
+}
+
+// TestParseURLErrorsNameTheOption checks what the errors say: the option
+// at fault, and never the password.
+func TestParseURLErrorsNameTheOption(t *testing.T) {
+	for raw, want := range map[string]string{
+		"etcd://alice:topsecret@h1:2379?dial_timeout=soon":         `option dial_timeout="soon" is not a positive duration`,
+		"etcd://h1:2379?prefix=/a&prefix=/b":                       `option "prefix" given 2 times`,
+		"etcd://h1:2379?username=a&password=topsecret&password=x":  `option "password" given 2 times`,
+		"etcd://h1:2379?insecure_skip_verify=true":                 `option insecure_skip_verify given but TLS is off`,
+		"etcd://alice:topsecret@h1:2379?password_file=/x":          `password given twice`,
+		"etcd://h1:2379?colour=blue":                               `unknown option "colour"`,
+		"etcds://h1:2379?ca_file=/nonexistent/ca.pem":              `ca_file "/nonexistent/ca.pem"`,
+		"etcd://h1:2379?username=alice&password_file=/nonexistent": `option password_file: cannot read "/nonexistent"`,
+	} {
+		_, err := parse(t, raw)
+		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want ErrInvalid saying %s", raw, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "topsecret") {
+			t.Errorf("%s: error reveals the password: %v", raw, err)
+		}
+	}
+}
+
+// TestPublicOptions checks that publicOptions, which driver.Redact may
+// show, lists every option ParseURL reads except the password.
+func TestPublicOptions(t *testing.T) {
+	_, err := parse(t, "etcd://h1:2379?zz_unknown=1")
+	_, known, ok := strings.Cut(fmt.Sprint(err), "(known: ")
+	if !ok {
+		t.Fatalf("error %v lists no known options", err)
+	}
+	got := strings.Split(strings.TrimSuffix(known, ")"), ", ")
+	want := append(slices.Clone(publicOptions), "password")
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("options read by ParseURL %v,\nwant publicOptions and password %v", got, want)
 	}
 }
 

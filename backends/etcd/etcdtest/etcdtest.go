@@ -1,7 +1,7 @@
 // Package etcdtest runs real etcd servers in-process, on
 // go.etcd.io/etcd/server/v3/embed: one member or a cluster of several, on
 // free loopback ports, with data in a temporary directory. The conformance
-// tests of backends/etcd run on it, and so does "roster demo".
+// tests of backends/etcd run on it.
 //
 // A Cluster offers the faults a registry must survive: stopping and
 // restarting one member (the leader too), restarting the whole cluster
@@ -13,6 +13,10 @@
 // (Endpoints), unless Config.DirectClients is set. Stopping a member first
 // drops the proxied connections, so that to clients it looks like a crash.
 // Close clients before closing the Cluster all the same.
+//
+// NewHarness starts a Cluster for a test and returns the
+// conformance.Harness that runs the shared suite on it, fault hooks
+// included.
 //
 // The server logs nothing unless Config.Logger is set. Members are started
 // and stopped by the same code as backends/etcd/etcdlocal, the package for

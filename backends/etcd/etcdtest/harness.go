@@ -1,0 +1,112 @@
+package etcdtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// harnessPrefix is the key prefix the conformance suite works under.
+const harnessPrefix = "/roster-conformance"
+
+// harnessProgress is the stall-detection interval of the harness's
+// registries: short enough that a silently stalled watcher goes stale well
+// within StaleDetect, long enough that a busy 2-core machine under -race
+// answers the probe within it.
+const harnessProgress = "progress_interval=1s"
+
+// NewHarness starts a cluster as cfg describes, closed when t ends, and
+// returns a conformance.Harness on it with every fault hook: a Link per
+// partitioned client (Partitioner), Restart (Restarter), Wipe (Wiper),
+// and a delete by a client of its own (ExternalDeleter). The backend's
+// conformance test is then one line per topology:
+//
+//	conformance.Run(t, etcdtest.NewHarness(t, etcdtest.Config{Members: 3}))
+//
+// Registries are opened by etcd:// URL, so the caller imports
+// backends/etcd, which registers the scheme (etcdtest cannot import it:
+// that package's own tests use etcdtest).
+func NewHarness(t testing.TB, cfg Config) conformance.Harness {
+	t.Helper()
+	if _, ok := driver.Lookup("etcd"); !ok {
+		t.Fatal(`etcdtest: the etcd:// scheme is not registered: import _ "github.com/roster-go/roster/backends/etcd"`)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return &harness{c: c}
+}
+
+// harness runs the conformance suite on a Cluster.
+type harness struct{ c *Cluster }
+
+func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
+	return registry.Open(ctx, h.c.URL(harnessPrefix, harnessProgress), registry.WithResyncInterval(5*time.Second))
+}
+
+// Config sizes the bounds for a 2-core machine shared with other test
+// runs under -race, where a new client's first call can take a second;
+// real etcd propagates in milliseconds (docs/bench/etcd.md).
+func (h *harness) Config() conformance.Config {
+	return conformance.Config{
+		// 3s: the TTL floor is 2s, and one slow heartbeat round must not
+		// lose the lease on a loaded machine.
+		TTL: 3 * time.Second,
+		// The server's expiry loop runs every 0.5s; the rest is headroom.
+		ExpirySlack: 1500 * time.Millisecond,
+		Propagation: 2 * time.Second,
+		// 2×TTL, the default: a cut-off watcher is reported within about
+		// 2×progress_interval, or at once when the connection drops.
+		StaleDetect: 6 * time.Second,
+		// The servers run inside the test binary, under the race detector,
+		// beside other packages' tests: there, 1,000 registrations at once
+		// (2,000 Raft proposals) overrun the 5s request timeout. Without
+		// -race one member holds 1,000 (docs/reliability.md).
+		ManyLeases: 300,
+	}
+}
+
+// OpenLinked opens a Registry through a Link of its own. The Link is
+// closed with the Cluster.
+func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
+	l, err := h.c.NewLink()
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := registry.Open(ctx, l.URL(harnessPrefix, harnessProgress), registry.WithResyncInterval(5*time.Second))
+	if err != nil {
+		l.Close()
+		return nil, nil, err
+	}
+	return r, l, nil
+}
+
+func (h *harness) Restart(ctx context.Context, keepData bool) error {
+	return h.c.Restart(ctx, keepData)
+}
+
+func (h *harness) Wipe(ctx context.Context) error { return h.c.Wipe(ctx) }
+
+// DeleteExternally deletes the instance's key with a client of its own,
+// as an operator's etcdctl would.
+func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) error {
+	cli, err := h.c.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	_, err = cli.Delete(ctx, harnessPrefix+"/"+in.Service+"/"+in.ID)
+	return err
+}
