@@ -12,12 +12,11 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// A 3-master Redis Cluster: 200 instances across 20 services registered
-// through one registry, watched through another, converge; half leave
-// and the watchers converge again. The keys layout lists across masters.
-func TestCluster(t *testing.T) {
-	t.Parallel()
-	c := redistest.StartCluster(t, 3)
+// clusterScale, on a 3-master Redis Cluster: 200 instances across 20
+// services registered through one registry, watched through another,
+// converge; half leave and the watchers converge again. The keys layout
+// lists across masters. (TestConformanceCluster runs it on its cluster.)
+func clusterScale(t *testing.T, c *redistest.Cluster) {
 	ctx := t.Context()
 	seeds := strings.Join(c.Addrs(), ",")
 	for _, layout := range []string{"hash", "keys"} {

@@ -317,10 +317,10 @@ func (r *hashReg) Deregister(ctx context.Context) error {
 }
 
 // hashSnapshot reads a service's live instances, its revision and the ID
-// of the last log entry.
-func (d *Driver) hashSnapshot(ctx context.Context, service string) (driver.Snapshot, string, error) {
+// of the last log entry, through c.
+func (d *Driver) hashSnapshot(ctx context.Context, c goredis.Scripter, service string) (driver.Snapshot, string, error) {
 	k := d.hkeys(service)
-	res, err := snapshotScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log}, k.inst).StringSlice()
+	res, err := snapshotScript.Run(ctx, c, []string{k.idx, k.rev, k.log}, k.inst).StringSlice()
 	if err != nil {
 		return driver.Snapshot{}, "", d.wrap("list "+service, err)
 	}

@@ -49,11 +49,12 @@ type hashStream struct {
 
 func (d *Driver) hashWatch(ctx context.Context, service string) (driver.Stream, error) {
 	st := &hashStream{d: d, svc: service, keys: d.hkeys(service), closed: make(chan struct{}), token: fmt.Sprintf("%016x", rand.Uint64())}
+	st.blk = d.watchClient()
 	if err := st.relist(ctx); err != nil {
+		st.closeClient()
 		return nil, err
 	}
 	st.pending = true
-	st.blk = d.watchClient()
 	st.kick = make(chan struct{}, 1)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	st.stopSweeper = cancel
@@ -128,9 +129,13 @@ func (st *hashStream) untilFree(left time.Duration) time.Duration {
 	return max(left, minSweepGap) + rand.N(st.d.o.Sweep/4+1)
 }
 
-// relist replaces the stream's state with a fresh snapshot.
+// relist replaces the stream's state with a fresh snapshot. It reads on
+// the watch's own client, which does not retry: a relist that fails
+// reports the outage at once and the registry retries with backoff. (The
+// shared client's retries, nested in a Sentinel client's own, took over
+// 10s to give up.)
 func (st *hashStream) relist(ctx context.Context) error {
-	s, lastID, err := st.d.hashSnapshot(ctx, st.svc)
+	s, lastID, err := st.d.hashSnapshot(ctx, st.blk, st.svc)
 	if err != nil {
 		return err
 	}

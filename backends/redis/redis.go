@@ -143,7 +143,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 	if d.o.Layout == LayoutKeys {
 		return d.keysList(ctx, service)
 	}
-	s, _, err := d.hashSnapshot(ctx, service)
+	s, _, err := d.hashSnapshot(ctx, d.c, service)
 	return s, err
 }
 

@@ -3,6 +3,13 @@
 // test cleanup. It never skips: a missing redis-server fails the test with
 // a message saying how to install it.
 //
+// Each deployment — a Server (Start, StartTLS), a Cluster (StartCluster), a
+// Sentinel failover group (StartFailover) — gives the conformance harness
+// of the Redis backend on it (Harness), so that a conformance test is one
+// line per topology:
+//
+//	conformance.Run(t, redistest.Start(t).Harness(t, "layout=keys", cfg))
+//
 // The binary is $ROSTER_REDIS_SERVER if set, else redis-server on PATH
 // (Debian: apt-get install -y redis-server; scripts/test.sh does that).
 package redistest
