@@ -10,18 +10,17 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// sentinelCfg is hashCfg without the restart checks: Sentinel answers a
-// master that goes away by promoting the replica, so a restart in place
-// is not what happens to this deployment; sentinelFailover checks what does.
-var sentinelCfg = conformance.Config{TTL: hashCfg.TTL, ExpirySlack: hashCfg.ExpirySlack, Skip: map[string]string{
-	"RestartKeepingData": "Sentinel turns a master restart into a failover: see TestConformanceSentinel/Failover",
-	"RestartLosingData":  "Sentinel turns a master restart into a failover: see TestConformanceSentinel/Failover",
-}}
+// sentinelConformance runs the suite on a master, its replica and a
+// Sentinel, then sentinelFailover, last: it leaves the master dead.
+func sentinelConformance(t *testing.T) {
+	f := redistest.StartFailover(t)
+	conformance.Run(t, f.Harness(t, hash, hashCfg))
+	t.Run("Failover", func(t *testing.T) { sentinelFailover(t, f) })
+}
 
 // sentinelFailover: the master crashes, Sentinel promotes the replica;
 // the lease keeps (or re-creates) its instance on the new master and a
-// watcher converges, with registrations flowing again. It runs last on
-// its deployment (TestConformanceSentinel): the master stays dead.
+// watcher converges, with registrations flowing again.
 func sentinelFailover(t *testing.T, f *redistest.Failover) {
 	ctx := t.Context()
 	u := "redis+sentinel://" + f.Sentinel.Addr() + "?master=" + f.Name + "&dial_timeout=300ms"

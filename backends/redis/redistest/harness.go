@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"strings"
@@ -38,10 +39,18 @@ func (c *Cluster) Harness(t testing.TB, query string, cfg conformance.Config) co
 }
 
 // Harness returns the conformance harness of the failover group, as
-// Server.Harness does, without restarts: a restarted master is a failover
-// (Sentinel promotes the replica and demotes it), which the suite's
-// restart checks do not describe. Declare them in cfg.Skip.
+// Server.Harness does, but without restarts: Sentinel answers a master
+// that goes away by promoting the replica, so a restart in place is not
+// what happens to this deployment. It declares the restart checks in
+// cfg.Skip; test a failover instead (Kill the Master).
 func (f *Failover) Harness(t testing.TB, query string, cfg conformance.Config) conformance.Harness {
+	cfg.Skip = maps.Clone(cfg.Skip)
+	if cfg.Skip == nil {
+		cfg.Skip = map[string]string{}
+	}
+	for _, c := range []string{"RestartKeepingData", "RestartLosingData"} {
+		cfg.Skip[c] = "a Sentinel deployment does not restart its master in place: Sentinel fails over to the replica"
+	}
 	return newHarness(t, "redis+sentinel://"+f.Sentinel.Addr()+"/0?master="+f.Name+"&"+query, cfg,
 		func() redis.UniversalClient {
 			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: f.Name, SentinelAddrs: []string{f.Sentinel.Addr()}})
