@@ -14,8 +14,27 @@ import (
 )
 
 // Driver is a driver.Driver on Redis. Wrap it with registry.New, or open
-// it through registry.Open with a redis URL.
+// it through registry.Open with a redis URL. It checks that it is open
+// and hands every operation to its layout.
 type Driver struct {
+	*conn
+	layout layout
+}
+
+// layout is how instances are stored: hashLayout or keysLayout. Each is a
+// whole driver but for the checks Driver makes once.
+type layout interface {
+	register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error)
+	list(ctx context.Context, service string) (driver.Snapshot, error)
+	services(ctx context.Context) ([]string, error)
+	watch(ctx context.Context, service string) (driver.Stream, error)
+	limits() driver.Limits
+	notes(ctx context.Context) []string
+}
+
+// conn is what both layouts share: the client, the options, and whether
+// the driver is closed (registrations check it too).
+type conn struct {
 	copts *goredis.UniversalOptions // to open dedicated watch connections
 	c     goredis.UniversalClient
 	o     Options
@@ -37,7 +56,11 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	}
 	cp := *copts
 	name := strings.Join(cp.Addrs, ",")
-	return &Driver{copts: &cp, c: goredis.NewUniversalClient(&cp), o: o, name: name}, nil
+	cn := &conn{copts: &cp, c: goredis.NewUniversalClient(&cp), o: o, name: name}
+	if o.Layout == LayoutKeys {
+		return &Driver{cn, &keysLayout{cn}}, nil
+	}
+	return &Driver{cn, &hashLayout{cn}}, nil
 }
 
 // Client returns the driver's client, for code that needs raw access.
@@ -48,12 +71,15 @@ func (d *Driver) Options() Options { return d.o }
 
 // Limits implements driver.Driver: hash has millisecond TTLs (min 10ms);
 // keys has whole seconds (SET EX / EXPIRE, min 1s).
-func (d *Driver) Limits() driver.Limits {
-	if d.o.Layout == LayoutKeys {
-		return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
-	}
-	return driver.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
-}
+func (d *Driver) Limits() driver.Limits { return d.layout.limits() }
+
+// Notes describes where this deployment makes the driver behave worse than
+// its best case, one sentence each ("roster conformance" prints them
+// before its results). Only layout keys has any: without keyspace
+// notifications, changes and expiries reach watchers by polling alone. It
+// may ask the server (CONFIG GET notify-keyspace-events); a failure there
+// is a note too, never an error.
+func (d *Driver) Notes(ctx context.Context) []string { return d.layout.notes(ctx) }
 
 // Close implements driver.Driver.
 func (d *Driver) Close() error {
@@ -70,7 +96,7 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-func (d *Driver) enter(ctx context.Context) error {
+func (d *conn) enter(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -83,7 +109,7 @@ func (d *Driver) enter(ctx context.Context) error {
 }
 
 // isCluster reports whether keys spread over several nodes.
-func (d *Driver) isCluster() bool {
+func (d *conn) isCluster() bool {
 	_, ok := d.c.(*goredis.ClusterClient)
 	return ok
 }
@@ -91,7 +117,7 @@ func (d *Driver) isCluster() bool {
 // watchClient opens a client with one connection, for one watch's
 // blocking reads: they must not hold a pooled connection, and closing this
 // client is what interrupts a blocked read.
-func (d *Driver) watchClient() goredis.UniversalClient {
+func (d *conn) watchClient() goredis.UniversalClient {
 	cp := *d.copts
 	cp.PoolSize = 1
 	cp.MinIdleConns = 0
@@ -102,7 +128,7 @@ func (d *Driver) watchClient() goredis.UniversalClient {
 
 // wrap maps a client error to the registry's sentinels. Server replies and
 // network errors are ErrUnavailable: transient from the caller's view.
-func (d *Driver) wrap(op string, err error) error {
+func (d *conn) wrap(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -129,10 +155,7 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
-	if d.o.Layout == LayoutKeys {
-		return d.keysRegister(ctx, inst, ttl)
-	}
-	return d.hashRegister(ctx, inst, ttl)
+	return d.layout.register(ctx, inst, ttl)
 }
 
 // List implements driver.Driver.
@@ -140,11 +163,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 	if err := d.enter(ctx); err != nil {
 		return driver.Snapshot{}, err
 	}
-	if d.o.Layout == LayoutKeys {
-		return d.keysList(ctx, service)
-	}
-	s, _, err := d.hashSnapshot(ctx, d.c, service)
-	return s, err
+	return d.layout.list(ctx, service)
 }
 
 // Services implements driver.Driver.
@@ -152,10 +171,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
-	if d.o.Layout == LayoutKeys {
-		return d.keysServices(ctx)
-	}
-	return d.hashServices(ctx)
+	return d.layout.services(ctx)
 }
 
 // Watch implements driver.Driver.
@@ -163,8 +179,5 @@ func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, erro
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
-	if d.o.Layout == LayoutKeys {
-		return d.keysWatch(ctx, service)
-	}
-	return d.hashWatch(ctx, service)
+	return d.layout.watch(ctx, service)
 }
