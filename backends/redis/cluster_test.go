@@ -9,15 +9,24 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 )
 
-// A 3-master Redis Cluster: 200 instances across 20 services registered
-// through one registry, watched through another, converge; half leave
-// and the watchers converge again. The keys layout lists across masters.
-func TestCluster(t *testing.T) {
-	t.Parallel()
+// clusterConformance runs the suite on a 3-master cluster, with either
+// layout, then clusterScale on the same cluster.
+func clusterConformance(t *testing.T) {
 	c := redistest.StartCluster(t, 3)
+	t.Run("hash", func(t *testing.T) { conformance.Run(t, c.Harness(t, hash, hashCfg)) })
+	t.Run("keys", func(t *testing.T) { conformance.Run(t, c.Harness(t, keys, keysCfg)) })
+	t.Run("Scale", func(t *testing.T) { clusterScale(t, c) })
+}
+
+// clusterScale, on a 3-master Redis Cluster: 200 instances across 20
+// services registered through one registry, watched through another,
+// converge; half leave and the watchers converge again. The keys layout
+// lists across masters.
+func clusterScale(t *testing.T, c *redistest.Cluster) {
 	ctx := t.Context()
 	seeds := strings.Join(c.Addrs(), ",")
 	for _, layout := range []string{"hash", "keys"} {

@@ -7,3 +7,6 @@ var (
 	SweeperClaimScriptSHA = sweeperClaimScript.Hash()
 	SnapshotScriptSHA     = snapshotScript.Hash()
 )
+
+// PublicOptions are the options registered as public with driver.Register.
+var PublicOptions = publicOptions

@@ -15,6 +15,22 @@ import (
 
 // hashKeys are the keys of one service in the hash layout. They share the
 // hash tag {svc}: one Cluster slot, so one script can touch them all.
+// hashLayout stores each service under one hash tag, updated by atomic
+// scripts with a change log (the package doc, "Layout hash").
+type hashLayout struct{ *conn }
+
+// limits: PX TTLs, in milliseconds.
+func (h *hashLayout) limits() driver.Limits {
+	return driver.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
+}
+
+func (h *hashLayout) list(ctx context.Context, service string) (driver.Snapshot, error) {
+	s, _, err := h.snapshot(ctx, h.c, service)
+	return s, err
+}
+
+func (h *hashLayout) notes(context.Context) []string { return nil }
+
 type hashKeys struct {
 	inst    string // prefix of instance keys; the ID follows
 	idx     string
@@ -23,12 +39,12 @@ type hashKeys struct {
 	sweeper string // who sweeps the service: a watch's token, PX lease
 }
 
-func (d *Driver) hkeys(service string) hashKeys {
-	base := d.o.Prefix + ":{" + service + "}:"
+func (h *hashLayout) hkeys(service string) hashKeys {
+	base := h.o.Prefix + ":{" + service + "}:"
 	return hashKeys{inst: base + "i:", idx: base + "idx", rev: base + "rev", log: base + "log", sweeper: base + "sweeper"}
 }
 
-func (d *Driver) servicesKey() string { return d.o.Prefix + ":services" }
+func (h *hashLayout) servicesKey() string { return h.o.Prefix + ":services" }
 
 // luaNow is the server's clock in milliseconds. Redis 7 replicates script
 // effects, so reading TIME before writing is allowed.
@@ -222,7 +238,7 @@ func decodeRecord(s string) (driver.Instance, error) {
 }
 
 type hashReg struct {
-	d    *Driver
+	h    *hashLayout
 	keys hashKeys
 	svc  string
 	id   string
@@ -232,12 +248,12 @@ type hashReg struct {
 	svcWritten time.Time // last write of the services index
 }
 
-func (d *Driver) hashRegister(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
+func (h *hashLayout) register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	data, err := encodeRecord(inst)
 	if err != nil {
 		return nil, err
 	}
-	r := &hashReg{d: d, keys: d.hkeys(inst.Service), svc: inst.Service, id: inst.ID, ttl: ttl, data: data}
+	r := &hashReg{h: h, keys: h.hkeys(inst.Service), svc: inst.Service, id: inst.ID, ttl: ttl, data: data}
 	if _, err := r.put(ctx, "register"); err != nil {
 		return nil, err
 	}
@@ -247,13 +263,13 @@ func (d *Driver) hashRegister(ctx context.Context, inst driver.Instance, ttl tim
 // put writes the record; existed reports whether Redis still held it.
 func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) {
 	k := r.keys
-	res, err := putScript.Run(ctx, r.d.c, []string{k.inst + r.id, k.idx, k.rev, k.log},
-		r.id, r.data, r.ttl.Milliseconds(), r.d.o.MaxLen, op, r.d.o.Linger.Milliseconds()).Int64Slice()
+	res, err := putScript.Run(ctx, r.h.c, []string{k.inst + r.id, k.idx, k.rev, k.log},
+		r.id, r.data, r.ttl.Milliseconds(), r.h.o.MaxLen, op, r.h.o.Linger.Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("reply of %d items", len(res))
 	}
 	if err != nil {
-		return false, r.d.wrap(op+" "+r.svc+"/"+r.id, err)
+		return false, r.h.wrap(op+" "+r.svc+"/"+r.id, err)
 	}
 	if res[1] == 0 && op == "heartbeat" {
 		return false, nil
@@ -265,9 +281,9 @@ func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) 
 	// refreshing it every other heartbeat (every TTL/2) keeps it ahead of
 	// the clock.
 	if op != "heartbeat" || time.Since(r.svcWritten) >= r.ttl/2 {
-		err := servicesScript.Run(ctx, r.d.c, []string{r.d.servicesKey()}, r.svc, deadline, r.d.o.Linger.Milliseconds()).Err()
+		err := servicesScript.Run(ctx, r.h.c, []string{r.h.servicesKey()}, r.svc, deadline, r.h.o.Linger.Milliseconds()).Err()
 		if err != nil {
-			return false, r.d.wrap(op+" "+r.svc+"/"+r.id, err)
+			return false, r.h.wrap(op+" "+r.svc+"/"+r.id, err)
 		}
 		r.svcWritten = time.Now()
 	}
@@ -281,18 +297,18 @@ func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) 
 // the lease registers again at once, so the instance is back within one
 // heartbeat.
 func (r *hashReg) Heartbeat(ctx context.Context) error {
-	if err := r.d.enter(ctx); err != nil {
+	if err := r.h.enter(ctx); err != nil {
 		return err
 	}
 	existed, err := r.put(ctx, "heartbeat")
 	if err == nil && !existed {
-		err = fmt.Errorf("redis %s: heartbeat %s/%s: record is gone: %w", r.d.name, r.svc, r.id, driver.ErrNotFound)
+		err = fmt.Errorf("redis %s: heartbeat %s/%s: record is gone: %w", r.h.name, r.svc, r.id, driver.ErrNotFound)
 	}
 	return err
 }
 
 func (r *hashReg) Update(ctx context.Context, inst driver.Instance) error {
-	if err := r.d.enter(ctx); err != nil {
+	if err := r.h.enter(ctx); err != nil {
 		return err
 	}
 	data, err := encodeRecord(inst)
@@ -305,27 +321,27 @@ func (r *hashReg) Update(ctx context.Context, inst driver.Instance) error {
 }
 
 func (r *hashReg) Deregister(ctx context.Context) error {
-	if err := r.d.enter(ctx); err != nil {
+	if err := r.h.enter(ctx); err != nil {
 		return err
 	}
 	k := r.keys
-	err := delScript.Run(ctx, r.d.c, []string{k.inst + r.id, k.idx, k.rev, k.log}, r.id, r.d.o.MaxLen, r.d.o.Linger.Milliseconds()).Err()
+	err := delScript.Run(ctx, r.h.c, []string{k.inst + r.id, k.idx, k.rev, k.log}, r.id, r.h.o.MaxLen, r.h.o.Linger.Milliseconds()).Err()
 	if err != nil {
-		return r.d.wrap("deregister "+r.svc+"/"+r.id, err)
+		return r.h.wrap("deregister "+r.svc+"/"+r.id, err)
 	}
 	return nil
 }
 
-// hashSnapshot reads a service's live instances, its revision and the ID
-// of the last log entry.
-func (d *Driver) hashSnapshot(ctx context.Context, service string) (driver.Snapshot, string, error) {
-	k := d.hkeys(service)
-	res, err := snapshotScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log}, k.inst).StringSlice()
+// snapshot reads a service's live instances, its revision and the ID
+// of the last log entry, through c.
+func (h *hashLayout) snapshot(ctx context.Context, c goredis.Scripter, service string) (driver.Snapshot, string, error) {
+	k := h.hkeys(service)
+	res, err := snapshotScript.Run(ctx, c, []string{k.idx, k.rev, k.log}, k.inst).StringSlice()
 	if err != nil {
-		return driver.Snapshot{}, "", d.wrap("list "+service, err)
+		return driver.Snapshot{}, "", h.wrap("list "+service, err)
 	}
 	if len(res) < 2 {
-		return driver.Snapshot{}, "", d.wrap("list "+service, fmt.Errorf("short snapshot reply (%d items)", len(res)))
+		return driver.Snapshot{}, "", h.wrap("list "+service, fmt.Errorf("short snapshot reply (%d items)", len(res)))
 	}
 	rev, _ := strconv.ParseUint(res[0], 10, 64)
 	s := driver.Snapshot{Service: service, Revision: rev, At: time.Now(), Instances: make([]driver.Instance, 0, (len(res)-2)/2)}
@@ -348,17 +364,17 @@ const sweepBatch = 100
 // renews it at every sweep, so it survives two missed ones.
 const sweepLeaseIntervals = 3
 
-func (d *Driver) sweepLease() time.Duration { return sweepLeaseIntervals * d.o.Sweep }
+func (h *hashLayout) sweepLease() time.Duration { return sweepLeaseIntervals * h.o.Sweep }
 
 // claimSweeper takes the service's sweeper lease for token if nobody holds
 // it; otherwise it returns how long the holder's lease runs unless renewed.
-func (d *Driver) claimSweeper(ctx context.Context, service, token string) (ok bool, left time.Duration, err error) {
-	res, err := sweeperClaimScript.Run(ctx, d.c, []string{d.hkeys(service).sweeper}, token, d.sweepLease().Milliseconds()).Int64Slice()
+func (h *hashLayout) claimSweeper(ctx context.Context, service, token string) (ok bool, left time.Duration, err error) {
+	res, err := sweeperClaimScript.Run(ctx, h.c, []string{h.hkeys(service).sweeper}, token, h.sweepLease().Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("reply of %d items", len(res))
 	}
 	if err != nil {
-		return false, 0, d.wrap("sweep "+service, err)
+		return false, 0, h.wrap("sweep "+service, err)
 	}
 	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
 }
@@ -366,15 +382,15 @@ func (d *Driver) claimSweeper(ctx context.Context, service, token string) (ok bo
 // sweep runs the sweep script once as the holder of token. It returns how
 // long until the next deadline (negative: none), or lost = true and how
 // long the new holder's lease runs when another watch took it over.
-func (d *Driver) sweep(ctx context.Context, service, token string) (wait time.Duration, lost bool, err error) {
-	k := d.hkeys(service)
-	res, err := sweepScript.Run(ctx, d.c, []string{k.idx, k.rev, k.log, k.sweeper},
-		k.inst, d.o.MaxLen, sweepBatch, token, d.sweepLease().Milliseconds(), d.o.Linger.Milliseconds()).Int64Slice()
+func (h *hashLayout) sweep(ctx context.Context, service, token string) (wait time.Duration, lost bool, err error) {
+	k := h.hkeys(service)
+	res, err := sweepScript.Run(ctx, h.c, []string{k.idx, k.rev, k.log, k.sweeper},
+		k.inst, h.o.MaxLen, sweepBatch, token, h.sweepLease().Milliseconds(), h.o.Linger.Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("reply of %d items", len(res))
 	}
 	if err != nil {
-		return 0, false, d.wrap("sweep "+service, err)
+		return 0, false, h.wrap("sweep "+service, err)
 	}
 	switch {
 	case res[0] < 0:
@@ -385,27 +401,27 @@ func (d *Driver) sweep(ctx context.Context, service, token string) (wait time.Du
 	return time.Duration(res[1]) * time.Millisecond, false, nil
 }
 
-func (d *Driver) hashServices(ctx context.Context) ([]string, error) {
-	now, err := d.c.Time(ctx).Result()
+func (h *hashLayout) services(ctx context.Context) ([]string, error) {
+	now, err := h.c.Time(ctx).Result()
 	if err != nil {
-		return nil, d.wrap("services", err)
+		return nil, h.wrap("services", err)
 	}
 	ms := now.UnixMilli()
 	// Writers trim entries that are more than linger past their deadline.
-	cands, err := d.c.ZRangeByScore(ctx, d.servicesKey(), &goredis.ZRangeBy{Min: "(" + strconv.FormatInt(ms, 10), Max: "+inf"}).Result()
+	cands, err := h.c.ZRangeByScore(ctx, h.servicesKey(), &goredis.ZRangeBy{Min: "(" + strconv.FormatInt(ms, 10), Max: "+inf"}).Result()
 	if err != nil {
-		return nil, d.wrap("services", err)
+		return nil, h.wrap("services", err)
 	}
 	// A service's entry outlives a deregistration: check its own index.
 	cmds := make([]*goredis.IntCmd, len(cands))
-	_, err = d.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+	_, err = h.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for i, svc := range cands {
-			cmds[i] = p.ZCount(ctx, d.hkeys(svc).idx, "("+strconv.FormatInt(ms, 10), "+inf")
+			cmds[i] = p.ZCount(ctx, h.hkeys(svc).idx, "("+strconv.FormatInt(ms, 10), "+inf")
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, d.wrap("services", err)
+		return nil, h.wrap("services", err)
 	}
 	out := []string{}
 	for i, svc := range cands {

@@ -23,7 +23,7 @@ const minSweepGap = 5 * time.Millisecond
 // entries to its copy of the instances while their revisions follow each
 // other, relisting when they do not.
 type hashStream struct {
-	d    *Driver
+	h    *hashLayout
 	svc  string
 	keys hashKeys
 	blk  goredis.UniversalClient // dedicated: blocking reads only
@@ -47,13 +47,14 @@ type hashStream struct {
 	closed    chan struct{}
 }
 
-func (d *Driver) hashWatch(ctx context.Context, service string) (driver.Stream, error) {
-	st := &hashStream{d: d, svc: service, keys: d.hkeys(service), closed: make(chan struct{}), token: fmt.Sprintf("%016x", rand.Uint64())}
+func (h *hashLayout) watch(ctx context.Context, service string) (driver.Stream, error) {
+	st := &hashStream{h: h, svc: service, keys: h.hkeys(service), closed: make(chan struct{}), token: fmt.Sprintf("%016x", rand.Uint64())}
+	st.blk = h.watchClient()
 	if err := st.relist(ctx); err != nil {
+		st.closeClient()
 		return nil, err
 	}
 	st.pending = true
-	st.blk = d.watchClient()
 	st.kick = make(chan struct{}, 1)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	st.stopSweeper = cancel
@@ -102,35 +103,39 @@ func (st *hashStream) sweeper(ctx context.Context) {
 // and returns when to come back.
 func (st *hashStream) sweepTurn(ctx context.Context) (time.Duration, error) {
 	if !st.holding {
-		ok, left, err := st.d.claimSweeper(ctx, st.svc, st.token)
+		ok, left, err := st.h.claimSweeper(ctx, st.svc, st.token)
 		if err != nil || !ok {
 			return st.untilFree(left), err
 		}
 		st.holding = true
 	}
-	wait, lost, err := st.d.sweep(ctx, st.svc, st.token)
+	wait, lost, err := st.h.sweep(ctx, st.svc, st.token)
 	switch {
 	case err != nil:
 		return 0, err
 	case lost: // wait is the new holder's lease
 		st.holding = false
 		return st.untilFree(wait), nil
-	case wait >= 0 && wait < st.d.o.Sweep:
+	case wait >= 0 && wait < st.h.o.Sweep:
 		return max(wait+time.Millisecond, minSweepGap), nil
 	}
-	return st.d.o.Sweep, nil
+	return st.h.o.Sweep, nil
 }
 
 // untilFree is when to claim the lease again, given how long the holder's
 // runs unless renewed: just after that, with a jitter of up to a quarter
 // sweep interval so that the watchers of a service do not claim at once.
 func (st *hashStream) untilFree(left time.Duration) time.Duration {
-	return max(left, minSweepGap) + rand.N(st.d.o.Sweep/4+1)
+	return max(left, minSweepGap) + rand.N(st.h.o.Sweep/4+1)
 }
 
-// relist replaces the stream's state with a fresh snapshot.
+// relist replaces the stream's state with a fresh snapshot. It reads on
+// the watch's own client, which does not retry: a relist that fails
+// reports the outage at once and the registry retries with backoff. (The
+// shared client's retries, nested in a Sentinel client's own, took over
+// 10s to give up.)
 func (st *hashStream) relist(ctx context.Context) error {
-	s, lastID, err := st.d.hashSnapshot(ctx, st.svc)
+	s, lastID, err := st.h.snapshot(ctx, st.blk, st.svc)
 	if err != nil {
 		return err
 	}
@@ -173,12 +178,12 @@ func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
 		if err := ctx.Err(); err != nil {
 			return driver.Snapshot{}, err
 		}
-		if time.Since(st.lastActive) >= st.d.o.Quiet {
+		if time.Since(st.lastActive) >= st.h.o.Quiet {
 			if s, ok, err := st.resync(ctx); err != nil || ok {
 				return s, err
 			}
 		}
-		block := max(st.d.o.Quiet-time.Since(st.lastActive), time.Millisecond) // BLOCK 0 would mean forever
+		block := max(st.h.o.Quiet-time.Since(st.lastActive), time.Millisecond) // BLOCK 0 would mean forever
 		res, err := st.blk.XRead(ctx, &goredis.XReadArgs{
 			Streams: []string{st.keys.log, st.lastID}, Count: 1000, Block: block,
 		}).Result()
@@ -281,7 +286,7 @@ func (st *hashStream) fail(ctx context.Context, err error) error {
 	if errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed) {
 		return err
 	}
-	return st.d.wrap("watch "+st.svc, err)
+	return st.h.wrap("watch "+st.svc, err)
 }
 
 func (st *hashStream) closeClient() { _ = st.blk.Close() }

@@ -20,6 +20,15 @@ import (
 // The keys layout stores what the article stores: one String per
 // instance, JSON with string fields, TTL in seconds.
 
+// keysLayout stores one String per instance, as the article does (the
+// package doc, "Layout keys").
+type keysLayout struct{ *conn }
+
+// limits: SET EX and EXPIRE take whole seconds.
+func (ks *keysLayout) limits() driver.Limits {
+	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
+}
+
 // articleValue is the JSON value, fields and order as the article writes
 // them.
 type articleValue struct {
@@ -185,7 +194,7 @@ func articleID(service, addr string) string {
 }
 
 // keyPrefix is "<prefix>:<service>:", the start of every key of service.
-func (d *Driver) keyPrefix(service string) string { return d.o.Prefix + ":" + service + ":" }
+func (ks *keysLayout) keyPrefix(service string) string { return ks.o.Prefix + ":" + service + ":" }
 
 // globEscape escapes SCAN MATCH pattern characters.
 func globEscape(s string) string {
@@ -238,7 +247,7 @@ return redis.call('DEL', KEYS[1])
 `)
 
 type keysReg struct {
-	d   *Driver
+	ks  *keysLayout
 	svc string
 	id  string
 	key string // where the record lives now
@@ -247,8 +256,8 @@ type keysReg struct {
 
 func ttlSeconds(ttl time.Duration) int64 { return int64((ttl + time.Second - 1) / time.Second) }
 
-func (d *Driver) keysRegister(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
-	r := &keysReg{d: d, svc: inst.Service, id: inst.ID, ttl: ttl}
+func (ks *keysLayout) register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
+	r := &keysReg{ks: ks, svc: inst.Service, id: inst.ID, ttl: ttl}
 	if err := r.write(ctx, inst, "register"); err != nil {
 		return nil, err
 	}
@@ -262,65 +271,65 @@ func (r *keysReg) write(ctx context.Context, inst driver.Instance, op string) er
 	if err != nil {
 		return err
 	}
-	primary := r.d.keyPrefix(inst.Service) + inst.Address
+	primary := r.ks.keyPrefix(inst.Service) + inst.Address
 	alt := primary + ":" + inst.ID
 	secs := ttlSeconds(r.ttl)
-	ok, err := claimScript.Run(ctx, r.d.c, []string{primary}, inst.ID, val, secs).Int()
+	ok, err := claimScript.Run(ctx, r.ks.c, []string{primary}, inst.ID, val, secs).Int()
 	if err != nil {
-		return r.d.wrap(op+" "+inst.Service+"/"+inst.ID, err)
+		return r.ks.wrap(op+" "+inst.Service+"/"+inst.ID, err)
 	}
 	key := primary
 	if ok == 1 {
 		// We own the address's key: drop a copy left under the suffixed one.
-		err = r.d.c.Del(ctx, alt).Err()
+		err = r.ks.c.Del(ctx, alt).Err()
 	} else {
 		key = alt
-		err = r.d.c.Set(ctx, alt, val, time.Duration(secs)*time.Second).Err()
+		err = r.ks.c.Set(ctx, alt, val, time.Duration(secs)*time.Second).Err()
 	}
 	if err != nil {
-		return r.d.wrap(op+" "+inst.Service+"/"+inst.ID, err)
+		return r.ks.wrap(op+" "+inst.Service+"/"+inst.ID, err)
 	}
 	if r.key != "" && r.key != key {
 		// Moved (the address's key became free or was taken): remove the old copy.
-		_ = delOwnScript.Run(ctx, r.d.c, []string{r.key}, r.id).Err()
+		_ = delOwnScript.Run(ctx, r.ks.c, []string{r.key}, r.id).Err()
 	}
 	r.key = key
 	return nil
 }
 
 func (r *keysReg) Heartbeat(ctx context.Context) error {
-	if err := r.d.enter(ctx); err != nil {
+	if err := r.ks.enter(ctx); err != nil {
 		return err
 	}
-	n, err := expireScript.Run(ctx, r.d.c, []string{r.key}, r.id, ttlSeconds(r.ttl)).Int()
+	n, err := expireScript.Run(ctx, r.ks.c, []string{r.key}, r.id, ttlSeconds(r.ttl)).Int()
 	if err != nil {
-		return r.d.wrap("heartbeat "+r.svc+"/"+r.id, err)
+		return r.ks.wrap("heartbeat "+r.svc+"/"+r.id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("redis %s: heartbeat %s/%s: key %s gone: %w", r.d.name, r.svc, r.id, r.key, driver.ErrNotFound)
+		return fmt.Errorf("redis %s: heartbeat %s/%s: key %s gone: %w", r.ks.name, r.svc, r.id, r.key, driver.ErrNotFound)
 	}
 	return nil
 }
 
 func (r *keysReg) Update(ctx context.Context, inst driver.Instance) error {
-	if err := r.d.enter(ctx); err != nil {
+	if err := r.ks.enter(ctx); err != nil {
 		return err
 	}
 	return r.write(ctx, inst, "update")
 }
 
 func (r *keysReg) Deregister(ctx context.Context) error {
-	if err := r.d.enter(ctx); err != nil {
+	if err := r.ks.enter(ctx); err != nil {
 		return err
 	}
-	if err := delOwnScript.Run(ctx, r.d.c, []string{r.key}, r.id).Err(); err != nil {
-		return r.d.wrap("deregister "+r.svc+"/"+r.id, err)
+	if err := delOwnScript.Run(ctx, r.ks.c, []string{r.key}, r.id).Err(); err != nil {
+		return r.ks.wrap("deregister "+r.svc+"/"+r.id, err)
 	}
 	return nil
 }
 
 // scan returns every key matching pattern, on every master of a Cluster.
-func (d *Driver) scan(ctx context.Context, pattern string) ([]string, error) {
+func (ks *keysLayout) scan(ctx context.Context, pattern string) ([]string, error) {
 	seen := map[string]struct{}{}
 	one := func(ctx context.Context, c goredis.Cmdable) error {
 		var cursor uint64
@@ -338,7 +347,7 @@ func (d *Driver) scan(ctx context.Context, pattern string) ([]string, error) {
 		}
 	}
 	var err error
-	if cc, ok := d.c.(*goredis.ClusterClient); ok {
+	if cc, ok := ks.c.(*goredis.ClusterClient); ok {
 		var mu = make(chan struct{}, 1)
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error {
 			mu <- struct{}{}
@@ -346,7 +355,7 @@ func (d *Driver) scan(ctx context.Context, pattern string) ([]string, error) {
 			return one(ctx, c)
 		})
 	} else {
-		err = one(ctx, d.c)
+		err = one(ctx, ks.c)
 	}
 	if err != nil {
 		return nil, err
@@ -356,21 +365,21 @@ func (d *Driver) scan(ctx context.Context, pattern string) ([]string, error) {
 	return out, nil
 }
 
-// keysList reads every record of service. Its revision is the server's
+// list reads every record of service. Its revision is the server's
 // clock (µs) taken before the scan: later lists have higher revisions.
-func (d *Driver) keysList(ctx context.Context, service string) (driver.Snapshot, error) {
-	now, err := d.c.Time(ctx).Result()
+func (ks *keysLayout) list(ctx context.Context, service string) (driver.Snapshot, error) {
+	now, err := ks.c.Time(ctx).Result()
 	if err != nil {
-		return driver.Snapshot{}, d.wrap("list "+service, err)
+		return driver.Snapshot{}, ks.wrap("list "+service, err)
 	}
-	prefix := d.keyPrefix(service)
-	keys, err := d.scan(ctx, globEscape(prefix)+"*")
+	prefix := ks.keyPrefix(service)
+	keys, err := ks.scan(ctx, globEscape(prefix)+"*")
 	if err != nil {
-		return driver.Snapshot{}, d.wrap("list "+service, err)
+		return driver.Snapshot{}, ks.wrap("list "+service, err)
 	}
 	cmds := make([]*goredis.StringCmd, len(keys))
 	if len(keys) > 0 {
-		_, err = d.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		_, err = ks.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for i, k := range keys {
 				cmds[i] = p.Get(ctx, k)
 			}
@@ -380,7 +389,7 @@ func (d *Driver) keysList(ctx context.Context, service string) (driver.Snapshot,
 		if err != nil && !errors.As(err, &reply) {
 			// A reply error (a key of another type under the prefix) only
 			// fails its own GET; anything else fails the list.
-			return driver.Snapshot{}, d.wrap("list "+service, err)
+			return driver.Snapshot{}, ks.wrap("list "+service, err)
 		}
 	}
 	byID := map[string]driver.Instance{}
@@ -408,14 +417,14 @@ func (d *Driver) keysList(ctx context.Context, service string) (driver.Snapshot,
 	return s, nil
 }
 
-func (d *Driver) keysServices(ctx context.Context) ([]string, error) {
-	keys, err := d.scan(ctx, globEscape(d.o.Prefix+":")+"*")
+func (ks *keysLayout) services(ctx context.Context) ([]string, error) {
+	keys, err := ks.scan(ctx, globEscape(ks.o.Prefix+":")+"*")
 	if err != nil {
-		return nil, d.wrap("services", err)
+		return nil, ks.wrap("services", err)
 	}
 	set := map[string]struct{}{}
 	for _, k := range keys {
-		name, _, ok := strings.Cut(strings.TrimPrefix(k, d.o.Prefix+":"), ":")
+		name, _, ok := strings.Cut(strings.TrimPrefix(k, ks.o.Prefix+":"), ":")
 		if ok && driver.ValidateService(name) == nil {
 			set[name] = struct{}{}
 		}

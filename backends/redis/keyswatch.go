@@ -18,7 +18,7 @@ import (
 // keys (when the server publishes them). Events are only hints: they are
 // lost while disconnected and late under load, so polling stays on.
 type keysStream struct {
-	d     *Driver
+	ks    *keysLayout
 	svc   string
 	last  driver.Snapshot
 	runID string // the server's run_id when last checked; "" unknown
@@ -31,22 +31,22 @@ type keysStream struct {
 	once    sync.Once
 }
 
-func (d *Driver) keysWatch(ctx context.Context, service string) (driver.Stream, error) {
-	s, err := d.keysList(ctx, service)
+func (ks *keysLayout) watch(ctx context.Context, service string) (driver.Stream, error) {
+	s, err := ks.list(ctx, service)
 	if err != nil {
 		return nil, err
 	}
-	st := &keysStream{d: d, svc: service, last: s, pending: true, hints: make(chan struct{}, 1), closed: make(chan struct{})}
-	st.runID = d.runID(ctx)
-	if d.notifyEnabled(ctx) {
-		db := d.copts.DB
+	st := &keysStream{ks: ks, svc: service, last: s, pending: true, hints: make(chan struct{}, 1), closed: make(chan struct{})}
+	st.runID = ks.runID(ctx)
+	if ks.notifyEnabled(ctx) {
+		db := ks.copts.DB
 		chans := []string{}
 		// Not "expire": heartbeats (EXPIRE) change nothing a watcher sees,
 		// and would make every watcher relist on every heartbeat.
 		for _, ev := range []string{"set", "del", "expired"} {
 			chans = append(chans, "__keyevent@"+strconv.Itoa(db)+"__:"+ev)
 		}
-		st.ps = d.c.Subscribe(context.WithoutCancel(ctx), chans...)
+		st.ps = ks.c.Subscribe(context.WithoutCancel(ctx), chans...)
 		st.done = make(chan struct{})
 		go st.listen()
 	}
@@ -54,16 +54,16 @@ func (d *Driver) keysWatch(ctx context.Context, service string) (driver.Stream, 
 }
 
 // notifyEnabled decides whether to subscribe to keyspace events.
-func (d *Driver) notifyEnabled(ctx context.Context) bool {
+func (ks *keysLayout) notifyEnabled(ctx context.Context) bool {
 	switch {
-	case d.o.Notify == NotifyOff, d.isCluster():
+	case ks.o.Notify == NotifyOff, ks.isCluster():
 		// Cluster events are node-local: a subscription on one node misses
 		// the others'. Poll only.
 		return false
-	case d.o.Notify == NotifyOn:
+	case ks.o.Notify == NotifyOn:
 		return true
 	}
-	f, err := d.notifyFlags(ctx)
+	f, err := ks.notifyFlags(ctx)
 	if err != nil {
 		return true // CONFIG may be renamed away; subscribing costs little
 	}
@@ -71,8 +71,8 @@ func (d *Driver) notifyEnabled(ctx context.Context) bool {
 }
 
 // notifyFlags returns the server's notify-keyspace-events.
-func (d *Driver) notifyFlags(ctx context.Context) (string, error) {
-	cfg, err := d.c.ConfigGet(ctx, "notify-keyspace-events").Result()
+func (ks *keysLayout) notifyFlags(ctx context.Context) (string, error) {
+	cfg, err := ks.c.ConfigGet(ctx, "notify-keyspace-events").Result()
 	if err != nil {
 		return "", err
 	}
@@ -85,30 +85,22 @@ func eventsUsable(f string) bool {
 	return strings.Contains(f, "E") && (strings.Contains(f, "A") || strings.Contains(f, "g") || strings.Contains(f, "x"))
 }
 
-// Notes describes where this deployment makes the driver behave worse than
-// its best case, one sentence each ("roster conformance" prints them
-// before its results). Only layout keys has any: without keyspace
-// notifications, changes and expiries reach watchers by polling alone. It
-// may ask the server (CONFIG GET notify-keyspace-events); a failure there
-// is a note too, never an error.
-func (d *Driver) Notes(ctx context.Context) []string {
-	if d.o.Layout != LayoutKeys {
-		return nil
-	}
-	polled := fmt.Sprintf("changes and expiries reach watchers only by the poll relist, within %v (option poll)", d.o.Poll)
+// notes says when watches poll alone, one sentence each (Driver.Notes).
+func (ks *keysLayout) notes(ctx context.Context) []string {
+	polled := fmt.Sprintf("changes and expiries reach watchers only by the poll relist, within %v (option poll)", ks.o.Poll)
 	switch {
-	case d.isCluster():
+	case ks.isCluster():
 		return []string{"layout keys on Redis Cluster: keyspace notifications are node-local and not used; " + polled}
-	case d.o.Notify == NotifyOff:
+	case ks.o.Notify == NotifyOff:
 		return []string{"keyspace notifications not used (notify=off): " + polled}
 	}
-	f, err := d.notifyFlags(ctx)
+	f, err := ks.notifyFlags(ctx)
 	switch {
-	case err != nil && d.o.Notify == NotifyOn:
+	case err != nil && ks.o.Notify == NotifyOn:
 		return nil
 	case err != nil:
 		return []string{fmt.Sprintf("cannot read notify-keyspace-events (%v): watches subscribe anyway; if the server publishes no events, %s",
-			d.wrap("config get", err), polled)}
+			ks.wrap("config get", err), polled)}
 	case !eventsUsable(f):
 		return []string{fmt.Sprintf("keyspace notifications disabled (notify-keyspace-events=%q; set it to Eg$x or EA): %s", f, polled)}
 	}
@@ -119,7 +111,7 @@ func (d *Driver) Notes(ctx context.Context) []string {
 // (re)subscription — events may have been lost before it — into hints.
 func (st *keysStream) listen() {
 	defer close(st.done)
-	prefix := st.d.keyPrefix(st.svc)
+	prefix := st.ks.keyPrefix(st.svc)
 	for msg := range st.ps.ChannelWithSubscriptions() {
 		switch m := msg.(type) {
 		case *goredis.Message:
@@ -147,7 +139,7 @@ func (st *keysStream) Next(ctx context.Context) (driver.Snapshot, error) {
 		st.pending = false
 		return st.last, nil
 	}
-	t := time.NewTimer(st.d.o.Poll)
+	t := time.NewTimer(st.ks.o.Poll)
 	defer t.Stop()
 	for {
 		select {
@@ -158,14 +150,14 @@ func (st *keysStream) Next(ctx context.Context) (driver.Snapshot, error) {
 		case <-st.hints:
 		case <-t.C:
 		}
-		s, err := st.d.keysList(ctx, st.svc)
+		s, err := st.ks.list(ctx, st.svc)
 		if err != nil {
 			if ctx.Err() != nil {
 				return driver.Snapshot{}, ctx.Err()
 			}
 			return driver.Snapshot{}, err
 		}
-		t.Reset(st.d.o.Poll)
+		t.Reset(st.ks.o.Poll)
 		if lost(st.last, s) && st.restarted(ctx) {
 			// The pool re-dialled a restarted server without an error: say
 			// so, so that the registry holds the instances whose leases
@@ -195,7 +187,7 @@ func lost(prev, cur driver.Snapshot) bool {
 // a poll costs no extra command. Unknown (a Cluster, INFO refused) is
 // never a restart.
 func (st *keysStream) restarted(ctx context.Context) bool {
-	id := st.d.runID(ctx)
+	id := st.ks.runID(ctx)
 	if id == "" {
 		return false
 	}
@@ -206,11 +198,11 @@ func (st *keysStream) restarted(ctx context.Context) bool {
 
 // runID returns the server's run_id, which changes at every restart, or
 // "" when it cannot be known (Cluster: one per node; INFO refused).
-func (d *Driver) runID(ctx context.Context) string {
-	if d.isCluster() {
+func (ks *keysLayout) runID(ctx context.Context) string {
+	if ks.isCluster() {
 		return ""
 	}
-	info, err := d.c.Info(ctx, "server").Result()
+	info, err := ks.c.Info(ctx, "server").Result()
 	if err != nil {
 		return ""
 	}

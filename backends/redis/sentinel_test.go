@@ -6,15 +6,22 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 )
 
-// Sentinel: the master crashes, Sentinel promotes the replica; the lease
-// keeps (or re-creates) its instance on the new master and a watcher
-// converges, with registrations flowing again.
-func TestSentinelFailover(t *testing.T) {
-	t.Parallel()
+// sentinelConformance runs the suite on a master, its replica and a
+// Sentinel, then sentinelFailover, last: it leaves the master dead.
+func sentinelConformance(t *testing.T) {
 	f := redistest.StartFailover(t)
+	conformance.Run(t, f.Harness(t, hash, hashCfg))
+	t.Run("Failover", func(t *testing.T) { sentinelFailover(t, f) })
+}
+
+// sentinelFailover: the master crashes, Sentinel promotes the replica;
+// the lease keeps (or re-creates) its instance on the new master and a
+// watcher converges, with registrations flowing again.
+func sentinelFailover(t *testing.T, f *redistest.Failover) {
 	ctx := t.Context()
 	u := "redis+sentinel://" + f.Sentinel.Addr() + "?master=" + f.Name + "&dial_timeout=300ms"
 	r := open(t, u)

@@ -70,6 +70,14 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
+	if err := c.waitOK(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitOK waits until every node reports cluster_state:ok, for 30s at most.
+func (c *Cluster) waitOK(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for _, s := range c.Nodes {
 		cl := s.Client()
@@ -80,13 +88,25 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			}
 			if time.Now().After(deadline) {
 				cl.Close()
-				t.Fatalf("redistest: node %s not ok within 30s: %v %s", s.Addr(), err, info)
+				return fmt.Errorf("redistest: node %s not ok within 30s: %v %s", s.Addr(), err, info)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		cl.Close()
 	}
-	return c
+	return nil
+}
+
+// Restart restarts every node, one after the other, as Server.Restart
+// does (each keeps its cluster configuration, nodes.conf, either way),
+// and waits until the cluster is whole again.
+func (c *Cluster) Restart(ctx context.Context, keepData bool) error {
+	for _, n := range c.Nodes {
+		if err := n.Restart(ctx, keepData); err != nil {
+			return err
+		}
+	}
+	return c.waitOK(ctx)
 }
 
 func clusterPort() (int, error) {

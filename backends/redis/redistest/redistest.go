@@ -3,6 +3,13 @@
 // test cleanup. It never skips: a missing redis-server fails the test with
 // a message saying how to install it.
 //
+// Each deployment — a Server (Start, StartTLS), a Cluster (StartCluster), a
+// Sentinel failover group (StartFailover) — gives the conformance harness
+// of the Redis backend on it (Harness), so that a conformance test is one
+// line per topology:
+//
+//	conformance.Run(t, redistest.Start(t).Harness(t, "layout=keys", cfg))
+//
 // The binary is $ROSTER_REDIS_SERVER if set, else redis-server on PATH
 // (Debian: apt-get install -y redis-server; scripts/test.sh does that).
 package redistest
@@ -61,12 +68,14 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // Server is one private redis-server process.
 type Server struct {
-	bin  string
-	dir  string
-	port int
-	pre  []string // arguments before the options (a config file)
-	args []string
-	pass string // the default user's password (--requirepass), if any
+	bin     string
+	dir     string
+	port    int
+	pre     []string // arguments before the options (a config file)
+	args    []string
+	pass    string // the default user's password (--requirepass), if any
+	tls     *TLSFiles
+	tlsPort int
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -96,17 +105,26 @@ func NewServer(dir string, args ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, dir: dir, args: args}
-	for i, a := range args {
-		if a == "--requirepass" && i+1 < len(args) {
-			s.pass = args[i+1]
+	return newServer(&Server{bin: bin, dir: dir, args: args})
+}
+
+func newServer(s *Server) (*Server, error) {
+	for i, a := range s.args {
+		if a == "--requirepass" && i+1 < len(s.args) {
+			s.pass = s.args[i+1]
 		}
 	}
+	var err error
 	// A port is free when we ask; another process may take it before the
 	// server binds, so retry a few times on a bind failure.
 	for range 5 {
 		if s.port, err = loopback.FreePort(); err != nil {
 			return nil, err
+		}
+		if s.tls != nil {
+			if s.tlsPort, err = loopback.FreePort(); err != nil {
+				return nil, err
+			}
 		}
 		if err = s.start(); err == nil {
 			return s, nil
@@ -136,6 +154,10 @@ func (s *Server) start() error {
 		"--dir", s.dir, "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no",
 		"--daemonize", "no", "--protected-mode", "no", "--logfile", "",
 	), s.args...)
+	if f := s.tls; f != nil {
+		args = append(args, "--tls-port", strconv.Itoa(s.tlsPort), "--tls-cert-file", f.CertFile,
+			"--tls-key-file", f.KeyFile, "--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "yes")
+	}
 	log, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

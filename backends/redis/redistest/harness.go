@@ -1,0 +1,221 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	rredis "github.com/roster-go/roster/backends/redis"
+	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/registry"
+)
+
+// Harness returns the conformance harness of s: registries open
+// redis://<addr>/0?<query>, where query holds driver options (such as
+// "layout=keys&poll=100ms"), and cfg declares the timings. It has every
+// fault hook: partitions (TCP proxies), restarts, wipes (FLUSHALL) and
+// external deletes (DEL of the instance's key).
+func (s *Server) Harness(t testing.TB, query string, cfg conformance.Config) conformance.Harness {
+	h := newHarness(t, "redis://"+s.Addr()+"/0?"+query, cfg, s.Client)
+	return &restartable{h, s.Restart}
+}
+
+// Harness returns the conformance harness of the cluster, as Server.Harness
+// does; its registries are given every node as a seed, and a restart
+// restarts every node and waits for the cluster to be whole again.
+func (c *Cluster) Harness(t testing.TB, query string, cfg conformance.Config) conformance.Harness {
+	h := newHarness(t, "redis+cluster://"+strings.Join(c.Addrs(), ",")+"?"+query, cfg,
+		func() redis.UniversalClient { return c.Client() })
+	return &restartable{h, c.Restart}
+}
+
+// Harness returns the conformance harness of the failover group, as
+// Server.Harness does, but without restarts: Sentinel answers a master
+// that goes away by promoting the replica, so a restart in place is not
+// what happens to this deployment. It declares the restart checks in
+// cfg.Skip; test a failover instead (Kill the Master).
+func (f *Failover) Harness(t testing.TB, query string, cfg conformance.Config) conformance.Harness {
+	cfg.Skip = maps.Clone(cfg.Skip)
+	if cfg.Skip == nil {
+		cfg.Skip = map[string]string{}
+	}
+	for _, c := range []string{"RestartKeepingData", "RestartLosingData"} {
+		cfg.Skip[c] = "a Sentinel deployment does not restart its master in place: Sentinel fails over to the replica"
+	}
+	return newHarness(t, "redis+sentinel://"+f.Sentinel.Addr()+"/0?master="+f.Name+"&"+query, cfg,
+		func() redis.UniversalClient {
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: f.Name, SentinelAddrs: []string{f.Sentinel.Addr()}})
+		})
+}
+
+// harness serves every topology: the URL says which, admin returns a
+// client for the fault hooks.
+type harness struct {
+	url   string
+	cfg   conformance.Config
+	admin func() redis.UniversalClient
+
+	mu    sync.Mutex
+	links []*link
+}
+
+func newHarness[C redis.UniversalClient](t testing.TB, rawURL string, cfg conformance.Config, admin func() C) *harness {
+	h := &harness{url: rawURL, cfg: cfg, admin: func() redis.UniversalClient { return admin() }}
+	t.Cleanup(h.close)
+	return h
+}
+
+type restartable struct {
+	*harness
+	restart func(ctx context.Context, keepData bool) error
+}
+
+func (h *restartable) Restart(ctx context.Context, keepData bool) error {
+	return h.restart(ctx, keepData)
+}
+
+func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
+	return registry.Open(ctx, h.url, registry.WithResyncInterval(time.Second))
+}
+
+func (h *harness) Config() conformance.Config { return h.cfg }
+
+// OpenLinked opens a registry whose every connection — to a server, a
+// cluster node or a Sentinel, whichever address the client learns — goes
+// through a TCP proxy of its own: cutting the proxies is the partition.
+func (h *harness) OpenLinked(context.Context) (*registry.Registry, conformance.Link, error) {
+	u, err := url.Parse(h.url)
+	if err != nil {
+		return nil, nil, err
+	}
+	copts, o, err := rredis.ParseURL(u)
+	if err != nil {
+		return nil, nil, err
+	}
+	l := &link{connected: true, proxies: map[string]*loopback.Proxy{}}
+	h.mu.Lock()
+	h.links = append(h.links, l)
+	h.mu.Unlock()
+	copts.Dialer = l.dial
+	d, err := rredis.New(copts, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return registry.New(d, registry.WithResyncInterval(time.Second)), l, nil
+}
+
+func (h *harness) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.links {
+		l.close()
+	}
+	h.links = nil
+}
+
+func (h *harness) Wipe(ctx context.Context) error {
+	c := h.admin()
+	defer c.Close()
+	return forEachMaster(ctx, c, func(ctx context.Context, m *redis.Client) error { return m.FlushAll(ctx).Err() })
+}
+
+// DeleteExternally removes the instance's key as an operator would: DEL
+// on the record, nothing else.
+func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) error {
+	u, err := url.Parse(h.url)
+	if err != nil {
+		return err
+	}
+	_, o, err := rredis.ParseURL(u)
+	if err != nil {
+		return err
+	}
+	c := h.admin()
+	defer c.Close()
+	if o.Layout == rredis.LayoutHash {
+		return c.Del(ctx, o.Prefix+":{"+in.Service+"}:i:"+in.ID).Err()
+	}
+	found := false
+	err = forEachMaster(ctx, c, func(ctx context.Context, m *redis.Client) error {
+		keys, err := m.Keys(ctx, o.Prefix+":"+in.Service+":*").Result()
+		for _, k := range keys {
+			v, _ := m.Get(ctx, k).Result()
+			if strings.Contains(v, "roster_id="+in.ID+",") || strings.Contains(v, "roster_id="+in.ID+`"`) {
+				found = true
+				return m.Del(ctx, k).Err()
+			}
+		}
+		return err
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("redistest: no key holds %s", in.ID)
+	}
+	return err
+}
+
+// forEachMaster runs fn on every master of c: the cluster's, or c itself.
+func forEachMaster(ctx context.Context, c redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, fn)
+	}
+	return fn(ctx, c.(*redis.Client))
+}
+
+// link is one registry's connections: one proxy per address it dials.
+type link struct {
+	mu        sync.Mutex
+	connected bool
+	closed    bool
+	proxies   map[string]*loopback.Proxy
+}
+
+func (l *link) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	l.mu.Lock()
+	p, ok := l.proxies[addr]
+	if l.closed {
+		l.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	if !ok {
+		var err error
+		if p, err = loopback.NewProxy(addr); err != nil {
+			l.mu.Unlock()
+			return nil, err
+		}
+		_ = p.SetConnected(ctx, l.connected)
+		l.proxies[addr] = p
+	}
+	l.mu.Unlock()
+	var d net.Dialer
+	return d.DialContext(ctx, network, p.Addr())
+}
+
+// SetConnected cuts (false) or restores (true) every connection of the
+// registry, present and future.
+func (l *link) SetConnected(ctx context.Context, connected bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.connected = connected
+	for _, p := range l.proxies {
+		_ = p.SetConnected(ctx, connected)
+	}
+	return nil
+}
+
+func (l *link) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, p := range l.proxies {
+		_ = p.Close()
+	}
+}
