@@ -12,7 +12,9 @@
 //
 // Register validates the instance (service name [a-z0-9][a-z0-9._-]{0,127},
 // host:port address, at most 64 metadata pairs of ≤128-byte keys and
-// ≤512-byte values, ≤16 KiB encoded; a *FieldError names the field), gives
+// ≤512-byte values, ≤16 KiB encoded; version, zone, tags and metadata
+// values printable UTF-8, no control characters; a *FieldError names the
+// field), gives
 // it a unique ID if it has none (<service>-<host>-<port>-<random>, so two
 // processes on one address never overwrite each other) and writes it. The
 // returned Lease heartbeats every TTL/3 (default TTL 10s) with jitter. When

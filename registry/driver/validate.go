@@ -35,13 +35,12 @@ func ValidateService(name string) error {
 	if len(name) > MaxServiceLen {
 		return invalid("service", "%d bytes, at most %d allowed", len(name), MaxServiceLen)
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	for i, c := range name { // runes: a non-ASCII name is reported by its character, not a byte of it
 		switch {
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
 		case (c == '.' || c == '_' || c == '-') && i > 0:
 		default:
-			return invalid("service", "%q: character %q at %d not allowed (want [a-z0-9][a-z0-9._-]*)", name, c, i)
+			return invalid("service", "%q: character %q at byte %d not allowed (want [a-z0-9][a-z0-9._-]*)", name, c, i)
 		}
 	}
 	return nil
@@ -130,8 +129,10 @@ func (i Instance) Validate() error {
 		if len(v) > MaxMetadataValLen {
 			return invalid("metadata["+k+"]", "value of %d bytes, at most %d allowed", len(v), MaxMetadataValLen)
 		}
-		if !utf8.ValidString(v) {
-			return invalid("metadata["+k+"]", "value is not valid UTF-8")
+		// Values reach terminals ("roster ls") and logs: a newline or an
+		// escape sequence in one could forge lines or drive the terminal.
+		if err := printable("metadata["+k+"]", v, MaxMetadataValLen); err != nil {
+			return err
 		}
 	}
 	b, err := json.Marshal(i)
@@ -173,7 +174,7 @@ func printable(field, s string, max int) error {
 		return invalid(field, "not valid UTF-8")
 	}
 	for _, r := range s {
-		if r < ' ' || r == 0x7f {
+		if r < ' ' || (r >= 0x7f && r <= 0x9f) { // C0, DEL and C1 (0x9b is a CSI to many terminals)
 			return invalid(field, "control character %U", r)
 		}
 	}

@@ -129,3 +129,32 @@ func TestSnapshotFindAndClone(t *testing.T) {
 		t.Error("an instance is not Equal to its clone")
 	}
 }
+
+// TestMetadataValuesHaveNoControlCharacters: a registrant cannot forge
+// lines of "roster ls" or send terminal escapes through its metadata,
+// as it already could not through version, zone or tags.
+func TestMetadataValuesHaveNoControlCharacters(t *testing.T) {
+	base := Instance{ID: "x-1", Service: "svc", Address: "127.0.0.1:1"}
+	for _, v := range []string{"a\nfake-row", "\x1b[2J", "nul\x00", "del\x7f", "csi\u009b31m"} {
+		in := base.Clone()
+		in.Metadata = map[string]string{"note": v}
+		var fe *FieldError
+		if err := in.Validate(); !errors.As(err, &fe) || fe.Field != "metadata[note]" || !strings.Contains(err.Error(), "control character") {
+			t.Errorf("metadata value %q: Validate() = %v, want a control-character error on metadata[note]", v, err)
+		}
+	}
+	in := base.Clone()
+	in.Metadata = map[string]string{"note": "数据中心 — ünïcødé ✓"}
+	if err := in.Validate(); err != nil {
+		t.Errorf("printable unicode rejected: %v", err)
+	}
+}
+
+// TestServiceNameErrorNamesTheCharacter: a non-ASCII name is reported by
+// its character, not by the first byte of its encoding ('Ã').
+func TestServiceNameErrorNamesTheCharacter(t *testing.T) {
+	err := ValidateService("apiä")
+	if err == nil || !strings.Contains(err.Error(), "'ä'") || strings.Contains(err.Error(), "Ã") {
+		t.Errorf("ValidateService(\"apiä\") = %v, want the character 'ä' named", err)
+	}
+}
