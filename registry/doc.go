@@ -14,9 +14,9 @@
 // host:port address, at most 64 metadata pairs of ≤128-byte keys and
 // ≤512-byte values, ≤16 KiB encoded; version, zone, tags and metadata
 // values printable UTF-8, no control characters; a *FieldError names the
-// field), gives
-// it a unique ID if it has none (<service>-<host>-<port>-<random>, so two
-// processes on one address never overwrite each other) and writes it. The
+// field), gives it a unique ID if it has none
+// (<service>-<host>-<port>-<random>, so two processes on one address never
+// overwrite each other) and writes it. The
 // returned Lease heartbeats every TTL/3 (default TTL 10s) with jitter. When
 // the backend reports the registration lost — expired during an outage,
 // deleted by hand, data wiped, agent restarted — the lease writes it again
