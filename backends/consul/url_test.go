@@ -1,24 +1,16 @@
 package consul_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roster-go/roster/backends/consul"
+	"github.com/roster-go/roster/internal/testca"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -29,47 +21,6 @@ func parseURL(t *testing.T, raw string) (consul.Options, error) {
 		t.Fatal(err)
 	}
 	return consul.ParseURL(u)
-}
-
-// tlsFiles writes a CA and a certificate it signs for 127.0.0.1 and
-// "consul.test" into dir: ca.pem, cert.pem, key.pem.
-func tlsFiles(t *testing.T, dir string) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "roster test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "consul.test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{"consul.test"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string]*pem.Block{
-		"ca.pem":   {Type: "CERTIFICATE", Bytes: caDER},
-		"cert.pem": {Type: "CERTIFICATE", Bytes: leafDER},
-		"key.pem":  {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(b), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // TLS is spelled as on every backend; consuls:// or tls=true turns it on,
@@ -157,3 +108,7 @@ func TestPublicOptions(t *testing.T) {
 		}
 	}
 }
+
+// tlsFiles writes a CA and a certificate it signs for 127.0.0.1 and
+// "consul.test" into dir: ca.pem, cert.pem, key.pem.
+func tlsFiles(t *testing.T, dir string) { testca.Write(t, dir, "consul.test") }

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -321,29 +320,6 @@ func TestSidecarBadInputFailsBeforeTheChildStarts(t *testing.T) {
 				t.Error("CMD was started")
 			}
 		})
-	}
-}
-
-// If the sidecar dies, CMD dies with it.
-func TestSidecarChildDiesWithIt(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the kernel kills orphans on request only on Linux (Pdeathsig)")
-	}
-	_, url := openReg(t, "/cli-orphan")
-	s := startSidecar(t, []string{childEnv + "=wait"},
-		"--registry", url, "--service", "orphan", "--addr", "127.0.0.1:8092", "--ttl", "3s")
-	var pid int
-	if _, err := fmt.Sscanf(s.line(t, "running", 20*time.Second), "running %d", &pid); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(pid, syscall.SIGKILL)
-	s.cmd.Process.Kill() // the sidecar only
-	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("CMD (pid %d) outlived the sidecar by 10 s", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -50,7 +50,7 @@ func FuzzRedact(f *testing.F) {
 	f.Fuzz(func(t *testing.T, scheme, user, host, path, query string, pos int, op, c byte) {
 		for _, part := range []string{scheme, user, host, path, query} {
 			if strings.Contains(part, secret[:5]) {
-				t.Skip("the secret is already part of a non-secret field")
+				return // the secret is already part of a non-secret field: nothing to hide
 			}
 		}
 		raw := scheme + "://" + user + ":" + secret + "@" + host + path + "?" + query + "&token=" + secret
