@@ -386,7 +386,11 @@ func newService(c *Client, name string, sel *selector.Selector, w *registry.Watc
 	s := &service{c: c, name: name, sel: sel, w: w, ready: make(chan struct{}), cancel: cancel,
 		done: make(chan struct{}), confirmed: make(chan struct{})}
 	go s.follow(ctx)
-	go s.confirm(ctx)
+	if c.cfg.dir != "" {
+		go s.confirm(ctx, c.cfg.dir)
+	} else {
+		close(s.confirmed) // nothing persisted, nothing to confirm
+	}
 	return s
 }
 
@@ -402,12 +406,8 @@ func (s *service) stop() {
 // every period the file is marked confirmed now. A process that starts
 // during an outage then measures staleness from the last confirmation,
 // not from the last change (which may be days old).
-func (s *service) confirm(ctx context.Context) {
+func (s *service) confirm(ctx context.Context, dir string) {
 	defer close(s.confirmed)
-	dir := s.c.cfg.dir
-	if dir == "" {
-		return
-	}
 	t := time.NewTicker(confirmPeriod(s.c.cfg.maxStale))
 	defer t.Stop()
 	for {
