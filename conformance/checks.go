@@ -876,13 +876,20 @@ func externalDelete(t TB, s *suite) {
 	eventually(t, s.cfg.Propagation, "lease healthy", func() (bool, string) { return l.State() == registry.LeaseHealthy, l.State().String() })
 }
 
-func partitionShort(t TB, s *suite) {
-	obs := s.open(t)
+// openLinked opens a registry whose link to the backend the check can
+// cut; the link is healed and the registry closed at cleanup.
+func (s *suite) openLinked(t TB) (*registry.Registry, Link) {
 	r, link, err := s.h.(Partitioner).OpenLinked(t.Context())
 	if err != nil {
 		t.Fatalf("OpenLinked: %v", err)
 	}
 	t.Cleanup(func() { _ = link.SetConnected(context.Background(), true); _ = r.Close() })
+	return r, link
+}
+
+func partitionShort(t TB, s *suite) {
+	obs := s.open(t)
+	r, link := s.openLinked(t)
 	svc := service("pshort")
 	l := s.register(t, r, s.inst(svc))
 	id := l.Instance().ID
@@ -918,11 +925,7 @@ func partitionShort(t TB, s *suite) {
 
 func partitionLong(t TB, s *suite) {
 	obs := s.open(t)
-	r, link, err := s.h.(Partitioner).OpenLinked(t.Context())
-	if err != nil {
-		t.Fatalf("OpenLinked: %v", err)
-	}
-	t.Cleanup(func() { _ = link.SetConnected(context.Background(), true); _ = r.Close() })
+	r, link := s.openLinked(t)
 	svc := service("plong")
 	var states sync.Map
 	l := s.register(t, r, s.inst(svc), registry.WithStateHook(func(st registry.LeaseState, _ error) { states.Store(st, true) }))
@@ -948,11 +951,7 @@ func partitionLong(t TB, s *suite) {
 
 func watcherStale(t TB, s *suite) {
 	r := s.open(t)
-	obs, link, err := s.h.(Partitioner).OpenLinked(t.Context())
-	if err != nil {
-		t.Fatalf("OpenLinked: %v", err)
-	}
-	t.Cleanup(func() { _ = link.SetConnected(context.Background(), true); _ = obs.Close() })
+	obs, link := s.openLinked(t)
 	svc := service("wstale")
 	a := s.register(t, r, s.inst(svc))
 	w := s.watch(t, obs, svc)

@@ -121,9 +121,14 @@ func NewRegistry(p RegistryParams) (*registry.Registry, error) {
 
 // RegistryOptions supplies registry options to Module's Registry.
 func RegistryOptions(opts ...registry.Option) fx.Option {
-	var out []fx.Option
-	for _, o := range opts {
-		out = append(out, fx.Provide(fx.Annotate(func() registry.Option { return o }, fx.ResultTags(`group:"roster.registry_options"`))))
+	return group(`group:"roster.registry_options"`, opts)
+}
+
+// group provides each of values into the fx value group named by tag.
+func group[T any](tag string, values []T) fx.Option {
+	out := make([]fx.Option, 0, len(values))
+	for _, v := range values {
+		out = append(out, fx.Provide(fx.Annotate(func() T { return v }, fx.ResultTags(tag))))
 	}
 	return fx.Options(out...)
 }
@@ -148,9 +153,5 @@ func NewClient(p ClientParams) (*middleware.Client, error) {
 
 // ClientOptions supplies middleware options to ClientModule's Client.
 func ClientOptions(opts ...middleware.Option) fx.Option {
-	var out []fx.Option
-	for _, o := range opts {
-		out = append(out, fx.Provide(fx.Annotate(func() middleware.Option { return o }, fx.ResultTags(`group:"roster.client_options"`))))
-	}
-	return fx.Options(out...)
+	return group(`group:"roster.client_options"`, opts)
 }
