@@ -4,6 +4,7 @@
 #   - redis-server from Debian's packages (apt-get) when it is missing;
 #   - a Consul agent (v1.13.9, MPL-2.0) built once from the Go module proxy
 #     into $ROSTER_CACHE (default ~/.cache/roster), reused afterwards;
+#   - kube-apiserver v1.34.2 (Apache-2.0), built the same way (tools/kube);
 #   - etcd runs embedded in the test processes (go.etcd.io/etcd/server/v3/embed).
 # Test helpers start private servers on free loopback ports; nothing here
 # starts a long-lived daemon.
@@ -27,6 +28,15 @@ if [ ! -x "$ROSTER_CONSUL_BIN" ]; then
 	echo "== building consul 1.13.9 into $ROSTER_CONSUL_BIN (once; ~12 min cold on 2 cores)"
 	(cd tools/consul && go build -o "$ROSTER_CONSUL_BIN.tmp" github.com/hashicorp/consul)
 	mv "$ROSTER_CONSUL_BIN.tmp" "$ROSTER_CONSUL_BIN"
+fi
+
+export ROSTER_KUBE_APISERVER="${ROSTER_KUBE_APISERVER:-$ROSTER_CACHE/kube-apiserver-v1.34.2}"
+if [ ! -x "$ROSTER_KUBE_APISERVER" ]; then
+	echo "== building kube-apiserver v1.34.2 into $ROSTER_KUBE_APISERVER (once; ~7 min cold on 2 cores)"
+	V=k8s.io/component-base/version
+	(cd tools/kube && go build -ldflags "-s -w -X $V.gitVersion=v1.34.2 -X $V.gitMajor=1 -X $V.gitMinor=34" \
+		-o "$ROSTER_KUBE_APISERVER.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+	mv "$ROSTER_KUBE_APISERVER.tmp" "$ROSTER_KUBE_APISERVER"
 fi
 
 echo "== gofmt / go vet"

@@ -1,0 +1,10 @@
+//go:build tools
+
+// Package kube pins the kube-apiserver (v1.34.2, Apache-2.0) that the
+// Kubernetes backend's tests run against. It is its own module so that
+// Kubernetes' dependencies never enter the library's go.mod; scripts/test.sh
+// builds it once into a cache outside the repository (gen-gomod.sh explains
+// the replace block).
+package kube
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
