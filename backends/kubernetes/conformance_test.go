@@ -1,0 +1,12 @@
+package kubernetes_test
+
+import (
+	"testing"
+
+	"github.com/roster-go/roster/backends/kubernetes/kubetest"
+	"github.com/roster-go/roster/conformance"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, kubetest.NewHarness(server))
+}

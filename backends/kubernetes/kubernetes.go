@@ -1,0 +1,257 @@
+// Package kubernetes is the Kubernetes backend of Roster, on client-go:
+// discovery reads the EndpointSlices of a Service; processes outside the
+// cluster (VMs, bare metal) register EndpointSlices of their own whose
+// TTL is enforced with coordination.k8s.io Leases.
+//
+//	import _ "github.com/roster-go/roster/backends/kubernetes"
+//
+//	r, err := registry.Open(ctx, "k8s://?namespace=shop")
+//
+// # URLs
+//
+//	k8s://[?options]             kubeconfig: ?kubeconfig=, else $KUBECONFIG,
+//	                             else ~/.kube/config, else in-cluster
+//	k8s://in-cluster[?options]   the pod's service account
+//
+// Options:
+//
+//	namespace        where services live; default: the kubeconfig
+//	                 context's, the pod's, else "default"
+//	kubeconfig       path of a kubeconfig file
+//	context          kubeconfig context, default the current one
+//	request_timeout  bound on every call, default 5s
+//	sweep_interval   how often a registrant deletes expired registrations,
+//	                 default 10s
+//
+// Credentials come from the kubeconfig or the service account, never from
+// the URL; errors never contain a token.
+//
+// # Discovery
+//
+// A service's instances are the endpoints of the EndpointSlices labelled
+// kubernetes.io/service-name=<service> in the namespace, whoever wrote
+// them (the endpointslice controller for Pods, or Roster):
+//
+//   - an endpoint that is ready (and not terminating) is an instance;
+//   - one that is not ready but still serving (terminating, draining) is an
+//     instance with weight 0, picked only when nothing else is left;
+//   - one that is not serving is left out.
+//
+// Address is the endpoint's first address and the slice's first port; ID
+// the target's name (the Pod), else the address; Zone the endpoint's zone.
+// Weight and version come from the slice's annotations roster.dev/weight
+// and roster.dev/version.
+//
+// Watch runs client-go informers on EndpointSlices and Leases, one shared
+// informer factory per driver, namespaced. List reads the apiserver
+// directly (a consistent list), not the informer cache.
+//
+// # Registration
+//
+// Register writes two objects named roster-<hash of service and ID>: a
+// Lease (holder = the instance ID, leaseDurationSeconds = the TTL, whole
+// seconds) and an EndpointSlice with one endpoint, labelled
+// endpointslice.kubernetes.io/managed-by=roster.dev, owned by the Lease,
+// carrying the instance as JSON (annotation roster.dev/instance) and the
+// Lease's UID (roster.dev/lease). Heartbeat renews the Lease (renewTime)
+// and checks the slice is still there: a Lease or slice deleted or
+// replaced behind our back, or a Lease already expired, is
+// driver.ErrNotFound, and the lease engine registers again.
+//
+// Expiry is enforced twice. Readers ignore a Roster slice whose Lease is
+// missing, belongs to another registration, or whose renewTime plus
+// duration is past (by the reader's clock: keep clocks in sync, as
+// Kubernetes' own leader election requires). And every driver that holds
+// a registration sweeps the namespace each sweep_interval, deleting the
+// slice and Lease of expired registrations with resourceVersion
+// preconditions, so a registrant that renews at the same moment wins. In
+// a real cluster the garbage collector also deletes a slice whose Lease
+// is deleted (owner reference).
+//
+// # Errors and outages
+//
+// A request the apiserver rejects (4xx: invalid, forbidden, unauthorized)
+// is driver.ErrInvalid; a connection error, timeout or 5xx is
+// driver.ErrUnavailable. When an informer's watch fails, every stream of
+// the driver fails with ErrUnavailable (the registry marks snapshots
+// stale and reopens them), and the next Watch starts fresh informers once
+// the apiserver answers again, so recovery never waits on the reflector's
+// backoff (up to 30s).
+package kubernetes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// Scheme is the URL scheme of this backend.
+const Scheme = "k8s"
+
+// Defaults of Options.
+const (
+	DefaultRequestTimeout = 5 * time.Second
+	DefaultSweepInterval  = 10 * time.Second
+)
+
+// Labels and annotations Roster reads and writes.
+const (
+	ManagedBy           = "roster.dev" // value of endpointslice.kubernetes.io/managed-by
+	LabelLeaseService   = "roster.dev/service"
+	AnnotationInstance  = "roster.dev/instance"
+	AnnotationLease     = "roster.dev/lease"
+	AnnotationWeight    = "roster.dev/weight"
+	AnnotationVersion   = "roster.dev/version"
+	labelLeaseManagedBy = "app.kubernetes.io/managed-by"
+)
+
+// Lease durations are whole seconds (leaseDurationSeconds).
+var limits = driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
+
+func init() { driver.Register(Scheme, openURL, publicOptions...) }
+
+// Options configure a Driver opened with New.
+type Options struct {
+	// Config reaches the apiserver. A zero QPS is raised to 200 (burst
+	// 400): client-go's default of 5 would throttle heartbeats.
+	Config *rest.Config
+	// Namespace of the services, default "default".
+	Namespace string
+	// RequestTimeout bounds each call; default DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// SweepInterval: how often a driver holding registrations deletes
+	// expired ones; default DefaultSweepInterval.
+	SweepInterval time.Duration
+}
+
+// Driver is a driver.Driver on a Kubernetes namespace. Wrap it with
+// registry.New, or get one through registry.Open with a k8s:// URL.
+type Driver struct {
+	cs     kubernetes.Interface
+	ns     string
+	reqT   time.Duration
+	sweepT time.Duration
+	closed atomic.Bool
+
+	mu        sync.Mutex
+	inf       *generation // nil until the first Watch; replaced after a failure
+	sweeping  bool
+	stopSweep chan struct{}
+	wg        sync.WaitGroup
+}
+
+// New returns a Driver. It does not contact the apiserver: an unreachable
+// one shows as ErrUnavailable on the first calls.
+func New(opts Options) (*Driver, error) {
+	if opts.Config == nil {
+		return nil, fmt.Errorf("k8s: %w: no client configuration", driver.ErrInvalid)
+	}
+	cfg := rest.CopyConfig(opts.Config)
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 200, 400
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("k8s: %w: %v", driver.ErrInvalid, err)
+	}
+	d := &Driver{cs: cs, ns: opts.Namespace, reqT: opts.RequestTimeout, sweepT: opts.SweepInterval, stopSweep: make(chan struct{})}
+	if d.ns == "" {
+		d.ns = "default"
+	}
+	if d.reqT <= 0 {
+		d.reqT = DefaultRequestTimeout
+	}
+	if d.sweepT <= 0 {
+		d.sweepT = DefaultSweepInterval
+	}
+	return d, nil
+}
+
+// Limits implements driver.Driver.
+func (d *Driver) Limits() driver.Limits { return limits }
+
+// Close stops the informers and the sweeper.
+func (d *Driver) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.mu.Lock()
+	close(d.stopSweep)
+	inf := d.inf
+	d.inf = nil
+	d.mu.Unlock()
+	if inf != nil {
+		inf.stop()
+	}
+	d.wg.Wait()
+	return nil
+}
+
+func (d *Driver) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.reqT)
+}
+
+// ObjectName is the name of the Lease and slice of one registration: a
+// hash, since IDs and service names may hold characters names may not.
+func ObjectName(service, id string) string {
+	h := sha256.Sum256([]byte(service + "/" + id))
+	return "roster-" + hex.EncodeToString(h[:10])
+}
+
+// classify wraps a client error in the driver's vocabulary.
+func classify(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("k8s: %s: %w", op, err)
+	case apierrors.IsNotFound(err) || apierrors.IsGone(err):
+		return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrNotFound, err)
+	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err),
+		apierrors.IsUnauthorized(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err):
+		return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrInvalid, err)
+	}
+	return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrUnavailable, err)
+}
+
+// parseRV reads a resourceVersion; Kubernetes calls it opaque, but on etcd
+// it is the store's revision, which is what Snapshot.Revision wants.
+func parseRV(rv string) uint64 {
+	n, _ := strconv.ParseUint(rv, 10, 64)
+	return n
+}
+
+// addressType is the EndpointSlice address type of host.
+func addressType(host string) discoveryv1.AddressType {
+	ip := net.ParseIP(host)
+	switch {
+	case ip == nil:
+		return discoveryv1.AddressTypeFQDN
+	case ip.To4() != nil:
+		return discoveryv1.AddressTypeIPv4
+	}
+	return discoveryv1.AddressTypeIPv6
+}
+
+// expiry is when a Lease lapses, or the zero time if it carries no renewal.
+func expiry(l *coordv1.Lease) time.Time {
+	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+}

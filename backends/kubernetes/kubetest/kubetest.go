@@ -1,0 +1,306 @@
+// Package kubetest starts a real kube-apiserver for tests, over an etcd
+// embedded in the test process (etcdtest), on free loopback ports with
+// throwaway keys and a static bearer token.
+//
+// The binary (kube-apiserver v1.34.2, Apache-2.0) is $ROSTER_KUBE_APISERVER
+// if set, else ~/.cache/roster/kube-apiserver-v1.34.2, which scripts/test.sh
+// builds once from the Go module proxy (tools/kube). A missing binary is an
+// error, never a skip.
+//
+// There is no controller-manager: nothing derives EndpointSlices from Pods,
+// garbage-collects owner references or deletes namespaces. Tests write
+// slices themselves and use fresh names instead of deleting namespaces.
+// Start takes about 3 s and 260 MB, so a test package shares one Server
+// (TestMain) and starts private ones only for faults.
+package kubetest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/childproc"
+	"github.com/roster-go/roster/internal/loopback"
+)
+
+// EnvBin names the environment variable that points at the binary.
+const EnvBin = "ROSTER_KUBE_APISERVER"
+
+// Version is the Kubernetes release scripts/test.sh builds.
+const Version = "v1.34.2"
+
+// Token is the bearer token of the Server's only user, a member of
+// system:masters. It is a test credential, valid only on test servers.
+const Token = "roster-test-token"
+
+// FindBinary returns the path of kube-apiserver: $ROSTER_KUBE_APISERVER,
+// then ~/.cache/roster/kube-apiserver-v1.34.2.
+func FindBinary() (string, error) {
+	if p := os.Getenv(EnvBin); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("kubetest: %s=%s: %v; run scripts/test.sh, which builds kube-apiserver %s there", EnvBin, p, err, Version)
+		}
+		return p, nil
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		p := filepath.Join(home, ".cache", "roster", "kube-apiserver-"+Version)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("kubetest: no kube-apiserver binary: run scripts/test.sh (it builds %s from the Go module proxy into ~/.cache/roster/kube-apiserver-%s), or set %s", Version, Version, EnvBin)
+}
+
+// Server is a kube-apiserver on its own embedded etcd. Its methods are
+// safe for concurrent use; faults are applied one at a time.
+type Server struct {
+	bin  string
+	dir  string
+	port int
+	etcd *etcdtest.Cluster
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	closed bool
+	links  []*loopback.Proxy
+}
+
+// Start starts etcd and kube-apiserver and waits until /readyz answers.
+// Close stops both and removes their files.
+func Start(ctx context.Context) (*Server, error) {
+	bin, err := FindBinary()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "roster-kubetest-")
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	s := &Server{bin: bin, dir: dir}
+	if err := s.writeCredentials(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if s.etcd, err = etcdtest.Start(ctx, etcdtest.Config{}); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if s.port, err = loopback.FreePort(); err == nil {
+		err = s.start(ctx)
+	}
+	if err != nil {
+		s.etcd.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// writeCredentials writes the service-account signing key and the token
+// file; the serving certificate kube-apiserver writes itself into certs/.
+func (s *Server) writeCredentials() error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	if err := os.WriteFile(filepath.Join(s.dir, "sa.key"), pemKey, 0o600); err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
+	tokens := Token + `,roster-test,1000,"system:masters"` + "\n"
+	if err := os.WriteFile(filepath.Join(s.dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) args() []string {
+	return []string{
+		"--etcd-servers=" + s.etcd.Endpoints()[0],
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(s.port),
+		"--cert-dir=" + filepath.Join(s.dir, "certs"),
+		"--service-cluster-ip-range=10.96.0.0/24",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + filepath.Join(s.dir, "sa.key"),
+		"--service-account-signing-key-file=" + filepath.Join(s.dir, "sa.key"),
+		"--token-auth-file=" + filepath.Join(s.dir, "tokens.csv"),
+		"--authorization-mode=AlwaysAllow",
+		// A loopback advertise address makes the default "lease"
+		// reconciler log an error every 10s.
+		"--endpoint-reconciler-type=none",
+		// Without it SIGTERM waits up to 60s while a watch is open.
+		"--shutdown-watch-termination-grace-period=1s",
+	}
+}
+
+// start runs the binary and waits for /readyz (s.mu held or not yet shared).
+func (s *Server) start(ctx context.Context) error {
+	logf, err := os.OpenFile(s.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("kubetest: %w", err)
+	}
+	cmd := exec.Command(s.bin, s.args()...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	childproc.OrphanProof(cmd)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("kubetest: start %s: %w", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	if err := s.waitReady(ctx); err != nil {
+		s.stop()
+		return fmt.Errorf("%w (log: %s)", err, s.LogFile())
+	}
+	return nil
+}
+
+func (s *Server) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	// TLS unverified for this probe only: the certificate may not be
+	// written yet when polling starts.
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+s.Addr()+"/readyz", nil)
+	req.Header.Set("Authorization", "Bearer "+Token)
+	for {
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-s.exited:
+			return errors.New("kubetest: kube-apiserver exited before it was ready")
+		case <-ctx.Done():
+			return fmt.Errorf("kubetest: kube-apiserver not ready: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends the process: SIGTERM, then SIGKILL after 10s.
+func (s *Server) stop() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.exited
+	}
+	s.cmd = nil
+}
+
+// Addr is the apiserver's host:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// CAFile is the PEM file that verifies the apiserver's certificate.
+func (s *Server) CAFile() string { return filepath.Join(s.dir, "certs", "apiserver.crt") }
+
+// LogFile is where the apiserver's output goes.
+func (s *Server) LogFile() string { return filepath.Join(s.dir, "apiserver.log") }
+
+// Kubeconfig writes a kubeconfig that reaches the apiserver at addr (Addr,
+// or a proxy in front of it) as the test user with the given default
+// namespace, and returns its path. The file holds the token: it lives in
+// the Server's private directory, removed by Close.
+func (s *Server) Kubeconfig(addr, namespace string) (string, error) {
+	f, err := os.CreateTemp(s.dir, "kubeconfig-")
+	if err != nil {
+		return "", fmt.Errorf("kubetest: %w", err)
+	}
+	defer f.Close()
+	_, err = fmt.Fprintf(f, kubeconfig, addr, s.CAFile(), namespace, Token)
+	if err != nil {
+		return "", fmt.Errorf("kubetest: %w", err)
+	}
+	return f.Name(), nil
+}
+
+const kubeconfig = `apiVersion: v1
+kind: Config
+clusters:
+- name: kubetest
+  cluster:
+    server: https://%s
+    certificate-authority: %s
+contexts:
+- name: kubetest
+  context:
+    cluster: kubetest
+    user: kubetest
+    namespace: %s
+current-context: kubetest
+users:
+- name: kubetest
+  user:
+    token: %s
+`
+
+// Restart stops the apiserver and starts it again on the same port. With
+// keepData false etcd is wiped first, so the apiserver comes back on
+// empty storage (it recreates the default namespaces).
+func (s *Server) Restart(ctx context.Context, keepData bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("kubetest: server closed")
+	}
+	s.stop()
+	if !keepData {
+		if err := s.etcd.Wipe(ctx); err != nil {
+			return err
+		}
+	}
+	return s.start(ctx)
+}
+
+// Close stops the apiserver and etcd and removes their files.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	for _, p := range s.links {
+		p.Close()
+	}
+	s.stop()
+	err := s.etcd.Close()
+	return errors.Join(err, os.RemoveAll(s.dir))
+}
+
+// track closes p with the Server.
+func (s *Server) track(p *loopback.Proxy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.links = append(s.links, p)
+}

@@ -1,0 +1,246 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// Register implements driver.Driver: it upserts the Lease, then the slice
+// that names it.
+func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
+	if d.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	r := &registration{d: d, name: ObjectName(inst.Service, inst.ID), inst: inst.Clone(), ttl: ttl}
+	lease, err := r.upsertLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.leaseUID = lease.UID
+	if err := r.upsertSlice(ctx); err != nil {
+		return nil, err
+	}
+	d.startSweeper()
+	return r, nil
+}
+
+// registration is one instance's Lease and slice.
+type registration struct {
+	d        *Driver
+	name     string
+	inst     driver.Instance
+	ttl      time.Duration
+	leaseUID types.UID
+}
+
+func (r *registration) leaseSpec(now time.Time) coordv1.LeaseSpec {
+	secs := int32((r.ttl + time.Second - 1) / time.Second)
+	t := metav1.NewMicroTime(now)
+	return coordv1.LeaseSpec{HolderIdentity: &r.inst.ID, LeaseDurationSeconds: &secs, AcquireTime: &t, RenewTime: &t}
+}
+
+// upsertLease creates the Lease, or renews the one already there (keeping
+// its UID, so a slice that names it stays valid).
+func (r *registration) upsertLease(ctx context.Context) (*coordv1.Lease, error) {
+	ctx, cancel := r.d.call(ctx)
+	defer cancel()
+	leases := r.d.cs.CoordinationV1().Leases(r.d.ns)
+	want := &coordv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: r.name, Labels: map[string]string{
+			LabelLeaseService: r.inst.Service, labelLeaseManagedBy: "roster"}},
+		Spec: r.leaseSpec(time.Now()),
+	}
+	l, err := leases.Create(ctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return l, classify("create lease", err)
+	}
+	cur, err := leases.Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, classify("get lease", err)
+	}
+	cur.Labels, cur.Spec = want.Labels, want.Spec
+	l, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+	return l, classify("update lease", err)
+}
+
+func (r *registration) slice() (*discoveryv1.EndpointSlice, error) {
+	host, port := r.inst.Host(), r.inst.Port()
+	js, err := json.Marshal(r.inst)
+	if err != nil {
+		return nil, fmt.Errorf("k8s: %w: %v", driver.ErrInvalid, err)
+	}
+	p, ready := int32(port), true
+	ctrl := false
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: r.name,
+			Labels: map[string]string{discoveryv1.LabelServiceName: r.inst.Service,
+				discoveryv1.LabelManagedBy: ManagedBy},
+			Annotations: map[string]string{AnnotationInstance: string(js), AnnotationLease: string(r.leaseUID)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "coordination.k8s.io/v1", Kind: "Lease",
+				Name: r.name, UID: r.leaseUID, Controller: &ctrl}},
+		},
+		AddressType: addressType(host),
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready}, Zone: zone(r.inst.Zone)}},
+		Ports: []discoveryv1.EndpointPort{{Port: &p}},
+	}, nil
+}
+
+func zone(z string) *string {
+	if z == "" {
+		return nil
+	}
+	return &z
+}
+
+// upsertSlice creates the slice or replaces the one there.
+func (r *registration) upsertSlice(ctx context.Context) error {
+	want, err := r.slice()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := r.d.call(ctx)
+	defer cancel()
+	slices := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns)
+	_, err = slices.Create(ctx, want, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return classify("create endpointslice", err)
+	}
+	cur, err := slices.Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		return classify("get endpointslice", err)
+	}
+	want.ResourceVersion = cur.ResourceVersion
+	_, err = slices.Update(ctx, want, metav1.UpdateOptions{})
+	return classify("update endpointslice", err)
+}
+
+// Heartbeat renews the Lease, if it is still ours and alive, and checks
+// that the slice still names it.
+func (r *registration) Heartbeat(ctx context.Context) error {
+	ctx, cancel := r.d.call(ctx)
+	defer cancel()
+	leases := r.d.cs.CoordinationV1().Leases(r.d.ns)
+	l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		return classify("heartbeat", err)
+	}
+	now := time.Now()
+	if l.UID != r.leaseUID || !expiry(l).After(now) {
+		return fmt.Errorf("k8s: heartbeat: %w: lease %s expired or replaced", driver.ErrNotFound, r.name)
+	}
+	t := metav1.NewMicroTime(now)
+	l.Spec.RenewTime = &t
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return classify("heartbeat", err)
+	}
+	s, err := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns).Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		return classify("heartbeat", err)
+	}
+	if s.Annotations[AnnotationLease] != string(r.leaseUID) {
+		return fmt.Errorf("k8s: heartbeat: %w: endpointslice %s replaced", driver.ErrNotFound, r.name)
+	}
+	return nil
+}
+
+// Update replaces the stored instance and renews the Lease.
+func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
+	if err := r.Heartbeat(ctx); err != nil {
+		return err
+	}
+	r.inst = inst.Clone()
+	return r.upsertSlice(ctx)
+}
+
+// Deregister deletes the slice, then the Lease; either already gone is fine.
+func (r *registration) Deregister(ctx context.Context) error {
+	ctx, cancel := r.d.call(ctx)
+	defer cancel()
+	uid := metav1.Preconditions{UID: &r.leaseUID}
+	err := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns).Delete(ctx, r.name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify("deregister", err)
+	}
+	err = r.d.cs.CoordinationV1().Leases(r.d.ns).Delete(ctx, r.name, metav1.DeleteOptions{Preconditions: &uid})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return classify("deregister", err)
+	}
+	return nil
+}
+
+// startSweeper starts the driver's sweeper once it holds a registration.
+func (d *Driver) startSweeper() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sweeping || d.closed.Load() {
+		return
+	}
+	d.sweeping = true
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		t := time.NewTicker(d.sweepT)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.stopSweep:
+				return
+			case <-t.C:
+				d.sweep()
+			}
+		}
+	}()
+}
+
+// sweep deletes the Leases and slices of expired registrations in the
+// namespace, whoever made them. Preconditions make a renewal or a new
+// registration racing with it win: the Lease is deleted only at the
+// resourceVersion found expired, the slice only if it still names that
+// Lease at the version read.
+func (d *Driver) sweep() {
+	ctx, cancel := context.WithTimeout(context.Background(), d.reqT)
+	defer cancel()
+	leases := d.cs.CoordinationV1().Leases(d.ns)
+	list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: labelLeaseManagedBy + "=roster"})
+	if err != nil {
+		return // the next sweep tries again
+	}
+	now := time.Now()
+	for i := range list.Items {
+		l := &list.Items[i]
+		if expiry(l).After(now) {
+			continue
+		}
+		d.sweepOne(ctx, l)
+	}
+}
+
+func (d *Driver) sweepOne(ctx context.Context, l *coordv1.Lease) {
+	slices := d.cs.DiscoveryV1().EndpointSlices(d.ns)
+	s, err := slices.Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return
+	}
+	rv := l.ResourceVersion
+	if err := d.cs.CoordinationV1().Leases(d.ns).Delete(ctx, l.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &rv}}); err != nil {
+		return
+	}
+	if s != nil && s.Annotations[AnnotationLease] == string(l.UID) {
+		srv := s.ResourceVersion
+		slices.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &srv}})
+	}
+}
+

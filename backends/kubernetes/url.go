@@ -1,0 +1,106 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// publicOptions are the URL options whose values may appear in errors:
+// all of them (the kubeconfig path is only a path; tokens never appear in
+// a k8s:// URL).
+var publicOptions = []string{"namespace", "kubeconfig", "context", "request_timeout", "sweep_interval"}
+
+func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
+	opts, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return New(opts)
+}
+
+// ParseURL turns a k8s:// URL into Options, loading the client
+// configuration it names (see the package documentation). Errors wrap
+// driver.ErrInvalid and name the option; they never quote a token.
+func ParseURL(u *url.URL) (Options, error) {
+	var o Options
+	if !strings.EqualFold(u.Scheme, Scheme) {
+		return o, invalid(u, "scheme %q: want %s", u.Scheme, Scheme)
+	}
+	q, err := driver.ParseQuery("k8s", u)
+	if err != nil {
+		return o, err
+	}
+	if u.User != nil || (u.Path != "" && u.Path != "/") || u.Port() != "" {
+		return o, invalid(u, "want k8s://?namespace=… or k8s://in-cluster?namespace=…")
+	}
+	var kubeconfig, kubeContext string
+	q.String("namespace", &o.Namespace)
+	q.String("kubeconfig", &kubeconfig)
+	q.String("context", &kubeContext)
+	q.Duration("request_timeout", &o.RequestTimeout)
+	q.Duration("sweep_interval", &o.SweepInterval)
+	if err := q.Err(); err != nil {
+		return o, err
+	}
+	switch u.Host {
+	case "":
+		o.Config, o.Namespace, err = loadKubeconfig(kubeconfig, kubeContext, o.Namespace)
+	case "in-cluster":
+		if kubeconfig != "" || kubeContext != "" {
+			return o, invalid(u, "options kubeconfig and context have no meaning with in-cluster")
+		}
+		o.Config, err = rest.InClusterConfig()
+		if err == nil && o.Namespace == "" {
+			o.Namespace = inClusterNamespace()
+		}
+	default:
+		return o, invalid(u, "host %q: want none (kubeconfig) or in-cluster", u.Host)
+	}
+	if err != nil {
+		return o, invalid(u, "client configuration: %v", err)
+	}
+	return o, nil
+}
+
+// loadKubeconfig follows kubectl's rules: the file given, else $KUBECONFIG,
+// else ~/.kube/config, else the in-cluster configuration; the namespace
+// given, else the context's, else "default".
+func loadKubeconfig(path, kubeContext, namespace string) (*rest.Config, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	if namespace == "" {
+		if namespace, _, err = cc.Namespace(); err != nil {
+			return nil, "", err
+		}
+	}
+	return cfg, namespace, nil
+}
+
+// inClusterNamespace is the pod's own namespace.
+func inClusterNamespace() string {
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil || strings.TrimSpace(string(b)) == "" {
+		return "default"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// invalid is an ErrInvalid in the form driver.Query gives its own, with
+// the URL redacted.
+func invalid(u *url.URL, format string, args ...any) error {
+	return fmt.Errorf("%w: k8s URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+}

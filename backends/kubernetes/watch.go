@@ -1,0 +1,231 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// generation is one generation of the driver's informer factory: the
+// EndpointSlice and Lease informers of the namespace, indexed by service,
+// and the streams they wake. The first watch error ends the generation
+// (down closes); the next Watch starts a new one.
+type generation struct {
+	factory informers.SharedInformerFactory
+	slices  cache.SharedIndexInformer
+	leases  cache.SharedIndexInformer
+	stopCh  chan struct{}
+	down    chan struct{}
+	once    sync.Once
+	rev     atomic.Uint64 // highest resourceVersion seen
+
+	mu   sync.Mutex
+	subs map[string]map[chan struct{}]struct{}
+}
+
+const byService = "service"
+
+func newGeneration(d *Driver) *generation {
+	inf := &generation{stopCh: make(chan struct{}), down: make(chan struct{}), subs: map[string]map[chan struct{}]struct{}{}}
+	inf.factory = informers.NewSharedInformerFactoryWithOptions(d.cs, 0, informers.WithNamespace(d.ns))
+	inf.slices = inf.factory.Discovery().V1().EndpointSlices().Informer()
+	inf.leases = inf.factory.Coordination().V1().Leases().Informer()
+	for _, x := range []struct {
+		i     cache.SharedIndexInformer
+		label string
+	}{{inf.slices, discoveryv1.LabelServiceName}, {inf.leases, LabelLeaseService}} {
+		label := x.label
+		x.i.AddIndexers(cache.Indexers{byService: func(obj any) ([]string, error) {
+			if m, ok := obj.(metav1.Object); ok && m.GetLabels()[label] != "" {
+				return []string{m.GetLabels()[label]}, nil
+			}
+			return nil, nil
+		}})
+		x.i.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) { inf.markDown() })
+		x.i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { inf.changed(o, label) },
+			UpdateFunc: func(_, o any) { inf.changed(o, label) },
+			DeleteFunc: func(o any) { inf.changed(o, label) },
+		})
+	}
+	return inf
+}
+
+func (inf *generation) markDown() { inf.once.Do(func() { close(inf.down) }) }
+
+func (inf *generation) stop() {
+	inf.markDown()
+	close(inf.stopCh)
+	inf.factory.Shutdown()
+}
+
+// changed wakes the streams of the object's service.
+func (inf *generation) changed(o any, label string) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return
+	}
+	for rv := parseRV(m.GetResourceVersion()); ; {
+		cur := inf.rev.Load()
+		if rv <= cur || inf.rev.CompareAndSwap(cur, rv) {
+			break
+		}
+	}
+	inf.mu.Lock()
+	defer inf.mu.Unlock()
+	for ch := range inf.subs[m.GetLabels()[label]] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (inf *generation) subscribe(service string, ch chan struct{}, on bool) {
+	inf.mu.Lock()
+	defer inf.mu.Unlock()
+	if !on {
+		delete(inf.subs[service], ch)
+		return
+	}
+	if inf.subs[service] == nil {
+		inf.subs[service] = map[chan struct{}]struct{}{}
+	}
+	inf.subs[service][ch] = struct{}{}
+}
+
+// snapshot builds the service's state from the informer caches.
+func (inf *generation) snapshot(service string) (driver.Snapshot, time.Time) {
+	objs, _ := inf.slices.GetIndexer().ByIndex(byService, service)
+	sl := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		sl = append(sl, o.(*discoveryv1.EndpointSlice))
+	}
+	lobjs, _ := inf.leases.GetIndexer().ByIndex(byService, service)
+	leases := make(map[string]*coordv1.Lease, len(lobjs))
+	for _, o := range lobjs {
+		l := o.(*coordv1.Lease)
+		leases[l.Name] = l
+	}
+	now := time.Now()
+	ins, next := instances(service, sl, leases, now)
+	rev := max(inf.rev.Load(), parseRV(inf.slices.LastSyncResourceVersion()), parseRV(inf.leases.LastSyncResourceVersion()))
+	return driver.Snapshot{Service: service, Instances: ins, Revision: rev, At: now}, next
+}
+
+// current returns a synced generation of informers, starting a new one
+// when there is none or the last one failed and the apiserver answers.
+func (d *Driver) current(ctx context.Context) (*generation, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	if d.inf != nil {
+		select {
+		case <-d.inf.down:
+			d.inf.stop()
+			d.inf = nil
+		default:
+			return d.inf, nil
+		}
+	}
+	ctx, cancel := d.call(ctx)
+	defer cancel()
+	// One cheap call first: a new factory would otherwise retry behind
+	// the reflector's backoff while the apiserver is away.
+	if _, err := d.cs.CoordinationV1().Leases(d.ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return nil, classify("watch", err)
+	}
+	inf := newGeneration(d)
+	inf.factory.Start(inf.stopCh)
+	for _, ok := range inf.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			inf.stop()
+			return nil, fmt.Errorf("k8s: watch: %w: informer cache did not sync in %v", driver.ErrUnavailable, d.reqT)
+		}
+	}
+	d.inf = inf
+	return inf, nil
+}
+
+// Watch implements driver.Driver.
+func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
+	inf, err := d.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &stream{inf: inf, service: service, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	inf.subscribe(service, s.wake, true)
+	return s, nil
+}
+
+// stream follows one service on one generation of informers.
+type stream struct {
+	inf     *generation
+	service string
+	wake    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	started bool
+	last    driver.Snapshot
+}
+
+// Next implements driver.Stream: the current state first, then each
+// change, including a Lease lapsing.
+func (s *stream) Next(ctx context.Context) (driver.Snapshot, error) {
+	for {
+		snap, next := s.inf.snapshot(s.service)
+		if !s.started || !snap.SameInstances(s.last) {
+			s.started, s.last = true, snap
+			return snap, nil
+		}
+		if err := s.wait(ctx, next); err != nil {
+			return driver.Snapshot{}, err
+		}
+	}
+}
+
+// wait blocks until the service may have changed: an event, or the first
+// Lease lapsing at next (a timer, since no event marks it).
+func (s *stream) wait(ctx context.Context, next time.Time) error {
+	var expire <-chan time.Time
+	if !next.IsZero() {
+		t := time.NewTimer(time.Until(next) + 10*time.Millisecond)
+		defer t.Stop()
+		expire = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return driver.ErrClosed
+	case <-s.inf.down:
+		return fmt.Errorf("k8s: watch %s: %w: informer lost the apiserver", s.service, driver.ErrUnavailable)
+	case <-s.wake:
+	case <-expire:
+	}
+	return nil
+}
+
+// Close implements driver.Stream.
+func (s *stream) Close() error {
+	s.once.Do(func() {
+		close(s.done)
+		s.inf.subscribe(s.service, s.wake, false)
+	})
+	return nil
+}
