@@ -243,4 +243,3 @@ func (d *Driver) sweepOne(ctx context.Context, l *coordv1.Lease) {
 		slices.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &srv}})
 	}
 }
-

@@ -47,7 +47,9 @@ func (h *harness) open(ctx context.Context, addr string) (*registry.Registry, er
 	return registry.Open(ctx, u, registry.WithResyncInterval(5*time.Second))
 }
 
-func (h *harness) Open(ctx context.Context) (*registry.Registry, error) { return h.open(ctx, h.s.Addr()) }
+func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
+	return h.open(ctx, h.s.Addr())
+}
 
 // Config: Leases are whole seconds and checked by the readers' clocks, so
 // expiry is sharp; the bounds leave room for a loaded 2-core machine.
@@ -78,7 +80,9 @@ func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conforman
 	return r, p, nil
 }
 
-func (h *harness) Restart(ctx context.Context, keepData bool) error { return h.s.Restart(ctx, keepData) }
+func (h *harness) Restart(ctx context.Context, keepData bool) error {
+	return h.s.Restart(ctx, keepData)
+}
 
 // DeleteExternally deletes the instance's EndpointSlice and Lease, as an
 // operator's kubectl would.
