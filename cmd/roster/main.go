@@ -25,6 +25,7 @@ import (
 
 	_ "github.com/roster-go/roster/backends/consul"
 	_ "github.com/roster-go/roster/backends/etcd"
+	_ "github.com/roster-go/roster/backends/kubernetes"
 	_ "github.com/roster-go/roster/backends/memory"
 	_ "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/registry"
@@ -59,6 +60,7 @@ The registry is chosen by URL, from --registry or $ROSTER_REGISTRY:
   etcd://host:2379[,host2:2379]?prefix=/roster     etcd (etcds:// for TLS)
   redis://[user:pass@]host:6379/0?layout=hash      Redis (rediss://, redis+sentinel://)
   consul://host:8500?token=…&dc=…                  Consul (consuls:// for TLS)
+  k8s://?namespace=shop&kubeconfig=/path           Kubernetes (k8s://in-cluster in a pod)
   mem://name                                       in-process (this process only)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
