@@ -1,0 +1,71 @@
+package kubernetes_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/roster-go/roster/backends/kubernetes"
+	"github.com/roster-go/roster/registry"
+)
+
+// TestPlatformSlices: slices written by another controller (as the
+// endpointslice controller does for Pods) are read with their conditions,
+// zones and the weight and version annotations.
+func TestPlatformSlices(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := server.Clientset(server.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := openRegistry(t)
+	w, err := r.Watch(ctx, "pods-web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	yes, no, port, zone := true, false, int32(8080), "eu-1a"
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "pods-web-abc", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "pods-web", discoveryv1.LabelManagedBy: "test-controller"},
+			Annotations: map[string]string{kubernetes.AnnotationWeight: "40", kubernetes.AnnotationVersion: "2.1.0"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.1.0.1"}, Zone: &zone, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}},
+			{Addresses: []string{"10.1.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
+			{Addresses: []string{"10.1.0.3"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &no}},
+		},
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer cs.DiscoveryV1().EndpointSlices("default").Delete(context.Background(), slice.Name, metav1.DeleteOptions{})
+	want := []registry.Instance{
+		{ID: "10.1.0.2", Service: "pods-web", Address: "10.1.0.2:8080", Version: "2.1.0", Weight: 0},
+		{ID: "web-1", Service: "pods-web", Address: "10.1.0.1:8080", Version: "2.1.0", Zone: "eu-1a", Weight: 40},
+	}
+	for {
+		sn, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("watch never showed %v: %v", want, err)
+		}
+		if len(sn.Instances) == len(want) {
+			for i := range want {
+				if !sn.Instances[i].Equal(want[i]) {
+					t.Errorf("instance %d = %+v, want %+v", i, sn.Instances[i], want[i])
+				}
+			}
+			break
+		}
+	}
+	got, err := r.Lookup(ctx, "pods-web")
+	if err != nil || len(got.Instances) != 2 {
+		t.Fatalf("Lookup = %v, %v; want the 2 serving endpoints", got.Instances, err)
+	}
+}
