@@ -10,7 +10,10 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -36,29 +39,61 @@ type generation struct {
 const byService = "service"
 
 func newGeneration(d *Driver) *generation {
-	inf := &generation{stopCh: make(chan struct{}), down: make(chan struct{}), subs: map[string]map[chan struct{}]struct{}{}}
-	inf.factory = informers.NewSharedInformerFactoryWithOptions(d.cs, 0, informers.WithNamespace(d.ns))
-	inf.slices = inf.factory.Discovery().V1().EndpointSlices().Informer()
-	inf.leases = inf.factory.Coordination().V1().Leases().Informer()
-	for _, x := range []struct {
-		i     cache.SharedIndexInformer
-		label string
-	}{{inf.slices, discoveryv1.LabelServiceName}, {inf.leases, LabelLeaseService}} {
-		label := x.label
-		x.i.AddIndexers(cache.Indexers{byService: func(obj any) ([]string, error) {
-			if m, ok := obj.(metav1.Object); ok && m.GetLabels()[label] != "" {
+	g := &generation{stopCh: make(chan struct{}), down: make(chan struct{}), subs: map[string]map[chan struct{}]struct{}{}}
+	g.factory = informers.NewSharedInformerFactoryWithOptions(d.cs, 0, informers.WithNamespace(d.ns))
+	slices, leases := d.cs.DiscoveryV1().EndpointSlices(d.ns), d.cs.CoordinationV1().Leases(d.ns)
+	g.slices = g.informer(&discoveryv1.EndpointSlice{}, discoveryv1.LabelServiceName, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l, err := slices.List(ctx, o)
+			return l, g.note(err)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := slices.Watch(ctx, o)
+			return w, g.note(err)
+		},
+	})
+	g.leases = g.informer(&coordv1.Lease{}, LabelLeaseService, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l, err := leases.List(ctx, o)
+			return l, g.note(err)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := leases.Watch(ctx, o)
+			return w, g.note(err)
+		},
+	})
+	return g
+}
+
+// note ends the generation on a list or watch error, and returns it. The reflector would retry a refused watch by itself, silently
+// and with backoff, resuming where it was: that would hide an outage from
+// the registry and, after the apiserver lost its data, wait for a
+// resourceVersion that will not come.
+func (g *generation) note(err error) error {
+	if err != nil {
+		g.markDown()
+	}
+	return err
+}
+
+// informer registers, through the factory, the informer of obj's type
+// on lw, indexed by the service label and waking the streams.
+func (g *generation) informer(obj runtime.Object, label string, lw *cache.ListWatch) cache.SharedIndexInformer {
+	i := g.factory.InformerFor(obj, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{byService: func(o any) ([]string, error) {
+			if m, ok := o.(metav1.Object); ok && m.GetLabels()[label] != "" {
 				return []string{m.GetLabels()[label]}, nil
 			}
 			return nil, nil
 		}})
-		x.i.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) { inf.markDown() })
-		x.i.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { inf.changed(o, label) },
-			UpdateFunc: func(_, o any) { inf.changed(o, label) },
-			DeleteFunc: func(o any) { inf.changed(o, label) },
-		})
-	}
-	return inf
+	})
+	i.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) { g.markDown() })
+	i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { g.changed(o, label) },
+		UpdateFunc: func(_, o any) { g.changed(o, label) },
+		DeleteFunc: func(o any) { g.changed(o, label) },
+	})
+	return i
 }
 
 func (inf *generation) markDown() { inf.once.Do(func() { close(inf.down) }) }

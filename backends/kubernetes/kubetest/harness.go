@@ -34,7 +34,8 @@ func (s *Server) URL(addr, namespace string, options ...string) (string, error) 
 }
 
 // NewHarness returns a conformance.Harness on s with Partitioner (a TCP
-// proxy per linked client, closed with s), Restarter and ExternalDeleter.
+// proxy per linked client, closed with s), Restarter, Wiper and
+// ExternalDeleter.
 func NewHarness(s *Server) conformance.Harness { return &harness{s: s} }
 
 type harness struct{ s *Server }
@@ -109,4 +110,18 @@ func (s *Server) Clientset(addr string) (kube.Interface, error) {
 		return nil, err
 	}
 	return kube.NewForConfig(cfg)
+}
+
+// Wipe deletes every EndpointSlice and Lease of the harness's namespace
+// while the apiserver runs, as an operator's cleanup script would.
+func (h *harness) Wipe(ctx context.Context) error {
+	cs, err := h.s.Clientset(h.s.Addr())
+	if err != nil {
+		return err
+	}
+	all := metav1.ListOptions{}
+	if err := cs.DiscoveryV1().EndpointSlices(harnessNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
+		return err
+	}
+	return cs.CoordinationV1().Leases(harnessNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
 }
