@@ -61,6 +61,9 @@ func (r *registration) upsertLease(ctx context.Context) (*coordv1.Lease, error) 
 		Spec: r.leaseSpec(time.Now()),
 	}
 	l, err := leases.Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsNotFound(err) { // the namespace: a wrong URL
+		return nil, fmt.Errorf("k8s: register: %w: namespace %q: %v", driver.ErrInvalid, r.d.ns, err)
+	}
 	if !apierrors.IsAlreadyExists(err) {
 		return l, classify("create lease", err)
 	}
