@@ -165,6 +165,11 @@ func New(opts Options) (*Driver, error) {
 	if cfg.QPS == 0 {
 		cfg.QPS, cfg.Burst = 200, 400
 	}
+	if cfg.WarningHandler == nil && cfg.WarningHandlerWithContext == nil {
+		// The apiserver warns on every FQDN slice (loopback addresses,
+		// see addressType); a library does not write to the process log.
+		cfg.WarningHandler = rest.NoWarnings{}
+	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("k8s: %w: %v", driver.ErrInvalid, err)
@@ -236,11 +241,15 @@ func parseRV(rv string) uint64 {
 	return n
 }
 
-// addressType is the EndpointSlice address type of host.
+// addressType is the EndpointSlice address type of host. The apiserver
+// refuses loopback, link-local and unspecified IPs in IPv4 and IPv6
+// slices, so those are written as FQDN slices, which kube-proxy ignores
+// (such an address means nothing inside the cluster); Roster reads the
+// instance from its annotation either way.
 func addressType(host string) discoveryv1.AddressType {
 	ip := net.ParseIP(host)
 	switch {
-	case ip == nil:
+	case ip == nil || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsUnspecified():
 		return discoveryv1.AddressTypeFQDN
 	case ip.To4() != nil:
 		return discoveryv1.AddressTypeIPv4

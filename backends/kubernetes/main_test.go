@@ -3,11 +3,13 @@ package kubernetes_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"k8s.io/klog/v2"
 
 	"github.com/roster-go/roster/backends/kubernetes/kubetest"
 )
@@ -18,6 +20,10 @@ var server *kubetest.Server
 
 func TestMain(m *testing.M) {
 	ignore := goleak.IgnoreCurrent()
+	// client-go's reflectors log every watch they lose; the faults here
+	// lose many on purpose.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	s, err := kubetest.Start(ctx)
 	cancel()

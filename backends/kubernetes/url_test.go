@@ -76,7 +76,6 @@ func TestParseURLInvalid(t *testing.T) {
 		"k8s://in-cluster",                  // not in a pod
 		"k8s://?kubeconfig=" + kc + "&request_timeout=soon",
 		"k8s://?kubeconfig=" + kc + "&token=" + secretToken,
-		"k8s:?kubeconfig=" + kc,
 		"k8s://u:" + secretToken + "@?kubeconfig=" + kc,
 	} {
 		_, err := parse(t, raw)

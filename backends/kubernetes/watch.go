@@ -27,10 +27,12 @@ type generation struct {
 	factory informers.SharedInformerFactory
 	slices  cache.SharedIndexInformer
 	leases  cache.SharedIndexInformer
+	probe   func(context.Context) error // a cheap call to the apiserver
 	stopCh  chan struct{}
 	down    chan struct{}
 	once    sync.Once
-	rev     atomic.Uint64 // highest resourceVersion seen
+	wg      sync.WaitGroup // the watchdog
+	rev     atomic.Uint64  // highest resourceVersion seen
 
 	mu   sync.Mutex
 	subs map[string]map[chan struct{}]struct{}
@@ -38,10 +40,48 @@ type generation struct {
 
 const byService = "service"
 
+// The watchdog: client-go retries a failed request for a while and the
+// reflector backs off in silence, so a generation checks the apiserver
+// itself every probeInterval and ends at the first probe that fails or
+// takes probeTimeout. A watcher cut off is thus stale within about
+// probeInterval+probeTimeout.
+const (
+	probeInterval = time.Second
+	probeTimeout  = 2 * time.Second
+)
+
+// watchdog runs until the generation stops or fails.
+func (g *generation) watchdog() {
+	defer g.wg.Done()
+	t := time.NewTicker(probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.stopCh:
+			return
+		case <-g.down:
+			return
+		case <-t.C:
+			if g.probe(context.Background()) != nil {
+				return
+			}
+		}
+	}
+}
+
 func newGeneration(d *Driver) *generation {
 	g := &generation{stopCh: make(chan struct{}), down: make(chan struct{}), subs: map[string]map[chan struct{}]struct{}{}}
 	g.factory = informers.NewSharedInformerFactoryWithOptions(d.cs, 0, informers.WithNamespace(d.ns))
 	slices, leases := d.cs.DiscoveryV1().EndpointSlices(d.ns), d.cs.CoordinationV1().Leases(d.ns)
+	g.probe = func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, min(d.reqT, probeTimeout))
+		defer cancel()
+		// No retries: client-go retries a GET that met EOF or a reset
+		// until the deadline, which would hide a cut for probeTimeout.
+		err := d.cs.CoordinationV1().RESTClient().Get().Namespace(d.ns).Resource("leases").
+			Param("limit", "1").MaxRetries(0).Do(ctx).Error()
+		return g.note(err)
+	}
 	g.slices = g.informer(&discoveryv1.EndpointSlice{}, discoveryv1.LabelServiceName, &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			l, err := slices.List(ctx, o)
@@ -102,6 +142,7 @@ func (inf *generation) stop() {
 	inf.markDown()
 	close(inf.stopCh)
 	inf.factory.Shutdown()
+	inf.wg.Wait()
 }
 
 // changed wakes the streams of the object's service.
@@ -178,14 +219,14 @@ func (d *Driver) current(ctx context.Context) (*generation, error) {
 			return d.inf, nil
 		}
 	}
-	ctx, cancel := d.call(ctx)
-	defer cancel()
+	inf := newGeneration(d)
 	// One cheap call first: a new factory would otherwise retry behind
 	// the reflector's backoff while the apiserver is away.
-	if _, err := d.cs.CoordinationV1().Leases(d.ns).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+	if err := inf.probe(ctx); err != nil {
 		return nil, classify("watch", err)
 	}
-	inf := newGeneration(d)
+	ctx, cancel := d.call(ctx)
+	defer cancel()
 	inf.factory.Start(inf.stopCh)
 	for _, ok := range inf.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -193,6 +234,8 @@ func (d *Driver) current(ctx context.Context) (*generation, error) {
 			return nil, fmt.Errorf("k8s: watch: %w: informer cache did not sync in %v", driver.ErrUnavailable, d.reqT)
 		}
 	}
+	inf.wg.Add(1)
+	go inf.watchdog()
 	d.inf = inf
 	return inf, nil
 }
@@ -252,6 +295,11 @@ func (s *stream) wait(ctx context.Context, next time.Time) error {
 		return fmt.Errorf("k8s: watch %s: %w: informer lost the apiserver", s.service, driver.ErrUnavailable)
 	case <-s.wake:
 	case <-expire:
+		// A Lease lapsed by our clock. If the informers are cut off, the
+		// renewals may be what is missing: say so rather than drop it.
+		if err := s.inf.probe(ctx); err != nil {
+			return fmt.Errorf("k8s: watch %s: %w: %v", s.service, driver.ErrUnavailable, err)
+		}
 	}
 	return nil
 }

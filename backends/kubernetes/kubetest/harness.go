@@ -41,7 +41,7 @@ func NewHarness(s *Server) conformance.Harness { return &harness{s: s} }
 type harness struct{ s *Server }
 
 func (h *harness) open(ctx context.Context, addr string) (*registry.Registry, error) {
-	u, err := h.s.URL(addr, harnessNamespace, "sweep_interval=1s")
+	u, err := h.s.URL(addr, harnessNamespace, "sweep_interval=1s", "request_timeout=2s")
 	if err != nil {
 		return nil, err
 	}
