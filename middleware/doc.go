@@ -79,9 +79,9 @@
 // discovery lookup latency, cache hits and snapshot updates, picks and
 // failures per instance, retries by reason, retry-budget refusals,
 // quarantined instances, staleness. RegistryObserver, installed on the
-// Registry with registry.WithObserver, adds the Registry's own events:
-// Lookup cache hits and latency, watch snapshots, resync spans, lease
-// state changes. Providers default to the
+// Registry with registry.WithObserver, adds the Registry's own events
+// under names of their own (roster.registry.*): Lookup cache hits and
+// backend latency, watch snapshots, resync spans, lease state changes. Providers default to the
 // OpenTelemetry globals; metric recording is skipped when no SDK listens,
 // and with an explicit no-op tracer provider a call allocates nothing.
 //

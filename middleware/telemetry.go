@@ -51,20 +51,27 @@ type telemetry struct {
 	reg        metric.Registration
 }
 
-func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
+// instrumentation returns Roster's tracer and meter from the providers,
+// the OpenTelemetry globals when nil. An explicit no-op tracer provider
+// means "no tracing": the tracer is nil, so that spans are skipped
+// entirely, including the context they would be stored in.
+func instrumentation(tp trace.TracerProvider, mp metric.MeterProvider) (trace.Tracer, metric.Meter) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := mp.Meter(ScopeName)
-	t := &telemetry{staleSince: map[string]time.Time{}}
-	// An explicit no-op provider means "no tracing": skip spans entirely,
-	// including the context they would be stored in.
+	var tracer trace.Tracer
 	if _, off := tp.(tracenoop.TracerProvider); !off {
-		t.tracer = tp.Tracer(ScopeName)
+		tracer = tp.Tracer(ScopeName)
 	}
+	return tracer, mp.Meter(ScopeName)
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
+	tracer, m := instrumentation(tp, mp)
+	t := &telemetry{tracer: tracer, staleSince: map[string]time.Time{}}
 	// Instrument errors only happen with invalid names or units, which are
 	// constants here; the returned instruments are no-ops then.
 	t.lookupDur, _ = m.Float64Histogram("roster.discovery.lookup.duration", metric.WithUnit("s"),
@@ -112,32 +119,52 @@ func (t *telemetry) close() {
 }
 
 // RegistryObserver returns a registry.Observer that records the backend
-// side of discovery with OpenTelemetry: lookup latency and cache hits,
-// snapshot updates, lease state changes (span events) and resyncs (spans).
-// Install it with registry.WithObserver. Nil providers mean the globals.
+// side of discovery with OpenTelemetry: Lookup calls and watch-cache hits,
+// backend query latency, snapshots delivered by the Registry's watches,
+// lease state changes (span events) and resyncs (spans). Install it with
+// registry.WithObserver. Nil providers mean the globals.
+//
+// Its metrics are named roster.registry.*, apart from the Client's
+// roster.discovery.*: the two count different things (a Registry's Lookup
+// calls and watch deliveries, a Client's reads of its own snapshot cache),
+// and with both installed neither is counted twice.
 func RegistryObserver(tp trace.TracerProvider, mp metric.MeterProvider) registry.Observer {
-	return &registryObserver{t: newTelemetry(tp, mp)}
+	tracer, m := instrumentation(tp, mp)
+	o := &registryObserver{tracer: tracer}
+	o.queryDur, _ = m.Float64Histogram("roster.registry.query.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time the registry backend took to answer a list query: Lookup cache misses and watch resyncs."))
+	o.lookups, _ = m.Int64Counter("roster.registry.lookups",
+		metric.WithDescription("Registry.Lookup calls, by roster.cache.hit: answered from a running watch or by the backend."))
+	o.snapshots, _ = m.Int64Counter("roster.registry.watch.snapshots",
+		metric.WithDescription("Snapshots of a service delivered by the Registry's shared watch."))
+	return o
 }
 
-type registryObserver struct{ t *telemetry }
+// registryObserver's instruments are its own (see RegistryObserver).
+type registryObserver struct {
+	tracer    trace.Tracer
+	queryDur  metric.Float64Histogram
+	lookups   metric.Int64Counter
+	snapshots metric.Int64Counter
+}
 
 func (o *registryObserver) Lookup(service string, hit bool, d time.Duration, err error) {
 	attrs := metric.WithAttributes(AttrService.String(service), AttrCacheHit.Bool(hit))
-	o.t.cacheReqs.Add(context.Background(), 1, attrs)
+	o.lookups.Add(context.Background(), 1, attrs)
 	if !hit {
-		o.t.lookupDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+		o.queryDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
 	}
 }
 
 func (o *registryObserver) Snapshot(s registry.Snapshot) {
-	o.t.snapUpdates.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(s.Service)))
+	o.snapshots.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(s.Service)))
 }
 
 func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseState, err error) {
-	if o.t.tracer == nil {
+	if o.tracer == nil {
 		return
 	}
-	_, span := o.t.tracer.Start(context.Background(), "roster.lease.state",
+	_, span := o.tracer.Start(context.Background(), "roster.lease.state",
 		trace.WithAttributes(AttrService.String(in.Service), AttrInstanceID.String(in.ID), attribute.String("roster.lease.state", s.String())))
 	if err != nil {
 		span.RecordError(err)
@@ -146,8 +173,8 @@ func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseStat
 }
 
 func (o *registryObserver) Resync(service string, start time.Time, d time.Duration, err error) {
-	if o.t.tracer != nil {
-		_, span := o.t.tracer.Start(context.Background(), "roster.watch.resync",
+	if o.tracer != nil {
+		_, span := o.tracer.Start(context.Background(), "roster.watch.resync",
 			trace.WithTimestamp(start), trace.WithAttributes(AttrService.String(service)))
 		if err != nil {
 			span.RecordError(err)
@@ -155,7 +182,7 @@ func (o *registryObserver) Resync(service string, start time.Time, d time.Durati
 		}
 		span.End(trace.WithTimestamp(start.Add(d)))
 	}
-	o.t.lookupDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+	o.queryDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
 }
 
 // The helpers below are nil-safe and skip all work when no SDK listens.
