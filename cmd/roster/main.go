@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,7 +26,7 @@ import (
 
 	_ "github.com/roster-go/roster/backends/consul"
 	_ "github.com/roster-go/roster/backends/etcd"
-	_ "github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/backends/memory"
 	_ "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/registry"
 )
@@ -44,7 +45,7 @@ func main() {
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "roster:", err)
+		fmt.Fprintln(os.Stderr, "roster:", escapeControls(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -83,5 +84,16 @@ func openRegistry(cmd *cobra.Command) (*registry.Registry, error) {
 	if u == "" {
 		return nil, fmt.Errorf("no registry: set --registry or ROSTER_REGISTRY (schemes: %v)", registry.Schemes())
 	}
+	warnInProcess(cmd, u)
 	return registry.Open(cmd.Context(), u)
+}
+
+// warnInProcess warns on stderr when u names the in-process memory
+// backend: what this roster process registers or lists there, no other
+// process can see.
+func warnInProcess(cmd *cobra.Command, u string) {
+	if pu, err := url.Parse(u); err == nil && pu.Scheme == memory.Scheme {
+		fmt.Fprintf(cmd.ErrOrStderr(), "roster: warning: %s is a registry inside this roster process: no other process can see it, and it is gone when roster exits\n",
+			quote(registry.Redact(u)))
+	}
 }
