@@ -165,14 +165,14 @@ func (d *demoInstance) stats() (picks, failures int, p50, p99 time.Duration) {
 }
 
 type demo struct {
-	out      io.Writer
-	live     bool
-	start    time.Time
-	insts    []*demoInstance
-	byAddr   map[string]*demoInstance
-	client   *middleware.Client
-	q        *middleware.Quarantine
-	httpc    *http.Client
+	out    io.Writer
+	live   bool
+	start  time.Time
+	insts  []*demoInstance
+	byAddr map[string]*demoInstance
+	client *middleware.Client
+	q      *middleware.Quarantine
+	httpc  *http.Client
 	// Counted when a call finishes, retries included, so that every
 	// figure only grows and the summary is the sum of what was shown.
 	calls   atomic.Int64
