@@ -129,7 +129,8 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 		}
 	}
 	var passed, failed, notRun int
-	results := conformance.RunChecks(cmd.Context(), urlHarness{u, cr.cfg}, names, func(r conformance.Result) {
+	rows := []resultJSON{}
+	conformance.RunChecks(cmd.Context(), urlHarness{u, cr.cfg}, names, func(r conformance.Result) {
 		res := "pass"
 		switch {
 		case r.Skipped:
@@ -141,12 +142,14 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 		default:
 			passed++
 		}
+		rows = append(rows, resultJSON{Name: r.Name, Result: strings.ToLower(strings.ReplaceAll(res, " ", "_")),
+			Reason: r.Reason, DurationMS: milliseconds(r.Duration)})
 		if !cr.asJSON {
 			row(r.Name, res, fmt.Sprintf("%.1fs", r.Duration.Seconds()), escapeControls(r.Reason))
 		}
 	})
 	if cr.asJSON {
-		if err := json.NewEncoder(out).Encode(results); err != nil {
+		if err := json.NewEncoder(out).Encode(rows); err != nil {
 			return err
 		}
 	} else {
@@ -168,6 +171,20 @@ func sharedMem(u string) (string, bool) {
 	}
 	pu.Host = fmt.Sprintf("roster-conformance-%d", rand.Uint64())
 	return pu.String(), true
+}
+
+// resultJSON is one check in --json output: lower-case snake_case keys
+// and durations in milliseconds, as in every --json of roster.
+type resultJSON struct {
+	Name       string  `json:"name"`
+	Result     string  `json:"result"` // pass, fail or not_run
+	Reason     string  `json:"reason,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// milliseconds is d in milliseconds, to the microsecond.
+func milliseconds(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1000
 }
 
 // probeRegistry checks reachability once, with a clear error, before 30

@@ -204,6 +204,9 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 		defer stop()
 		url = local
 	}
+	// The instances and the client open two registries; on "mem://" each
+	// would get a private server and the client would find nobody.
+	url, _ = sharedMem(url)
 	// Two registries, as two processes would have: one for the instances,
 	// one for the client.
 	servers, err := registry.Open(ctx, url)

@@ -180,7 +180,7 @@ func prepare(cmd *cobra.Command, in registry.Instance, ttl time.Duration) (regis
 	}
 	if _, err := registry.ValidateTTL(ttl, reg.Limits()); err != nil {
 		reg.Close()
-		return in, nil, err
+		return in, nil, fmt.Errorf("--ttl: %w", err)
 	}
 	return in, reg, nil
 }
