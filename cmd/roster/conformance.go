@@ -120,12 +120,12 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 	if !cr.asJSON {
 		fmt.Fprintf(out, "conformance of %s (ttl %v)\n", quote(registry.Redact(shown)), cr.cfg.TTL)
 		for _, n := range notes {
-			fmt.Fprintf(out, "note: %s\n", n)
+			fmt.Fprintf(out, "note: %s\n", escapeControls(n))
 		}
 		row("CHECK", "RESULT", "TIME", "REASON")
 	} else {
 		for _, n := range notes {
-			fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", escapeControls(n))
 		}
 	}
 	var passed, failed, notRun int

@@ -343,7 +343,7 @@ func TestSidecarSecondSignalCutsTheDrain(t *testing.T) {
 	s.line(t, "running", 20*time.Second)
 	s.logged(t, "registered impatient-", 20*time.Second)
 	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGINT)
-	s.logged(t, "draining for 10m0s", 20*time.Second)
+	s.logged(t, "draining for 10m0s before forwarding SIGINT", 20*time.Second) // not "interrupt"
 	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGINT)
 	if code := s.exitCode(t, 20*time.Second); code != 7 {
 		t.Fatalf("roster exited %d, want CMD's 7\n%s", code, s.stderr.String())
