@@ -75,11 +75,11 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	// Instrument errors only happen with invalid names or units, which are
 	// constants here; the returned instruments are no-ops then.
 	t.lookupDur, _ = m.Float64Histogram("roster.discovery.lookup.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time to get a service's instances from the registry backend (discovery query latency)."))
+		metric.WithDescription("Time a Client waited for the first instance list of a service (discovery query latency)."))
 	t.cacheReqs, _ = m.Int64Counter("roster.discovery.cache.requests",
-		metric.WithDescription("Instance-list reads, by roster.cache.hit: served from the local watch cache or not (cache hit rate)."))
+		metric.WithDescription("A Client's instance-list reads, by roster.cache.hit: served from its snapshot cache or waiting for it (cache hit rate)."))
 	t.snapUpdates, _ = m.Int64Counter("roster.discovery.snapshot.updates",
-		metric.WithDescription("New snapshots of a service received from the registry (snapshot update rate)."))
+		metric.WithDescription("Snapshots of a service a Client applied (snapshot update rate)."))
 	t.picks, _ = m.Int64Counter("roster.client.picks", metric.WithDescription("Instances picked for an attempt, by instance."))
 	t.failures, _ = m.Int64Counter("roster.client.failures", metric.WithDescription("Failed attempts, by instance and outcome class."))
 	t.ejections, _ = m.Int64UpDownCounter("roster.quarantine.ejected", metric.WithDescription("Instances currently quarantined."))
