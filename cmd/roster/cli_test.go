@@ -335,6 +335,10 @@ func TestUntrustedStringsEscaped(t *testing.T) {
 	if got := escapeControls("bad\nrow\x1b[2J\u202e ok é"); got != `bad\nrow\x1b[2J\u202e ok é` {
 		t.Errorf("escapeControls = %q", got)
 	}
+	// The demo's events name an instance it did not start by its ID.
+	if got := nameOf(map[string]string{"a": "alpha"}, "x\x1b[2J"); got != `instance "x\x1b[2J"` {
+		t.Errorf("nameOf a foreign instance = %s", got)
+	}
 	if got := quote(`"quoted"`); got != `"\"quoted\""` {
 		t.Errorf("quote of a quoted-looking string = %s", got)
 	}

@@ -436,7 +436,7 @@ func (dm *demo) observe(ctx context.Context, reg *registry.Registry, q *middlewa
 			if prev != nil {
 				for _, in := range prev.Instances {
 					if _, ok := s.Find(in.ID); !ok {
-						dm.event("%s left the registry (revision %d)", names[in.ID], s.Revision)
+						dm.event("%s left the registry (revision %d)", nameOf(names, in.ID), s.Revision)
 					}
 				}
 			}
@@ -446,12 +446,22 @@ func (dm *demo) observe(ctx context.Context, reg *registry.Registry, q *middlewa
 			for _, id := range q.Ejected(demoService) {
 				now[id] = true
 				if !ejected[id] {
-					dm.event("%s quarantined by the client after consecutive failures", names[id])
+					dm.event("%s quarantined by the client after consecutive failures", nameOf(names, id))
 				}
 			}
 			ejected = now
 		}
 	}
+}
+
+// nameOf names a demo instance by its ID; an instance of the service that
+// the demo did not start (another process's, on a shared --registry) is
+// shown by its ID, escaped.
+func nameOf(names map[string]string, id string) string {
+	if n, ok := names[id]; ok {
+		return n
+	}
+	return "instance " + quote(id)
 }
 
 // render draws the live view (or, on a plain output, one status line).
