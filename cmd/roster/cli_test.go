@@ -383,6 +383,14 @@ func TestUntrustedRecordFromRedis(t *testing.T) {
 	if err := srv.Client().SetArgs(ctx, key, forged, goredis.SetArgs{KeepTTL: true, Mode: "XX"}).Err(); err != nil {
 		t.Fatalf("rewrite %s: %v", key, err)
 	}
+	// And a service whose name no registration could have.
+	far := float64(time.Now().Add(time.Hour).UnixMilli())
+	evilSvc := "evil\x1b[2J\nsvc"
+	for key, member := range map[string]string{"cli-evil:services": evilSvc, "cli-evil:{" + evilSvc + "}:idx": "evil-2"} {
+		if err := srv.Client().ZAdd(ctx, key, goredis.Z{Score: far, Member: member}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		args  []string
 		lines int
@@ -397,6 +405,9 @@ func TestUntrustedRecordFromRedis(t *testing.T) {
 		}
 		assertNoControls(t, strings.TrimSuffix(out, "\n"), tc.lines)
 		assertNoControls(t, strings.TrimSuffix(errOut, "\n"), strings.Count(strings.TrimSuffix(errOut, "\n"), "\n")+1)
+		if len(tc.args) == 3 && !strings.Contains(errOut, `skipped service "evil\x1b[2J\nsvc"`) { // ls
+			t.Errorf("ls does not report the service it skipped:\n%s", errOut)
+		}
 		if tc.args[0] == "ls" && tc.args[1] == "web" && strings.Contains(out, "evil-1") {
 			for _, want := range []string{`"1\x1b[2J"`, `"\u202ez"`, `"t\nu"`, `note="x\nevil-2  6.6.6.6:1  9.9  z  100  -  -"`, `bell="\a\x00"`} {
 				if !strings.Contains(out, want) {

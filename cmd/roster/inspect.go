@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -39,38 +40,47 @@ func newLs() *cobra.Command {
 				printInstances(out, snap.Instances)
 				return nil
 			}
-			names, err := reg.Services(cmd.Context())
-			if err != nil {
-				return err
-			}
-			type row struct {
-				Service   string `json:"service"`
-				Instances int    `json:"instances"`
-			}
-			var rows []row
-			for _, n := range names {
-				snap, err := reg.Lookup(cmd.Context(), n)
-				if err != nil {
-					return err
-				}
-				rows = append(rows, row{n, len(snap.Instances)})
-			}
-			if asJSON {
-				if rows == nil {
-					rows = []row{}
-				}
-				return json.NewEncoder(out).Encode(rows)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SERVICE\tINSTANCES")
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%d\n", quote(r.Service), r.Instances)
-			}
-			return tw.Flush()
+			return listServices(cmd, reg, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// listServices prints the services and their instance counts. A name
+// listed by the backend that no registration could have (written there
+// by someone else) is skipped with a warning, not a failure of the list.
+func listServices(cmd *cobra.Command, reg *registry.Registry, asJSON bool) error {
+	names, err := reg.Services(cmd.Context())
+	if err != nil {
+		return err
+	}
+	type row struct {
+		Service   string `json:"service"`
+		Instances int    `json:"instances"`
+	}
+	rows := []row{}
+	for _, n := range names {
+		snap, err := reg.Lookup(cmd.Context(), n)
+		if errors.Is(err, registry.ErrInvalid) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "roster: warning: skipped service %s listed by the registry: %s\n", quote(n), escapeControls(err.Error()))
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{n, len(snap.Instances)})
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		return json.NewEncoder(out).Encode(rows)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tINSTANCES")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\n", quote(r.Service), r.Instances)
+	}
+	return tw.Flush()
 }
 
 func printInstances(w io.Writer, ins []registry.Instance) {
