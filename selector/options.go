@@ -98,12 +98,13 @@ type config struct {
 	rng         randSource // tests: deterministic randomness
 	clock       func() int64
 	smoothLimit int
+	slow        SlowStart
 }
 
 func defaultConfig() config {
 	return config{
 		strategy: DefaultStrategy, vnodes: DefaultVirtualNodes, choices: DefaultChoices,
-		decay: DefaultDecay, smoothLimit: 64,
+		decay: DefaultDecay, smoothLimit: 64, slow: DefaultSlowStart,
 	}
 }
 

@@ -59,6 +59,7 @@ type Selector struct {
 	mu   sync.Mutex           // serialises Update
 	eps  map[string]*endpoint // by instance ID; owned by mu
 	prev *Picker              // last built picker, under mu
+	seen bool                 // a snapshot with instances was built, under mu
 
 	run struct {
 		sync.Mutex
@@ -80,17 +81,18 @@ func New(opts ...Option) (*Selector, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	slow, err := c.slow.validate()
+	if err != nil {
+		return nil, err
+	}
 	s := &Selector{cfg: c, eps: map[string]*endpoint{}}
 	s.sh = &shared{
 		tau:     float64(c.decay),
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
-		now:     c.clock,
+		fake:    c.clock,
+		slow:    slow,
 	}
-	if s.sh.now == nil {
-		s.sh.now = monotonic
-	}
-	s.sh.clock.Store(s.sh.now())
 	s.cur.Store(&Picker{sh: s.sh}) // empty: Pick says ErrNoInstances
 	return s, nil
 }
@@ -176,7 +178,7 @@ func (o *PickOptions) relaxes(s step) bool {
 type Done struct {
 	ep     *endpoint
 	sh     *shared
-	picked int64 // the selector's clock at pick time (P2CEWMA)
+	picked int64 // the coarse clock at pick time (P2CEWMA)
 }
 
 // Done feeds the call's outcome back: it ends the in-flight count that
@@ -198,8 +200,25 @@ func (d Done) Done(err error, latency time.Duration) {
 		if err != nil && errors.Is(err, context.Canceled) {
 			return
 		}
-		d.sh.observe(d.ep, d.picked, latency, err != nil)
+		d.sh.observe(d.ep, latency, err != nil)
 	}
+}
+
+// Finish is Done with the latency measured for the caller: the time from
+// the pick to now on the selector's coarse clock (a process-wide atomic
+// a goroutine refreshes every millisecond while picks happen), so the
+// caller reads no clock at all. Latencies are quantised to the
+// millisecond but unbiased, and the peak-EWMA averages them; a caller
+// that times its calls precisely anyway can call Done instead.
+func (d Done) Finish(err error) {
+	if d.ep == nil {
+		return
+	}
+	var latency time.Duration
+	if d.sh.ewma {
+		latency = time.Duration(d.sh.now() - d.picked)
+	}
+	d.Done(err, latency)
 }
 
 // Pick picks from the selector's current Picker: see Picker.Pick. It
@@ -249,6 +268,9 @@ func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
 		h, keyed = xxhash.Sum64String(o.Key), true
 	}
 	i := p.algo.pick(h, keyed, 0)
+	if p.sh.warmEnd.Load() != 0 {
+		i = p.warm(i, h, keyed)
+	}
 	inst, ep := &p.insts[i], p.eps[i]
 	if (o.Exclude != nil || o.Tried != nil || o.Avoid != nil) && o.rejects(inst, untried) {
 		if inst, ep = p.fallback(h, keyed, o); inst == nil {
@@ -264,7 +286,7 @@ func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
 	}
 	d := Done{ep: ep, sh: p.sh}
 	if p.sh.ewma {
-		d.picked = p.sh.clock.Load()
+		d.picked = p.sh.now()
 	}
 	return inst, d, nil
 }
@@ -382,6 +404,9 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 		ep := s.eps[id]
 		if ep == nil {
 			ep = &endpoint{}
+			if s.seen {
+				s.sh.startWarm(ep) // new to the service, not to this client
+			}
 		}
 		eps[id] = ep
 		return ep
@@ -399,6 +424,7 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 		p.spareEps[i] = get(drain[i].ID)
 	}
 	s.eps = eps
+	s.seen = s.seen || len(eps) > 0
 	p.track = s.cfg.strategy == LeastRequest || s.cfg.strategy == P2CEWMA || s.cfg.bound > 0
 	p.keyed = s.cfg.strategy == ConsistentHash || s.cfg.strategy == Maglev
 	if len(active) > 0 {
@@ -421,7 +447,7 @@ func (s *Selector) newAlgorithm(p *Picker, prev *Picker) algorithm {
 	case LeastRequest:
 		return newLeastRequest(p, c.choices)
 	case P2CEWMA:
-		return &p2cEWMA{eps: p.eps, rnd: p.rnd, sh: s.sh}
+		return newP2CEWMA(p, s.sh)
 	case ConsistentHash:
 		var old *ring
 		if prev != nil {
