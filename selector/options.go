@@ -99,6 +99,7 @@ type config struct {
 	clock       func() int64
 	smoothLimit int
 	slow        SlowStart
+	split       *Split
 }
 
 func defaultConfig() config {
@@ -160,7 +161,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("selector: decay %v: %w", c.decay, ErrInvalidOption)
 	}
 	c.choices = min(max(c.choices, 2), 10)
-	return nil
+	return c.split.validate()
 }
 
 func isPrime(n uint64) bool {

@@ -139,6 +139,10 @@ type PickOptions struct {
 	// probe at a time.
 	Tried func(*registry.Instance) bool
 	Avoid func(*registry.Instance) bool
+	// Route narrows this pick to the instances it matches (see Route);
+	// when it is zero, the context's Route (WithRoute) applies, and when
+	// that is absent too, the selector's Split (WithSplit).
+	Route Route
 }
 
 // step is a step of the fallback order of PickOptions.
@@ -226,7 +230,7 @@ func (d Done) Finish(err error) {
 func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
 	// Not s.cur.Load().Pick(ctx, o): a second copy of the Instance on
 	// return costs as much as a round-robin pick.
-	inst, d, err := s.cur.Load().pick(&o)
+	inst, d, err := s.cur.Load().routed(ctx, &o).pick(&o)
 	if err != nil {
 		return registry.Instance{}, Done{}, err
 	}
@@ -247,9 +251,10 @@ func (s *Selector) Picker() *Picker { return s.cur.Load() }
 // only when no other instance is left. The returned Instance shares its
 // Tags and Metadata with the snapshot: do not modify them.
 //
-// ctx is not consulted today; it is there for tracing hooks.
+// The Route of o, else of ctx (WithRoute), else the selector's Split,
+// narrows the instances the pick chooses from.
 func (p *Picker) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
-	inst, d, err := p.pick(&o)
+	inst, d, err := p.routed(ctx, &o).pick(&o)
 	if err != nil {
 		return registry.Instance{}, Done{}, err
 	}
@@ -383,6 +388,30 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 	for _, f := range s.cfg.filters {
 		insts = f(insts)
 	}
+	eps := make(map[string]*endpoint, len(insts))
+	for i := range insts {
+		id := insts[i].ID
+		ep := s.eps[id]
+		if ep == nil {
+			ep = &endpoint{}
+			if s.seen {
+				s.sh.startWarm(ep) // new to the service, not to this client
+			}
+		}
+		eps[id] = ep
+	}
+	s.eps = eps
+	s.seen = s.seen || len(eps) > 0
+	p := s.assemble(snap, insts, func(in *registry.Instance) *endpoint { return eps[in.ID] }, s.prev)
+	p.sel = s
+	p.routes = newRouteCache()
+	p.splitRoutes()
+	return p
+}
+
+// assemble prepares a picker over insts (filtered), whose state ep
+// returns; prev, if any, lets the ring reuse its points.
+func (s *Selector) assemble(snap registry.Snapshot, insts []registry.Instance, ep func(*registry.Instance) *endpoint, prev *Picker) *Picker {
 	var active, drain []registry.Instance
 	if !slices.ContainsFunc(insts, func(in registry.Instance) bool { return in.Weight == 0 }) {
 		active = insts // immutable: share it rather than copy
@@ -399,36 +428,22 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 		// Nothing but draining instances: use them, with equal weights.
 		active, drain = drain, nil
 	}
-	eps := make(map[string]*endpoint, len(active)+len(drain))
-	get := func(id string) *endpoint {
-		ep := s.eps[id]
-		if ep == nil {
-			ep = &endpoint{}
-			if s.seen {
-				s.sh.startWarm(ep) // new to the service, not to this client
-			}
-		}
-		eps[id] = ep
-		return ep
-	}
 	p := &Picker{snap: snap, insts: active, spare: drain, rnd: rng{s.cfg.rng}, sh: s.sh}
 	p.eps = make([]*endpoint, len(active))
 	p.weights = make([]uint32, len(active))
 	for i := range active {
-		p.eps[i] = get(active[i].ID)
+		p.eps[i] = ep(&active[i])
 		// Only draining instances are left: treat them as equals.
 		p.weights[i] = cmp.Or(active[i].Weight, registry.DefaultWeight)
 	}
 	p.spareEps = make([]*endpoint, len(drain))
 	for i := range drain {
-		p.spareEps[i] = get(drain[i].ID)
+		p.spareEps[i] = ep(&drain[i])
 	}
-	s.eps = eps
-	s.seen = s.seen || len(eps) > 0
 	p.track = s.cfg.strategy == LeastRequest || s.cfg.strategy == P2CEWMA || s.cfg.bound > 0
 	p.keyed = s.cfg.strategy == ConsistentHash || s.cfg.strategy == Maglev
 	if len(active) > 0 {
-		p.algo = s.newAlgorithm(p, s.prev)
+		p.algo = s.newAlgorithm(p, prev)
 	}
 	return p
 }
@@ -564,6 +579,10 @@ type Picker struct {
 	sh       *shared // the selector's, for Done
 	track    bool    // count requests in flight
 	keyed    bool    // the algorithm uses PickOptions.Key
+	sel      *Selector
+	routes   *routeCache // per-call routes' pickers; nil in a route's picker
+	canary   *Picker     // WithSplit: the split's instances, and
+	rest     *Picker     // the others; nil without a split
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into
