@@ -60,6 +60,8 @@ type Selector struct {
 	eps  map[string]*endpoint // by instance ID; owned by mu
 	prev *Picker              // last built picker, under mu
 	seen bool                 // a snapshot with instances was built, under mu
+	// baseline: the IDs the service had at start (Baseline), under mu
+	baseline map[string]bool
 
 	run struct {
 		sync.Mutex
@@ -394,8 +396,8 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 		ep := s.eps[id]
 		if ep == nil {
 			ep = &endpoint{}
-			if s.seen {
-				s.sh.startWarm(ep) // new to the service, not to this client
+			if s.isNew(id) { // new to the service, not to this client
+				s.sh.startWarm(ep)
 			}
 		}
 		eps[id] = ep

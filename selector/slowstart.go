@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/roster-go/roster/registry"
 )
 
 // SlowStart ramps the share of an instance that is new to the service, or
@@ -22,8 +24,9 @@ import (
 //
 // "New" means new to the service: instances in the first snapshot a
 // Selector sees with any instance in it are not ramped (a client that
-// starts does not slow-start a whole running service); an instance that
-// appears after it, or drops out and comes back, is.
+// starts does not slow-start a whole running service), nor those given to
+// Baseline; an instance that appears after it, or drops out and comes
+// back, is.
 type SlowStart struct {
 	// Window is the length of the ramp; 0 disables slow start.
 	Window time.Duration
@@ -132,6 +135,29 @@ func (p *Picker) warm(i int, h uint64, keyed bool) int {
 		i = p.algo.pick(h, keyed, attempt)
 	}
 }
+
+// Baseline tells the selector which instances the service had when this
+// client started, for a caller that learns them before it can pick from
+// them: the gRPC balancer feeds the selector the instances whose
+// connection is ready, one at a time, and without a baseline all but the
+// first would be slow-started at every client start. Instances of the
+// baseline are never slow-started on arrival (Rewarm still ramps them).
+// Only the first call with instances counts.
+func (s *Selector) Baseline(snap registry.Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.baseline != nil || len(snap.Instances) == 0 {
+		return
+	}
+	s.baseline = make(map[string]bool, len(snap.Instances))
+	for i := range snap.Instances {
+		s.baseline[snap.Instances[i].ID] = true
+	}
+}
+
+// isNew reports whether an instance the selector has no state for is new
+// to the service; s.mu is held.
+func (s *Selector) isNew(id string) bool { return s.seen && !s.baseline[id] }
 
 // Rewarm restarts the slow start of the instance with the given ID, as
 // for an instance new to the service: middleware's quarantine calls it
