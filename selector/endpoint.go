@@ -33,6 +33,9 @@ type shared struct {
 
 var epoch = time.Now()
 
+// observeGrain: see observe.
+const observeGrain = int64(time.Millisecond)
+
 // monotonic returns monotonic nanoseconds since the process started.
 func monotonic() int64 { return int64(time.Since(epoch)) }
 
@@ -51,6 +54,14 @@ func (sh *shared) now() int64 {
 // estimate replaces it at once, a lower one is averaged in with weight
 // 1 − e^(−Δt/τ). The time comes from the coarse clock: the decay needs it
 // only to a small fraction of τ.
+//
+// A sample below the estimate within observeGrain of the estimate's last
+// update is dropped, so that an instance answering thousands of calls a
+// second writes its estimate (a cache line every core's Done would
+// bounce) once per grain rather than per call. The weight of a sample is
+// 1 − e^(−Δt/τ) ≈ Δt/τ, proportional to the time since the last update,
+// so one sample per millisecond moves the estimate down as fast as all of
+// them would; peaks and failures are always taken at once.
 func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool) {
 	now := sh.now()
 	rtt := float64(max(latency, 0))
@@ -60,10 +71,14 @@ func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool) {
 		if failed {
 			rtt = max(rtt, 2*cost)
 		}
-		w := decay(float64(now-ep.stamp.Load()) / sh.tau)
+		stamp := ep.stamp.Load()
+		w := decay(float64(now-stamp) / sh.tau)
 		cost *= w
 		next := rtt
 		if rtt <= cost {
+			if now-stamp < observeGrain {
+				return
+			}
 			next = cost*w + rtt*(1-w)
 		}
 		if ep.cost.CompareAndSwap(old, math.Float64bits(next)) {

@@ -232,7 +232,11 @@ func (d Done) Finish(err error) {
 func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
 	// Not s.cur.Load().Pick(ctx, o): a second copy of the Instance on
 	// return costs as much as a round-robin pick.
-	inst, d, err := s.cur.Load().routed(ctx, &o).pick(&o)
+	p := s.cur.Load()
+	if p.mayRoute(&o) {
+		p = p.routed(ctx, &o)
+	}
+	inst, d, err := p.pick(&o)
 	if err != nil {
 		return registry.Instance{}, Done{}, err
 	}
@@ -256,7 +260,10 @@ func (s *Selector) Picker() *Picker { return s.cur.Load() }
 // The Route of o, else of ctx (WithRoute), else the selector's Split,
 // narrows the instances the pick chooses from.
 func (p *Picker) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
-	inst, d, err := p.routed(ctx, &o).pick(&o)
+	if p.mayRoute(&o) {
+		p = p.routed(ctx, &o)
+	}
+	inst, d, err := p.pick(&o)
 	if err != nil {
 		return registry.Instance{}, Done{}, err
 	}
