@@ -107,3 +107,18 @@ func BenchmarkUpdate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFirstBuild measures a selector's first build of a 10,000
+// instance snapshot: no state, no ring points to reuse.
+func BenchmarkFirstBuild(b *testing.B) {
+	sn := benchSnap(10000)
+	for _, st := range Strategies() {
+		b.Run(fmt.Sprintf("%s/n=10000", st), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s := mustNew(b, WithStrategy(st))
+				s.Update(sn)
+			}
+		})
+	}
+}

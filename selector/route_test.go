@@ -131,6 +131,7 @@ func TestSplit(t *testing.T) {
 			canary++
 		}
 	}
+	t.Logf("keyed: %d of %d calls (%d keys) to the canary", canary, n, len(side))
 	// 2,000 distinct keys: 6σ of a 5 % share is 0.029.
 	if got := float64(canary) / n; math.Abs(got-0.05) > 0.03 {
 		t.Errorf("keyed: canary got %.3f, want 0.05", got)

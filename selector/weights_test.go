@@ -89,6 +89,7 @@ func TestTwoInstancesSplitByWeight(t *testing.T) {
 		counts[in.ID]++
 		done.Done(nil, time.Millisecond)
 	}
+	t.Logf("weights 100 / 300, 1,000 picks of the default selector: %v", counts)
 	// 6σ of 1,000 draws at p = 0.25 is 0.082.
 	if got := float64(counts["i0001"]) / 1000; got < 0.75-0.082 || got > 0.75+0.082 {
 		t.Fatalf("weight 300 of 400 got %.3f of the picks (%v), want 0.75 ± 0.082", got, counts)
