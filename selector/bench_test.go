@@ -122,3 +122,22 @@ func BenchmarkFirstBuild(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickFinish is a pick and its Done.Finish: the whole cost a
+// caller of p2c_ewma pays, the latency measurement included.
+func BenchmarkPickFinish(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("p2c_ewma/n=%d", n), func(b *testing.B) {
+			s := newBench(b, P2CEWMA, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				_, done, err := s.Pick(ctx, PickOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done.Finish(nil)
+			}
+		})
+	}
+}

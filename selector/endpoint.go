@@ -62,8 +62,7 @@ func (sh *shared) now() int64 {
 // 1 − e^(−Δt/τ) ≈ Δt/τ, proportional to the time since the last update,
 // so one sample per millisecond moves the estimate down as fast as all of
 // them would; peaks and failures are always taken at once.
-func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool) {
-	now := sh.now()
+func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool, now int64) {
 	rtt := float64(max(latency, 0))
 	for {
 		old := ep.cost.Load()

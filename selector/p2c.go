@@ -62,8 +62,8 @@ func (l *leastRequest) pick(uint64, bool, int) int {
 	// with itself and win.
 	var a, b uint64
 	if l.sample != nil {
-		a = uint64(l.sample.pick(0, false, 0))
-		b = uint64(l.sample.pick(0, false, 0))
+		x, y := l.sample.pair()
+		a, b = uint64(x), uint64(y)
 		for try := 0; b == a && try < 3; try++ {
 			b = uint64(l.sample.pick(0, false, 0))
 		}
@@ -156,7 +156,7 @@ func (p *p2cEWMA) pick(uint64, bool, int) int {
 		}
 		return int(a)
 	}
-	a, b := p.sample.pick(0, false, 0), p.sample.pick(0, false, 0)
+	a, b := p.sample.pair()
 	if a == b {
 		return a
 	}

@@ -198,16 +198,18 @@ func (d Done) Done(err error, latency time.Duration) {
 	if d.ep == nil {
 		return
 	}
-	d.ep.inflight.Add(-1)
-	if d.sh.bounded {
-		d.sh.total.Add(-1)
-	}
+	d.release()
 	if d.sh.ewma {
-		if err != nil && errors.Is(err, context.Canceled) {
-			return
-		}
-		d.sh.observe(d.ep, latency, err != nil)
+		d.observe(err, latency, d.sh.now())
 	}
+}
+
+// observe feeds a call's latency to the peak EWMA at now.
+func (d Done) observe(err error, latency time.Duration, now int64) {
+	if err != nil && errors.Is(err, context.Canceled) {
+		return
+	}
+	d.sh.observe(d.ep, latency, err != nil, now)
 }
 
 // Finish is Done with the latency measured for the caller: the time from
@@ -220,11 +222,19 @@ func (d Done) Finish(err error) {
 	if d.ep == nil {
 		return
 	}
-	var latency time.Duration
+	d.release()
 	if d.sh.ewma {
-		latency = time.Duration(d.sh.now() - d.picked)
+		now := d.sh.now()
+		d.observe(err, time.Duration(now-d.picked), now)
 	}
-	d.Done(err, latency)
+}
+
+// release ends the call's count of requests in flight.
+func (d Done) release() {
+	d.ep.inflight.Add(-1)
+	if d.sh.bounded {
+		d.sh.total.Add(-1)
+	}
 }
 
 // Pick picks from the selector's current Picker: see Picker.Pick. It
