@@ -91,7 +91,7 @@ func (a *alias) pick(uint64, bool, int) int {
 func (a *alias) pick32(u uint32) int {
 	x := uint64(u) * a.n
 	i := x >> 32
-	if (x&0xffffffff) < a.prob[i] {
+	if (x & 0xffffffff) < a.prob[i] {
 		return int(i)
 	}
 	return int(a.alias[i])
