@@ -130,6 +130,9 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	prev := c.q.onChange
 	c.q.onChange = func(service, id string, ejected bool) {
 		c.tel.ejected(service, id, ejected)
+		if !ejected {
+			c.rewarm(service, id)
+		}
 		if prev != nil {
 			prev(service, id, ejected)
 		}
@@ -263,6 +266,17 @@ type quarantineExcluder struct{ q *Quarantine }
 
 func (e quarantineExcluder) Excluded(req *Request, in *registry.Instance) bool {
 	return !e.q.Admit(req.Service, in.ID, req.Total)
+}
+
+// rewarm restarts the slow start of an instance the quarantine
+// readmitted, so that it gets its traffic back gradually.
+func (c *Client) rewarm(service, id string) {
+	c.mu.Lock()
+	s := c.services[service]
+	c.mu.Unlock()
+	if s != nil {
+		s.sel.Rewarm(id)
+	}
 }
 
 // Snapshot returns the snapshot the client currently picks from for a

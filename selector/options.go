@@ -98,12 +98,14 @@ type config struct {
 	rng         randSource // tests: deterministic randomness
 	clock       func() int64
 	smoothLimit int
+	slow        SlowStart
+	split       *Split
 }
 
 func defaultConfig() config {
 	return config{
 		strategy: DefaultStrategy, vnodes: DefaultVirtualNodes, choices: DefaultChoices,
-		decay: DefaultDecay, smoothLimit: 64,
+		decay: DefaultDecay, smoothLimit: 64, slow: DefaultSlowStart,
 	}
 }
 
@@ -159,7 +161,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("selector: decay %v: %w", c.decay, ErrInvalidOption)
 	}
 	c.choices = min(max(c.choices, 2), 10)
-	return nil
+	return c.split.validate()
 }
 
 func isPrime(n uint64) bool {
