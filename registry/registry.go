@@ -82,18 +82,24 @@ func (r *Registry) checkOpen() error {
 
 // Register announces an instance and keeps it alive until the returned
 // Lease is deregistered or the Registry is closed. An empty ID is filled
-// in with NewID; Weight 0 becomes DefaultWeight. The first write happens
-// before Register returns, so an unreachable backend or invalid input is
-// an error here, not later.
+// in with NewID; Weight 0 becomes DefaultWeight unless the Drained option
+// asks for an instance that starts out of rotation. The address is
+// rewritten to its canonical form (see CanonicalAddress). The first write
+// happens before Register returns, so an unreachable backend or invalid
+// input is an error here, not later; invalid input writes nothing.
 func (r *Registry) Register(ctx context.Context, inst Instance, opts ...RegisterOption) (*Lease, error) {
 	if err := r.checkOpen(); err != nil {
 		return nil, err
 	}
-	inst, err := prepare(inst)
+	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond}
+	for _, f := range opts {
+		f(&o)
+	}
+	inst, err := prepare(inst, o.drained)
 	if err != nil {
 		return nil, err
 	}
-	l, o, err := r.newLease(inst, opts)
+	l, err := r.newLease(inst, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -106,41 +112,43 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	return l, r.track(ctx, l)
 }
 
-// prepare validates an instance and fills in its defaults (ID, weight).
-func prepare(inst Instance) (Instance, error) {
+// prepare validates an instance and fills in its defaults (canonical
+// address, ID, weight).
+func prepare(inst Instance, drained bool) (Instance, error) {
 	inst = inst.Clone()
 	if err := ValidateService(inst.Service); err != nil {
 		return inst, err
 	}
-	if err := ValidateAddress(inst.Address); err != nil {
+	addr, err := CanonicalAddress(inst.Address)
+	if err != nil {
 		return inst, err
 	}
+	inst.Address = addr
 	if inst.ID == "" {
 		inst.ID = NewID(inst.Service, inst.Address)
 	}
-	if inst.Weight == 0 {
+	switch {
+	case drained && inst.Weight != 0:
+		return inst, invalid("weight", "%d with the Drained option (a drained instance starts at weight 0; call Lease.SetWeight to bring it in)", inst.Weight)
+	case inst.Weight == 0 && !drained:
 		inst.Weight = DefaultWeight
 	}
 	return inst, inst.Validate()
 }
 
-// newLease applies the options, checks the timings against the backend's
+// newLease checks the timings against the backend's
 // limits, and returns the lease, not yet written.
-func (r *Registry) newLease(inst Instance, opts []RegisterOption) (*Lease, regOptions, error) {
-	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond}
-	for _, f := range opts {
-		f(&o)
-	}
+func (r *Registry) newLease(inst Instance, o *regOptions) (*Lease, error) {
 	ttl, err := ValidateTTL(o.ttl, r.drv.Limits())
 	if err != nil {
-		return nil, o, err
+		return nil, err
 	}
 	interval := o.interval
 	if interval == 0 {
 		interval = ttl / 3
 	}
 	if interval <= 0 || interval > ttl/3 {
-		return nil, o, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
+		return nil, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
 	}
 	if o.backoffMax <= 0 {
 		// Re-registering no faster than heartbeating costs the backend no
@@ -157,7 +165,7 @@ func (r *Registry) newLease(inst Instance, opts []RegisterOption) (*Lease, regOp
 		check:  o.check, checkEvery: o.checkInterval, onState: o.onState,
 		inst: inst,
 		stop: make(chan struct{}), done: make(chan struct{}),
-	}, o, nil
+	}, nil
 }
 
 // first runs the health check, if any, and writes the instance unless

@@ -3,19 +3,25 @@ package driver
 import (
 	"encoding/json"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// Limits every backend enforces identically (Consul's limits, applied
-// everywhere so a registration valid on one backend is valid on all).
+// Limits every backend enforces identically, so that a registration valid
+// on one backend is valid on all: Consul's, the tightest, applied
+// everywhere. The conformance suite registers at each limit and one past
+// it on every backend (conformance/limits.go).
 const (
-	MaxServiceLen     = 128
-	MaxIDLen          = 256
-	MaxMetadataPairs  = 64
+	MaxServiceLen = 128
+	MaxIDLen      = 256
+	// MaxWeight is the largest weight: Consul's agent rejects a larger
+	// Weights.Passing, and DNS SRV weights are 16 bits too.
+	MaxWeight = 65535
+	// MaxMetadataPairs is Consul's 64 Meta pairs less the one where the
+	// Consul driver keeps Roster's own fields (weight, version, zone).
+	MaxMetadataPairs  = 63
 	MaxMetadataKeyLen = 128
 	MaxMetadataValLen = 512
 	MaxTags           = 64
@@ -68,24 +74,17 @@ func alnum(c byte) bool {
 
 func idChar(c byte) bool { return alnum(c) || c == '.' || c == '_' || c == '-' }
 
-// ValidateAddress checks a host:port address with a non-empty host and a
-// port in 1..65535.
+// ValidateAddress checks that addr is a host:port address in its
+// canonical form (see CanonicalAddress). Registry.Register canonicalises
+// before validating; an address read back from a backend must already be
+// canonical.
 func ValidateAddress(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
+	c, err := CanonicalAddress(addr)
 	if err != nil {
-		return invalid("address", "%q is not host:port", addr)
+		return err
 	}
-	if host == "" {
-		return invalid("address", "%q has no host", addr)
-	}
-	for _, r := range host {
-		if r <= ' ' || r == '/' || r == '@' || r == '?' || r == '#' || r > 0x7e {
-			return invalid("address", "host %q contains %q", host, r)
-		}
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return invalid("address", "port %q out of range 1-65535", port)
+	if c != addr {
+		return invalid("address", "%q is not in canonical form %q", addr, c)
 	}
 	return nil
 }
@@ -101,6 +100,9 @@ func (i Instance) Validate() error {
 	}
 	if err := ValidateAddress(i.Address); err != nil {
 		return err
+	}
+	if i.Weight > MaxWeight {
+		return invalid("weight", "%d exceeds %d", i.Weight, MaxWeight)
 	}
 	if err := printable("version", i.Version, MaxVersionLen); err != nil {
 		return err
