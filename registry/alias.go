@@ -35,6 +35,7 @@ const (
 	DefaultWeight     = driver.DefaultWeight
 	MaxServiceLen     = driver.MaxServiceLen
 	MaxWeight         = driver.MaxWeight
+	MaxHostLen        = driver.MaxHostLen
 	MaxIDLen          = driver.MaxIDLen
 	MaxMetadataPairs  = driver.MaxMetadataPairs
 	MaxMetadataKeyLen = driver.MaxMetadataKeyLen

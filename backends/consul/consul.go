@@ -105,9 +105,12 @@
 //     blocking call is wait + wait/16 + 5s. A failed call is reported as
 //     driver.ErrUnavailable: the registry marks its cache stale and
 //     reopens the watch with backoff, without restarting anything.
-//   - Fields: Version, Zone and Weight travel in Service.Meta under
-//     roster_version, roster_zone and roster_weight; Tags and the address
-//     are Consul's own; user metadata is the rest of Meta. Instances
+//   - Fields: Version, Zone and Weight travel in one Service.Meta key,
+//     roster_fields ("<weight>,<len(version)>,<version><zone>"), so that
+//     they cost one of Consul's 64 Meta pairs (driver.MaxMetadataPairs is
+//     63); the weight is also Weights.Passing (1 when drained) for DNS.
+//     Tags and the address are Consul's own; user metadata is the rest of
+//     Meta. Instances
 //     registered by other tools are listed too: their Meta is their
 //     metadata, and Meta.weight (the PHP article's payload) is their
 //     weight (DefaultWeight when absent or not a number).
