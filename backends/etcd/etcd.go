@@ -126,7 +126,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -148,7 +150,8 @@ const (
 // Limits of the backend: etcd's lease TTLs are whole seconds, and a server
 // with default election settings (100ms heartbeat, 1s election) grants no
 // less than 2s.
-var limits = driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+// limits: etcd's own lease bounds (MaxLeaseTTL is 9,000,000,000s).
+var limits = driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: 9_000_000_000 * time.Second}
 
 func init() {
 	driver.Register(Scheme, openURL, publicOptions...)
@@ -349,9 +352,35 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 		return fmt.Errorf("etcd: %s: %w", what, driver.ErrClosed)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
+	case refused(err):
+		// The server answered and said no to the input or the
+		// credentials: retrying the same request cannot succeed.
+		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrInvalid, err)
 	default:
 		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrUnavailable, err)
 	}
+}
+
+// refused reports a server's rejection of the request itself ("too large
+// lease TTL", "request is too large", permission denied), as opposed to
+// a failure to answer.
+func refused(err error) bool {
+	var code codes.Code
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if st, ok := status.FromError(err); ok {
+		code = st.Code()
+		// The client's own refusal to send a message past its limit.
+		if code == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max") {
+			return true
+		}
+	}
+	switch code {
+	case codes.InvalidArgument, codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
 }
 
 func isAuthErr(err error) bool {
@@ -401,7 +430,10 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 }
 
 func ttlSeconds(ttl time.Duration) int64 {
-	s := int64((ttl + time.Second - 1) / time.Second)
+	s := int64(ttl / time.Second) // rounded up without ttl+1s-1, which overflows
+	if ttl%time.Second != 0 {
+		s++
+	}
 	return max(s, int64(limits.MinTTL/time.Second))
 }
 

@@ -73,4 +73,7 @@ type Stream interface {
 type Limits struct {
 	MinTTL         time.Duration // requested TTLs below this are rejected
 	TTLGranularity time.Duration // effective TTLs are rounded up to a multiple
+	// MaxTTL, when set, is the largest TTL the backend's server accepts
+	// (etcd: 9,000,000,000s); a larger one is rejected before any write.
+	MaxTTL time.Duration
 }

@@ -185,7 +185,8 @@ func printable(field, s string, max int) error {
 
 // ValidateTTL checks a requested TTL against a backend's limits and returns
 // the effective TTL: rounded up to the backend's granularity. A TTL below
-// the backend's minimum is rejected, naming the minimum.
+// the backend's minimum, or above its maximum, is rejected, naming the
+// bound.
 func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
 	if ttl <= 0 {
 		return 0, invalid("ttl", "%v must be positive", ttl)
@@ -198,6 +199,9 @@ func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
 			return 0, invalid("ttl", "%v is too large to round up to this backend's granularity of %v", ttl, g)
 		}
 		ttl = (ttl/g + 1) * g
+	}
+	if lim.MaxTTL > 0 && ttl > lim.MaxTTL {
+		return 0, invalid("ttl", "%v exceeds this backend's maximum of %v", ttl, lim.MaxTTL)
 	}
 	return ttl, nil
 }

@@ -112,7 +112,7 @@ func TestNewID(t *testing.T) {
 }
 
 func TestValidateTTL(t *testing.T) {
-	etcd := Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+	etcd := Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: 9e9 * time.Second}
 	for _, c := range []struct {
 		in, want time.Duration
 		lim      Limits
@@ -124,6 +124,8 @@ func TestValidateTTL(t *testing.T) {
 		{0, 0, etcd, false},
 		{-time.Second, 0, Limits{}, false},
 		{1500 * time.Microsecond, 2 * time.Millisecond, Limits{TTLGranularity: time.Millisecond}, true},
+		{9e9 * time.Second, 9e9 * time.Second, etcd, true},
+		{9e9*time.Second + 1, 0, etcd, false}, // rounds up past the maximum
 	} {
 		got, err := ValidateTTL(c.in, c.lim)
 		if c.ok && (err != nil || got != c.want) {
