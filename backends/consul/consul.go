@@ -378,7 +378,7 @@ func (d *Driver) query(ctx context.Context) *api.QueryOptions {
 }
 
 // wrap maps a client error to the registry's sentinels: 404 is
-// ErrNotFound, 400 ErrInvalid, 403 ErrInvalid (a token that lacks the
+// ErrNotFound, 400 and 413 ErrInvalid, 403 ErrInvalid (a token that lacks the
 // right will not gain it by retrying), anything else — refused
 // connections, timeouts, 5xx — ErrUnavailable. A context error of the
 // caller is returned as is. The token never appears in the text.
@@ -395,7 +395,7 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 		switch {
 		case se.Code == http.StatusNotFound || lostCheck(se):
 			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrNotFound, msg)
-		case se.Code == http.StatusBadRequest:
+		case se.Code == http.StatusBadRequest, se.Code == http.StatusRequestEntityTooLarge:
 			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, msg)
 		case se.Code == http.StatusForbidden:
 			return fmt.Errorf("consul: %s: %w: permission denied (check the ACL token): %s", op, driver.ErrInvalid, msg)
