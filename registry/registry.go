@@ -182,7 +182,7 @@ func (l *Lease) first(ctx context.Context, o regOptions) error {
 	}
 	reg, err := l.r.drv.Register(ctx, l.inst, l.ttl)
 	if err != nil {
-		return fmt.Errorf("register %s/%s: %w", l.inst.Service, l.inst.ID, err)
+		return err // it names the backend and the operation: see driver.Driver
 	}
 	l.reg = reg
 	return nil
@@ -238,9 +238,8 @@ func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error)
 	s, err := r.drv.List(ctx, service)
 	if err != nil {
 		if ctx.Err() != nil {
-			err = ctx.Err()
+			err = fmt.Errorf("lookup %s: %w", service, ctx.Err())
 		}
-		err = fmt.Errorf("lookup %s: %w", service, err)
 		r.observeLookup(service, false, start, err)
 		if e != nil {
 			if last, ok := e.last(); ok {
@@ -316,7 +315,7 @@ func (r *Registry) Services(ctx context.Context) ([]string, error) {
 	}
 	s, err := r.drv.Services(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("services: %w", err)
+		return nil, err // it names the backend and the operation
 	}
 	return s, nil
 }

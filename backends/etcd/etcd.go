@@ -423,8 +423,8 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 		return nil, err
 	}
 	r := &registration{d: d, key: d.Key(inst.Service, inst.ID), id: inst.ID, ttl: ttlSeconds(ttl)}
-	if err := r.grantAndPut(ctx, val); err != nil {
-		return nil, fmt.Errorf("etcd: register %s: %w", inst.ID, err)
+	if err := r.grantAndPut(ctx, "register "+inst.ID, val); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -512,7 +512,7 @@ func (r *registration) leaseID() clientv3.LeaseID {
 }
 
 // grantAndPut attaches the key to a new lease.
-func (r *registration) grantAndPut(ctx context.Context, val string) error {
+func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 	d := r.d
 	c, cancel, err := d.op(ctx)
 	if err != nil {
@@ -521,11 +521,11 @@ func (r *registration) grantAndPut(ctx context.Context, val string) error {
 	defer cancel()
 	g, err := d.cli.Grant(c, r.ttl)
 	if err != nil {
-		return d.wrap(ctx, "grant lease", err)
+		return d.wrap(ctx, op+": grant lease", err)
 	}
 	if _, err := d.cli.Put(c, r.key, val, clientv3.WithLease(g.ID)); err != nil {
 		// The new lease carries no key; it expires by itself.
-		return d.wrap(ctx, "put", err)
+		return d.wrap(ctx, op+": put", err)
 	}
 	r.mu.Lock()
 	r.lease = g.ID
@@ -544,11 +544,11 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	defer cancel()
 	lease := r.leaseID()
 	if _, err := d.cli.KeepAliveOnce(c, lease); err != nil {
-		return fmt.Errorf("etcd: heartbeat %s: %w", r.id, d.wrap(ctx, "keep-alive", err))
+		return d.wrap(ctx, "heartbeat "+r.id+": keep-alive", err)
 	}
 	resp, err := d.cli.Get(c, r.key, clientv3.WithCountOnly())
 	if err != nil {
-		return fmt.Errorf("etcd: heartbeat %s: %w", r.id, d.wrap(ctx, "check key", err))
+		return d.wrap(ctx, "heartbeat "+r.id+": check key", err)
 	}
 	if resp.Count == 0 {
 		// Deleted behind our back. The lease has no other key: drop it now
@@ -574,14 +574,10 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	defer cancel()
 	_, err = d.cli.Put(c, r.key, val, clientv3.WithLease(r.leaseID()))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		err = r.grantAndPut(ctx, val)
-		if err != nil {
-			return fmt.Errorf("etcd: update %s: %w", r.id, err)
-		}
-		return nil
+		return r.grantAndPut(ctx, "update "+r.id, val)
 	}
 	if err != nil {
-		return fmt.Errorf("etcd: update %s: %w", r.id, d.wrap(ctx, "put", err))
+		return d.wrap(ctx, "update "+r.id+": put", err)
 	}
 	return nil
 }
@@ -596,7 +592,7 @@ func (r *registration) Deregister(ctx context.Context) error {
 	}
 	defer cancel()
 	if _, err := d.cli.Delete(c, r.key); err != nil {
-		return fmt.Errorf("etcd: deregister %s: %w", r.id, d.wrap(ctx, "delete", err))
+		return d.wrap(ctx, "deregister "+r.id+": delete", err)
 	}
 	// Best effort: the key is gone, and an unrevoked lease expires alone.
 	_, _ = d.cli.Revoke(c, r.leaseID())
