@@ -5,8 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/internal/logbuf"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -72,5 +74,37 @@ func TestRegisterInputRules(t *testing.T) {
 	}
 	if s, err := r.Lookup(ctx, "t"); err != nil || len(s.Instances) != 0 {
 		t.Fatalf("rejected registrations wrote %v (%v)", s.Instances, err)
+	}
+}
+
+// What a driver reads back is checked once, in Registry, for every
+// backend: a record of another service, an address that does not parse,
+// or a repeated ID is skipped and reported; a valid address is served in
+// its canonical form. The memory server is written here with its own
+// driver, bypassing validation, as another process could.
+func TestReadBackChecked(t *testing.T) {
+	srv := memory.NewServer()
+	raw := memory.NewDriver(srv)
+	defer raw.Close()
+	ctx := context.Background()
+	for _, in := range []driver.Instance{
+		{ID: "good", Service: "s", Address: "H:1", Weight: 1},
+		{ID: "other", Service: "t", Address: "h:2", Weight: 1},
+		{ID: "plus", Service: "s", Address: "h:+80", Weight: 1},
+		{ID: "heavy", Service: "s", Address: "h:3", Weight: 70000},
+	} {
+		if _, err := raw.Register(ctx, in, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var log logbuf.Buffer
+	r := registry.New(memory.NewDriver(srv), registry.WithLogger(log.Logger()))
+	defer r.Close()
+	s, err := r.Lookup(ctx, "s")
+	if err != nil || len(s.Instances) != 1 || s.Instances[0].ID != "good" || s.Instances[0].Address != "h:1" {
+		t.Fatalf("Lookup = %+v, %v; want only good, at h:1", s.Instances, err)
+	}
+	if n := strings.Count(log.String(), "skipped a record"); n != 1 {
+		t.Fatalf("%d warnings, want 1 (rate-limited): %s", n, log.String())
 	}
 }

@@ -18,7 +18,8 @@ import (
 // readers of a service, periodic resync and stale marking. A Registry is
 // safe for concurrent use.
 type Registry struct {
-	drv    driver.Driver
+	drv    driver.Driver // the backend's driver behind checked (readback.go)
+	raw    driver.Driver // the backend's driver itself, for As
 	name   string
 	log    *slog.Logger
 	obs    Observer
@@ -44,7 +45,7 @@ func New(d driver.Driver, opts ...Option) *Registry {
 		o.name = fmt.Sprintf("%T", d)
 	}
 	return &Registry{
-		drv: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
+		drv: checked{Driver: d, rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
 		leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }
@@ -59,7 +60,7 @@ func (r *Registry) Limits() Limits { return r.drv.Limits() }
 // with fault hooks, say): it sets *target to the driver if the types match.
 func (r *Registry) As(target any) bool {
 	if p, ok := target.(*driver.Driver); ok {
-		*p = r.drv
+		*p = r.raw
 		return true
 	}
 	return false

@@ -92,6 +92,23 @@ func ValidateAddress(addr string) error {
 // Validate checks every field of an instance against the limits above.
 // The error is a *FieldError naming the first offending field.
 func (i Instance) Validate() error {
+	if err := i.ValidateFields(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(i)
+	if err != nil {
+		return invalid("instance", "cannot encode: %v", err)
+	}
+	if len(b) > MaxEncodedSize {
+		return invalid("instance", "encodes to %d bytes, at most %d allowed", len(b), MaxEncodedSize)
+	}
+	return nil
+}
+
+// ValidateFields is Validate without the encoded-size check, which costs
+// an encoding: it is what a reader checks on every record it reads back
+// (the field limits bound the size already).
+func (i Instance) ValidateFields() error {
 	if err := ValidateService(i.Service); err != nil {
 		return err
 	}
@@ -136,13 +153,6 @@ func (i Instance) Validate() error {
 		if err := printable("metadata["+k+"]", v, MaxMetadataValLen); err != nil {
 			return err
 		}
-	}
-	b, err := json.Marshal(i)
-	if err != nil {
-		return invalid("instance", "cannot encode: %v", err)
-	}
-	if len(b) > MaxEncodedSize {
-		return invalid("instance", "encodes to %d bytes, at most %d allowed", len(b), MaxEncodedSize)
 	}
 	return nil
 }

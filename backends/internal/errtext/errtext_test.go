@@ -1,4 +1,5 @@
-package registry_test
+// Package errtext_test checks the error texts of every backend together.
+package errtext_test
 
 import (
 	"context"
