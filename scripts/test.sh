@@ -50,6 +50,7 @@ go test -count=1 -run 'DoesNotAllocate' ./selector ./middleware
 # registry/driver/testdata/fuzz runs with every go test too).
 echo "== fuzz (bounded)"
 go test -run '^$' -fuzz FuzzRedact -fuzztime 20s ./registry/driver
+go test -run '^$' -fuzz FuzzCanonicalAddress -fuzztime 10s ./registry/driver
 
 echo "== bench module (kratos/go-kit comparison) compiles"
 (cd bench && go vet ./...)

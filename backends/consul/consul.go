@@ -105,9 +105,12 @@
 //     blocking call is wait + wait/16 + 5s. A failed call is reported as
 //     driver.ErrUnavailable: the registry marks its cache stale and
 //     reopens the watch with backoff, without restarting anything.
-//   - Fields: Version, Zone and Weight travel in Service.Meta under
-//     roster_version, roster_zone and roster_weight; Tags and the address
-//     are Consul's own; user metadata is the rest of Meta. Instances
+//   - Fields: Version, Zone and Weight travel in one Service.Meta key,
+//     roster_fields ("<weight>,<len(version)>,<version><zone>"), so that
+//     they cost one of Consul's 64 Meta pairs (driver.MaxMetadataPairs is
+//     63); the weight is also Weights.Passing (1 when drained) for DNS.
+//     Tags and the address are Consul's own; user metadata is the rest of
+//     Meta. Instances
 //     registered by other tools are listed too: their Meta is their
 //     metadata, and Meta.weight (the PHP article's payload) is their
 //     weight (DefaultWeight when absent or not a number).
@@ -375,7 +378,7 @@ func (d *Driver) query(ctx context.Context) *api.QueryOptions {
 }
 
 // wrap maps a client error to the registry's sentinels: 404 is
-// ErrNotFound, 400 ErrInvalid, 403 ErrInvalid (a token that lacks the
+// ErrNotFound, 400 and 413 ErrInvalid, 403 ErrInvalid (a token that lacks the
 // right will not gain it by retrying), anything else — refused
 // connections, timeouts, 5xx — ErrUnavailable. A context error of the
 // caller is returned as is. The token never appears in the text.
@@ -392,7 +395,7 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 		switch {
 		case se.Code == http.StatusNotFound || lostCheck(se):
 			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrNotFound, msg)
-		case se.Code == http.StatusBadRequest:
+		case se.Code == http.StatusBadRequest, se.Code == http.StatusRequestEntityTooLarge:
 			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, msg)
 		case se.Code == http.StatusForbidden:
 			return fmt.Errorf("consul: %s: %w: permission denied (check the ACL token): %s", op, driver.ErrInvalid, msg)

@@ -15,7 +15,7 @@ import (
 // because a real agent cannot be made to send an index that goes
 // backwards or is 0 on demand. Everything else runs against a real agent.
 func TestBlockingQueryRules(t *testing.T) {
-	const one = `[{"Node":{"Node":"n","Address":"127.0.0.1"},"Service":{"ID":"a","Service":"svc","Address":"127.0.0.1","Port":1,"Meta":{"roster_weight":"5"}},"Checks":[]}]`
+	const one = `[{"Node":{"Node":"n","Address":"127.0.0.1"},"Service":{"ID":"a","Service":"svc","Address":"127.0.0.1","Port":1,"Meta":{"roster_fields":"5,0,"}},"Checks":[]}]`
 	type step struct {
 		index string // index expected in the request ("" = none)
 		reply uint64 // X-Consul-Index of the answer

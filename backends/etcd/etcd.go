@@ -126,7 +126,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -148,7 +150,8 @@ const (
 // Limits of the backend: etcd's lease TTLs are whole seconds, and a server
 // with default election settings (100ms heartbeat, 1s election) grants no
 // less than 2s.
-var limits = driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+// limits: etcd's own lease bounds (MaxLeaseTTL is 9,000,000,000s).
+var limits = driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: 9_000_000_000 * time.Second}
 
 func init() {
 	driver.Register(Scheme, openURL, publicOptions...)
@@ -349,9 +352,35 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 		return fmt.Errorf("etcd: %s: %w", what, driver.ErrClosed)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
+	case refused(err):
+		// The server answered and said no to the input or the
+		// credentials: retrying the same request cannot succeed.
+		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrInvalid, err)
 	default:
 		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrUnavailable, err)
 	}
+}
+
+// refused reports a server's rejection of the request itself ("too large
+// lease TTL", "request is too large", permission denied), as opposed to
+// a failure to answer.
+func refused(err error) bool {
+	var code codes.Code
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if st, ok := status.FromError(err); ok {
+		code = st.Code()
+		// The client's own refusal to send a message past its limit.
+		if code == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max") {
+			return true
+		}
+	}
+	switch code {
+	case codes.InvalidArgument, codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
 }
 
 func isAuthErr(err error) bool {
@@ -394,14 +423,17 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 		return nil, err
 	}
 	r := &registration{d: d, key: d.Key(inst.Service, inst.ID), id: inst.ID, ttl: ttlSeconds(ttl)}
-	if err := r.grantAndPut(ctx, val); err != nil {
-		return nil, fmt.Errorf("etcd: register %s: %w", inst.ID, err)
+	if err := r.grantAndPut(ctx, "register "+inst.ID, val); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
 
 func ttlSeconds(ttl time.Duration) int64 {
-	s := int64((ttl + time.Second - 1) / time.Second)
+	s := int64(ttl / time.Second) // rounded up without ttl+1s-1, which overflows
+	if ttl%time.Second != 0 {
+		s++
+	}
 	return max(s, int64(limits.MinTTL/time.Second))
 }
 
@@ -480,7 +512,7 @@ func (r *registration) leaseID() clientv3.LeaseID {
 }
 
 // grantAndPut attaches the key to a new lease.
-func (r *registration) grantAndPut(ctx context.Context, val string) error {
+func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 	d := r.d
 	c, cancel, err := d.op(ctx)
 	if err != nil {
@@ -489,11 +521,11 @@ func (r *registration) grantAndPut(ctx context.Context, val string) error {
 	defer cancel()
 	g, err := d.cli.Grant(c, r.ttl)
 	if err != nil {
-		return d.wrap(ctx, "grant lease", err)
+		return d.wrap(ctx, op+": grant lease", err)
 	}
 	if _, err := d.cli.Put(c, r.key, val, clientv3.WithLease(g.ID)); err != nil {
 		// The new lease carries no key; it expires by itself.
-		return d.wrap(ctx, "put", err)
+		return d.wrap(ctx, op+": put", err)
 	}
 	r.mu.Lock()
 	r.lease = g.ID
@@ -512,11 +544,11 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	defer cancel()
 	lease := r.leaseID()
 	if _, err := d.cli.KeepAliveOnce(c, lease); err != nil {
-		return fmt.Errorf("etcd: heartbeat %s: %w", r.id, d.wrap(ctx, "keep-alive", err))
+		return d.wrap(ctx, "heartbeat "+r.id+": keep-alive", err)
 	}
 	resp, err := d.cli.Get(c, r.key, clientv3.WithCountOnly())
 	if err != nil {
-		return fmt.Errorf("etcd: heartbeat %s: %w", r.id, d.wrap(ctx, "check key", err))
+		return d.wrap(ctx, "heartbeat "+r.id+": check key", err)
 	}
 	if resp.Count == 0 {
 		// Deleted behind our back. The lease has no other key: drop it now
@@ -542,14 +574,10 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	defer cancel()
 	_, err = d.cli.Put(c, r.key, val, clientv3.WithLease(r.leaseID()))
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		err = r.grantAndPut(ctx, val)
-		if err != nil {
-			return fmt.Errorf("etcd: update %s: %w", r.id, err)
-		}
-		return nil
+		return r.grantAndPut(ctx, "update "+r.id, val)
 	}
 	if err != nil {
-		return fmt.Errorf("etcd: update %s: %w", r.id, d.wrap(ctx, "put", err))
+		return d.wrap(ctx, "update "+r.id+": put", err)
 	}
 	return nil
 }
@@ -564,7 +592,7 @@ func (r *registration) Deregister(ctx context.Context) error {
 	}
 	defer cancel()
 	if _, err := d.cli.Delete(c, r.key); err != nil {
-		return fmt.Errorf("etcd: deregister %s: %w", r.id, d.wrap(ctx, "delete", err))
+		return d.wrap(ctx, "deregister "+r.id+": delete", err)
 	}
 	// Best effort: the key is gone, and an unrevoked lease expires alone.
 	_, _ = d.cli.Revoke(c, r.leaseID())

@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -34,18 +33,18 @@ func ParseURL(u *url.URL) (Options, error) {
 	var o Options
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != Scheme && scheme != SchemeTLS {
-		return o, invalid(u, "scheme %q: want %s or %s", u.Scheme, Scheme, SchemeTLS)
+		return o, driver.InvalidURL("etcd", "scheme %q: want %s or %s", u.Scheme, Scheme, SchemeTLS)
 	}
 	q, err := driver.ParseQuery("etcd", u)
 	if err != nil {
 		return o, err
 	}
 	if u.Path != "" && u.Path != "/" {
-		return o, invalid(u, "a path has no meaning here: set the key prefix with ?prefix=")
+		return o, driver.InvalidURL("etcd", "a path has no meaning here: set the key prefix with ?prefix=")
 	}
 	q.String("prefix", &o.Prefix)
 	if q.Has("prefix") && strings.TrimRight(o.Prefix, "/") == "" {
-		return o, invalid(u, "option prefix must name a key prefix such as /roster")
+		return o, driver.InvalidURL("etcd", "option prefix must name a key prefix such as /roster")
 	}
 	q.Duration("dial_timeout", &o.Client.DialTimeout)
 	q.Duration("request_timeout", &o.RequestTimeout)
@@ -63,18 +62,12 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	if legacySkip {
 		if o.Client.TLS == nil {
-			return o, invalid(u, "option insecure_skip_verify given but TLS is off (use etcds:// or tls=true)")
+			return o, driver.InvalidURL("etcd", "option insecure_skip_verify given but TLS is off (use etcds:// or tls=true)")
 		}
 		o.Client.TLS.InsecureSkipVerify = true
 	}
 	o.Client.Endpoints, err = endpoints(u, o.Client.TLS != nil)
 	return o, err
-}
-
-// invalid is an ErrInvalid in the form driver.Query gives its own, with
-// the URL redacted.
-func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("%w: etcd URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
 }
 
 // credentials reads the user name and password from the URL's user info
@@ -91,18 +84,18 @@ func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
 	q.Secret("password", "", &c.Password)
 	if u.User != nil {
 		if q.Has("username") {
-			return invalid(u, "user name given twice: before the @ and as option username")
+			return driver.InvalidURL("etcd", "user name given twice: before the @ and as option username")
 		}
 		c.Username = u.User.Username()
 		if pw, ok := u.User.Password(); ok {
 			if q.Has("password") || q.Has("password_file") {
-				return invalid(u, "password given twice: before the @ and as option password or password_file")
+				return driver.InvalidURL("etcd", "password given twice: before the @ and as option password or password_file")
 			}
 			c.Password = pw
 		}
 	}
 	if c.Password != "" && c.Username == "" {
-		return invalid(u, "a password needs a user name")
+		return driver.InvalidURL("etcd", "a password needs a user name")
 	}
 	return nil
 }
@@ -115,7 +108,7 @@ func insecureSkipVerify(u *url.URL, q *driver.Query) (bool, error) {
 		return false, nil
 	}
 	if q.Has("skip_verify") {
-		return false, invalid(u, "options skip_verify and insecure_skip_verify (its deprecated name) both given: keep skip_verify")
+		return false, driver.InvalidURL("etcd", "options skip_verify and insecure_skip_verify (its deprecated name) both given: keep skip_verify")
 	}
 	var skip bool
 	q.Bool("insecure_skip_verify", &skip)
@@ -126,7 +119,7 @@ func insecureSkipVerify(u *url.URL, q *driver.Query) (bool, error) {
 // a host without a port gets etcd's 2379.
 func endpoints(u *url.URL, tlsOn bool) ([]string, error) {
 	if u.Host == "" {
-		return nil, invalid(u, "no host (etcd://host:2379[,host2:2379])")
+		return nil, driver.InvalidURL("etcd", "no host (etcd://host:2379[,host2:2379])")
 	}
 	scheme := "http://"
 	if tlsOn {
@@ -135,7 +128,7 @@ func endpoints(u *url.URL, tlsOn bool) ([]string, error) {
 	var eps []string
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return nil, invalid(u, "empty host in the endpoint list")
+			return nil, driver.InvalidURL("etcd", "empty host in the endpoint list")
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")

@@ -106,14 +106,18 @@
 // them within quiet. The registry keeps the revisions its Watchers see
 // monotonic across such a restart of the counter, as across a FLUSHALL.
 //
-// Options: prefix (default "roster"), sweep, quiet, maxlen, linger. TTLs
+// Options: prefix (default "roster"; no '{' or '}', so the prefix ends
+// where the service's hash tag starts and two prefixes, svc and
+// svc:staging say, never share a key), sweep, quiet, maxlen, linger. TTLs
 // have millisecond granularity, minimum 10ms.
 //
 // # Layout keys
 //
 // The layout of the widely copied "Redis as a service registry" article:
 // one String per instance, key service:<name>:<addr> (the "service" prefix
-// is option prefix), value JSON with string fields exactly as the article
+// is option prefix, which may not contain ':': a reader splits the key at
+// ':', so under prefix svc the keys of prefix svc:staging would read as a
+// service "staging"), value JSON with string fields exactly as the article
 // writes them:
 //
 //	{"addr":"10.0.0.1:8080","version":"1.2.0","weight":"100","metadata":"zone=hz-1"}

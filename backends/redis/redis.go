@@ -126,8 +126,10 @@ func (d *conn) watchClient() goredis.UniversalClient {
 	return goredis.NewUniversalClient(&cp)
 }
 
-// wrap maps a client error to the registry's sentinels. Server replies and
-// network errors are ErrUnavailable: transient from the caller's view.
+// wrap maps a client error to the registry's sentinels. Network errors
+// and the server's other replies (LOADING, a failover's READONLY…) are
+// ErrUnavailable: transient from the caller's view. A reply refusing the
+// request itself is ErrInvalid: retrying cannot succeed.
 func (d *conn) wrap(op string, err error) error {
 	switch {
 	case err == nil:
@@ -136,8 +138,28 @@ func (d *conn) wrap(op string, err error) error {
 		return fmt.Errorf("redis %s: %s: %w", d.name, op, err)
 	case errors.Is(err, goredis.ErrClosed):
 		return fmt.Errorf("redis %s: %s: %w", d.name, op, driver.ErrClosed)
+	case refused(err):
+		return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, driver.ErrInvalid, redactErr(err, d.copts.Password))
 	}
 	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, driver.ErrUnavailable, redactErr(err, d.copts.Password))
+}
+
+// refusals are the server replies that no retry can change: credentials
+// (NOAUTH, WRONGPASS), an ACL that forbids the command or key (NOPERM), a
+// key of ours holding another type (WRONGTYPE: foreign data at our key).
+var refusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "WRONGTYPE"}
+
+func refused(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range refusals {
+		if strings.HasPrefix(err.Error(), p) {
+			return true
+		}
+	}
+	return false
 }
 
 // redactErr returns err's text with the password (if any) removed; go-redis
