@@ -3,8 +3,8 @@ package dnssrv_test
 import (
 	"testing"
 
-	_ "github.com/roster-go/roster/backends/dnssrv" // dns+srv:// for the harness
 	"github.com/roster-go/roster/backends/consul/consultest"
+	_ "github.com/roster-go/roster/backends/dnssrv" // dns+srv:// for the harness
 	"github.com/roster-go/roster/backends/dnssrv/dnssrvtest"
 	"github.com/roster-go/roster/conformance"
 )

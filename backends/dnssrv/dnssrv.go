@@ -360,4 +360,3 @@ func (s *stream) Close() error {
 	s.once.Do(func() { close(s.closed) })
 	return nil
 }
-
