@@ -316,22 +316,58 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 	if err != nil {
 		return driver.Snapshot{}, err
 	}
-	for _, id := range kids {
-		in, st, err := d.get(ctx, conn, service, id)
-		if errors.Is(err, driver.ErrNotFound) {
-			continue // gone since the children were read
-		}
-		if err != nil {
-			return driver.Snapshot{}, err
-		}
-		snap.Revision = max(snap.Revision, uint64(st.Mzxid))
-		if in != nil {
-			snap.Instances = append(snap.Instances, *in)
-		}
+	ins, rev, err := d.getAll(ctx, conn, service, kids)
+	if err != nil {
+		return driver.Snapshot{}, err
 	}
+	snap.Instances, snap.Revision = ins, max(snap.Revision, rev)
 	driver.SortInstances(snap.Instances)
 	snap.At = time.Now()
 	return snap, nil
+}
+
+// listParallel is how many reads List keeps in flight: the client
+// pipelines them on its one connection, so a large service costs a few
+// round trips rather than one per instance.
+const listParallel = 16
+
+// getAll reads the instance znodes ids, listParallel at a time, and
+// returns the instances that decode and the highest mzxid.
+func (d *Driver) getAll(ctx context.Context, conn *zk.Conn, service string, ids []string) ([]driver.Instance, uint64, error) {
+	got := make([]*driver.Instance, len(ids))
+	mz := make([]int64, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for w := range min(listParallel, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(ids); i += listParallel {
+				var st *zk.Stat
+				got[i], st, errs[i] = d.get(ctx, conn, service, ids[i])
+				if errs[i] == nil {
+					mz[i] = st.Mzxid
+				} else if errors.Is(errs[i], driver.ErrNotFound) {
+					errs[i] = nil // gone since the children were read
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	ins := make([]driver.Instance, 0, len(ids))
+	var rev uint64
+	for i, in := range got {
+		rev = max(rev, uint64(mz[i]))
+		if in != nil {
+			ins = append(ins, *in)
+		}
+	}
+	return ins, rev, nil
 }
 
 // get reads one instance znode; a value that does not decode is nil.
