@@ -4,7 +4,9 @@ go 1.26.7
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/hashicorp/consul/api v1.34.5
+	github.com/miekg/dns v1.1.73
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	go.etcd.io/etcd/api/v3 v3.7.3

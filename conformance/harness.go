@@ -115,3 +115,19 @@ type Wiper interface {
 type ExternalDeleter interface {
 	DeleteExternally(ctx context.Context, inst registry.Instance) error
 }
+
+// ReadOnly is implemented by harnesses of read-only backends (DNS SRV),
+// whose Registry cannot register. The suite then publishes instances
+// through the server's own API (Consul's agent API, say) and runs the
+// checks that only read (Lookup and Watch) in a form of their own; every
+// check that needs Registry.Register is skipped as "n/a: read-only", with
+// the reason, never passed.
+type ReadOnly interface {
+	// Publish makes in (Service, Address, Weight) visible to the backend
+	// through the server's own API, replacing an earlier Publish of the
+	// same Service and Address, and returns the ID the backend reports it
+	// under.
+	Publish(ctx context.Context, in registry.Instance) (id string, err error)
+	// Unpublish withdraws what Publish made visible.
+	Unpublish(ctx context.Context, in registry.Instance) error
+}

@@ -2,6 +2,8 @@
 # The whole test suite, on a fresh machine. It installs and builds what the
 # tests need, then runs them:
 #   - redis-server from Debian's packages (apt-get) when it is missing;
+#   - ZooKeeper 3.8 from Debian's zookeeper package (apt-get, with its Java
+#     runtime) when it is missing; tests run it as a plain JVM process;
 #   - a Consul agent (v1.13.9, MPL-2.0) built once from the Go module proxy
 #     into $ROSTER_CACHE (default ~/.cache/roster), reused afterwards;
 #   - etcd runs embedded in the test processes (go.etcd.io/etcd/server/v3/embed).
@@ -21,6 +23,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 # Tests start their own redis-server processes; a packaged one is not needed.
 export ROSTER_REDIS_SERVER="${ROSTER_REDIS_SERVER:-$(command -v redis-server)}"
+
+# The zookeeper package holds the server's jars and no daemon (that is
+# zookeeperd); backends/zookeeper/zktest starts servers from the jars.
+if [ ! -f /usr/share/java/zookeeper.jar ] || [ ! -f /usr/share/java/slf4j-simple.jar ]; then
+	echo "== installing zookeeper (apt)"
+	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends zookeeper libslf4j-java >/dev/null
+fi
 
 export ROSTER_CONSUL_BIN="${ROSTER_CONSUL_BIN:-$ROSTER_CACHE/consul-1.13.9}"
 if [ ! -x "$ROSTER_CONSUL_BIN" ]; then

@@ -69,7 +69,7 @@ type Agent struct {
 	dir    string
 	ownDir bool
 	addr   string // 127.0.0.1:port of the HTTP API
-	ports  []int  // http, server, serf-lan, serf-wan
+	ports  []int  // http, server, serf-lan, serf-wan, dns
 	args   []string
 
 	mu   sync.Mutex
@@ -96,7 +96,7 @@ func Start(tb testing.TB, args ...string) *Agent {
 // waits until it has a leader and lists itself as passing. The caller
 // closes it.
 //
-// Besides -dev on loopback ports (no gRPC, no DNS) the agent runs with
+// Besides -dev on loopback ports (no gRPC; DNS on DNSAddr) the agent runs with
 // limits { http_max_conns_per_client = 4096 }: Consul answers 429 past 200
 // concurrent HTTP connections from one IP, and every client of a test
 // suite comes from 127.0.0.1, which production clients (one process per
@@ -116,7 +116,7 @@ func NewAgent(dir string, args ...string) (*Agent, error) {
 	var lastErr error
 	for range 3 { // a free port may be taken by someone else before the agent binds it
 		a.ports = a.ports[:0]
-		for range 4 {
+		for range 5 {
 			p, err := loopback.FreePort()
 			if err != nil {
 				a.removeDir()
@@ -135,6 +135,10 @@ func NewAgent(dir string, args ...string) (*Agent, error) {
 
 // Addr is the host:port of the agent's HTTP API.
 func (a *Agent) Addr() string { return a.addr }
+
+// DNSAddr is the host:port of the agent's DNS interface (UDP and TCP),
+// which answers <service>.service.consul SRV queries.
+func (a *Agent) DNSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[4])) }
 
 // URL returns the registry URL of the agent, consul://127.0.0.1:<port>,
 // followed by ?query if query is not empty (for example "wait=5s").
@@ -175,7 +179,7 @@ func (a *Agent) start() error {
 		"-client", "127.0.0.1", "-bind", "127.0.0.1",
 		"-http-port", strconv.Itoa(a.ports[0]), "-server-port", strconv.Itoa(a.ports[1]),
 		"-serf-lan-port", strconv.Itoa(a.ports[2]), "-serf-wan-port", strconv.Itoa(a.ports[3]),
-		"-grpc-port", "-1", "-dns-port", "-1",
+		"-grpc-port", "-1", "-dns-port", strconv.Itoa(a.ports[4]),
 		"-data-dir", filepath.Join(a.dir, "data"),
 		"-hcl", "limits { http_max_conns_per_client = 4096 }",
 		"-log-level", "warn"}, a.args...)
