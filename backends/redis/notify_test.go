@@ -49,4 +49,3 @@ func TestPartialKeyspaceEventsReported(t *testing.T) {
 		}
 	}
 }
-
