@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -22,7 +23,10 @@ import (
 
 // keysLayout stores one String per instance, as the article does (the
 // package doc, "Layout keys").
-type keysLayout struct{ *conn }
+type keysLayout struct {
+	*conn
+	warnFlags sync.Once // the notify-keyspace-events warning, once per driver
+}
 
 // limits: SET EX and EXPIRE take whole seconds.
 func (ks *keysLayout) limits() driver.Limits {

@@ -58,7 +58,7 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	name := strings.Join(cp.Addrs, ",")
 	cn := &conn{copts: &cp, c: goredis.NewUniversalClient(&cp), o: o, name: name}
 	if o.Layout == LayoutKeys {
-		return &Driver{cn, &keysLayout{cn}}, nil
+		return &Driver{cn, &keysLayout{conn: cn}}, nil
 	}
 	return &Driver{cn, &hashLayout{cn}}, nil
 }
