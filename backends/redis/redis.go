@@ -126,8 +126,11 @@ func (d *conn) watchClient() goredis.UniversalClient {
 	return goredis.NewUniversalClient(&cp)
 }
 
-// wrap maps a client error to the registry's sentinels. Server replies and
-// network errors are ErrUnavailable: transient from the caller's view.
+// wrap maps a client error to the registry's sentinels. A refusal no
+// retry can cure — an ACL that lacks a command or key (NOPERM), a wrong
+// password, a TLS certificate that does not verify — is ErrInvalid, with
+// the server's or handshake's own words. Other server replies and network
+// errors are ErrUnavailable: transient from the caller's view.
 func (d *conn) wrap(op string, err error) error {
 	switch {
 	case err == nil:
@@ -137,7 +140,11 @@ func (d *conn) wrap(op string, err error) error {
 	case errors.Is(err, goredis.ErrClosed):
 		return fmt.Errorf("redis %s: %s: %w", d.name, op, driver.ErrClosed)
 	}
-	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, driver.ErrUnavailable, redactErr(err, d.copts.Password))
+	kind := driver.ErrUnavailable
+	if refused(err) {
+		kind = driver.ErrInvalid
+	}
+	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, kind, redactErr(explain(err), d.copts.Password))
 }
 
 // redactErr returns err's text with the password (if any) removed; go-redis
