@@ -347,6 +347,9 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 		return fmt.Errorf("etcd: %s: %w", what, parent.Err())
 	case d.closed.Load():
 		return fmt.Errorf("etcd: %s: %w", what, driver.ErrClosed)
+	case isAuthErr(err):
+		// A role without the prefix's range will not gain it by retrying.
+		return fmt.Errorf("etcd: %s: %w: %v (check the user's role: it needs readwrite on the prefix %s/)", what, driver.ErrInvalid, err, d.prefix)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
 	default:
