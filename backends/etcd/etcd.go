@@ -222,6 +222,9 @@ func New(opts Options) (*Driver, error) {
 			MinConnectTimeout: 5 * time.Second,
 		})}
 	}
+	if err := checkTLS(&cfg); err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		if isAuthErr(err) {

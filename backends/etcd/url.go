@@ -2,10 +2,14 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -69,6 +73,51 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	o.Client.Endpoints, err = endpoints(u, o.Client.TLS != nil)
 	return o, err
+}
+
+// pinServerName makes server_name count: gRPC replaces a tls.Config's
+// ServerName with the endpoint's host, so the name is checked here, in
+// VerifyConnection, with the verification gRPC would have done.
+func pinServerName(c *tls.Config) {
+	if c == nil || c.ServerName == "" || c.InsecureSkipVerify {
+		return
+	}
+	name, roots := c.ServerName, c.RootCAs
+	c.InsecureSkipVerify = true // replaced by VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: the server sent no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, ic := range cs.PeerCertificates[1:] {
+			inter.AddCert(ic)
+		}
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: name, Roots: roots, Intermediates: inter})
+		return err
+	}
+}
+
+// checkTLS makes cfg's server_name count (pinServerName, on a copy) and
+// finds a TLS misconfiguration at Open, which gRPC would hide behind
+// retries until the request timeout: each endpoint is dialled once within
+// the dial timeout (an unreachable one is passed over).
+func checkTLS(cfg *clientv3.Config) error {
+	if cfg.TLS == nil {
+		return nil
+	}
+	cfg.TLS = cfg.TLS.Clone()
+	pinServerName(cfg.TLS)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
+	defer cancel()
+	for _, ep := range cfg.Endpoints {
+		_, host, _ := strings.Cut(ep, "://")
+		// A gRPC server speaks first (its HTTP/2 settings): a short wait
+		// tells an accepted client certificate from a refused one.
+		if err := driver.CheckTLS(ctx, host, cfg.TLS, time.Second); err != nil {
+			return fmt.Errorf("etcd: connect: %w", err)
+		}
+	}
+	return nil
 }
 
 // invalid is an ErrInvalid in the form driver.Query gives its own, with

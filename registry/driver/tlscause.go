@@ -1,9 +1,14 @@
 package driver
 
 import (
+	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
+	"time"
 )
 
 // tlsCauses maps the text of TLS handshake failures that retrying cannot
@@ -17,7 +22,7 @@ var tlsCauses = []struct{ text, fix string }{
 	{"certificate is valid for", "the server's certificate is for another name (check the host or server_name)"},
 	{"certificate is not valid for any names", "the server's certificate is for another name (check the host or server_name)"},
 	{"doesn't contain any IP SANs", "the server's certificate has no IP address: connect by name or set server_name"},
-	{"tls: certificate required", "the server requires a client certificate (cert_file and key_file)"},
+	{"tls: certificate required", "the server requires a client certificate it trusts: none given (cert_file, key_file), or one of a CA it does not name"},
 	{"tls: expired certificate", "the server refused the client certificate: it has expired (cert_file)"},
 	{"tls: unknown certificate authority", "the server refused the client certificate: its CA is not trusted by the server (cert_file)"},
 	{"tls: bad certificate", "the server refused the client certificate (cert_file)"},
@@ -54,4 +59,39 @@ func TLSCause(err error) (cause string, ok bool) {
 		}
 	}
 	return "", false
+}
+
+// CheckTLS dials addr (host:port) and runs a TLS handshake with cfg, to
+// find at once a misconfiguration that a client library would otherwise
+// hide behind retries and a timeout (gRPC does). It returns an error
+// wrapping ErrInvalid with the TLSCause when the handshake — or the
+// server's verdict on the client's certificate, which TLS 1.3 sends just
+// after it, so CheckTLS waits up to wait for it — fails for a reason
+// retrying cannot cure. Anything else, an unreachable address included,
+// is nil: that is for the client's own retries to report.
+func CheckTLS(ctx context.Context, addr string, cfg *tls.Config, wait time.Duration) error {
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil
+	}
+	defer raw.Close()
+	c := cfg.Clone()
+	if c.ServerName == "" {
+		host, _, _ := net.SplitHostPort(addr)
+		c.ServerName = host
+	}
+	conn := tls.Client(raw, c)
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	err = conn.HandshakeContext(ctx)
+	if err == nil {
+		_ = conn.SetReadDeadline(time.Now().Add(wait))
+		_, err = conn.Read(make([]byte, 1))
+	}
+	if cause, ok := TLSCause(err); ok {
+		return fmt.Errorf("%w: TLS to %s: %s", ErrInvalid, addr, cause)
+	}
+	return nil
 }
