@@ -31,14 +31,20 @@ import (
 // registration while the agent runs, so WipeReregistersAndResyncs is
 // declared skipped; its equivalent, an agent restarted without its data,
 // is RestartLosingData.
-func NewHarness(tb testing.TB, a *Agent) conformance.Harness {
-	h := &harness{a: a}
+func NewHarness(tb testing.TB, a *Agent) conformance.Harness { return NewHarnessAs(tb, a, "") }
+
+// NewHarnessAs is NewHarness with registries that use the ACL token
+// (from CreateToken on a StartACL agent); the fault hooks use the
+// agent's management token.
+func NewHarnessAs(tb testing.TB, a *Agent, token string) conformance.Harness {
+	h := &harness{a: a, token: token}
 	tb.Cleanup(h.closeProxies)
 	return h
 }
 
 type harness struct {
-	a *Agent
+	a     *Agent
+	token string
 
 	mu      sync.Mutex
 	proxies []*loopback.Proxy
@@ -51,7 +57,7 @@ func (h *harness) Open(context.Context) (*registry.Registry, error) { return h.o
 // apply, so a hundred concurrent registrations on a loaded 2-core machine
 // take seconds.
 func (h *harness) open(addr string) (*registry.Registry, error) {
-	d, err := consul.NewDriver(consul.Options{Address: addr, Wait: 5 * time.Second})
+	d, err := consul.NewDriver(consul.Options{Address: addr, Wait: 5 * time.Second, Token: h.token})
 	if err != nil {
 		return nil, err
 	}
@@ -107,13 +113,16 @@ func (h *harness) Restart(ctx context.Context, keepData bool) error {
 }
 
 // DeleteExternally deregisters the instance through the agent's HTTP API
-// (PUT /v1/agent/service/deregister/<id>), with no token: -dev agents run
-// without ACLs.
+// (PUT /v1/agent/service/deregister/<id>), with the management token
+// when the agent has ACLs.
 func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) error {
 	u := "http://" + h.a.Addr() + "/v1/agent/service/deregister/" + url.PathEscape(in.ID)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, nil)
 	if err != nil {
 		return err
+	}
+	if t := h.a.ManagementToken(); t != "" {
+		req.Header.Set("X-Consul-Token", t)
 	}
 	c := &http.Client{Transport: &http.Transport{}}
 	defer c.CloseIdleConnections()
