@@ -113,7 +113,7 @@ func checkTLS(cfg *clientv3.Config) error {
 		_, host, _ := strings.Cut(ep, "://")
 		// A gRPC server speaks first (its HTTP/2 settings): a short wait
 		// tells an accepted client certificate from a refused one.
-		if err := driver.CheckTLS(ctx, host, cfg.TLS, time.Second); err != nil {
+		if _, err := driver.CheckTLS(ctx, host, cfg.TLS, time.Second); err != nil {
 			return fmt.Errorf("etcd: connect: %w", err)
 		}
 	}

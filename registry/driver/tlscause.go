@@ -67,13 +67,14 @@ func TLSCause(err error) (cause string, ok bool) {
 // wrapping ErrInvalid with the TLSCause when the handshake — or the
 // server's verdict on the client's certificate, which TLS 1.3 sends just
 // after it, so CheckTLS waits up to wait for it — fails for a reason
-// retrying cannot cure. Anything else, an unreachable address included,
-// is nil: that is for the client's own retries to report.
-func CheckTLS(ctx context.Context, addr string, cfg *tls.Config, wait time.Duration) error {
+// retrying cannot cure. Anything else is nil: that is for the client's
+// own retries to report. reached is false when addr could not be dialled
+// (nothing was checked).
+func CheckTLS(ctx context.Context, addr string, cfg *tls.Config, wait time.Duration) (reached bool, err error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil
+		return false, nil
 	}
 	defer raw.Close()
 	c := cfg.Clone()
@@ -91,7 +92,7 @@ func CheckTLS(ctx context.Context, addr string, cfg *tls.Config, wait time.Durat
 		_, err = conn.Read(make([]byte, 1))
 	}
 	if cause, ok := TLSCause(err); ok {
-		return fmt.Errorf("%w: TLS to %s: %s", ErrInvalid, addr, cause)
+		return true, fmt.Errorf("%w: TLS to %s: %s", ErrInvalid, addr, cause)
 	}
-	return nil
+	return true, nil
 }
