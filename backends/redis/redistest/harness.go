@@ -53,7 +53,8 @@ func (f *Failover) Harness(t testing.TB, query string, cfg conformance.Config) c
 	}
 	return newHarness(t, "redis+sentinel://"+f.Sentinel.Addr()+"/0?master="+f.Name+"&"+query, cfg,
 		func() redis.UniversalClient {
-			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: f.Name, SentinelAddrs: []string{f.Sentinel.Addr()}})
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: f.Name, SentinelAddrs: []string{f.Sentinel.Addr()},
+				SentinelPassword: f.Sentinel.pass})
 		})
 }
 
