@@ -90,6 +90,22 @@ func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
 
 func (h *harness) Config() conformance.Config { return h.cfg }
 
+// OpenTenant opens a registry whose keys start with the prefix tenant:
+// the key prefix is the Redis backend's namespace.
+func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+	u, err := url.Parse(h.url)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set("prefix", tenant)
+	u.RawQuery = q.Encode()
+	return registry.Open(ctx, u.String(), registry.WithResyncInterval(time.Second))
+}
+
+// TenantsShareNames is true: each prefix is a namespace of its own.
+func (h *harness) TenantsShareNames() bool { return true }
+
 // OpenLinked opens a registry whose every connection — to a server, a
 // cluster node or a Sentinel, whichever address the client learns — goes
 // through a TCP proxy of its own: cutting the proxies is the partition.
