@@ -29,8 +29,9 @@
 // twice, an unknown option, a TLS option while TLS is off, a user name or
 // password given both before the @ and as an option are errors wrapping
 // driver.ErrInvalid that name the option, and never contain the password.
-// The password is not read from the environment (ETCDCTL_PASSWORD belongs
-// to etcdctl, beside its ETCDCTL_USER); password_file keeps it out of the
+// A URL that names a user but no password takes it from
+// $ROSTER_ETCD_PASSWORD (EnvPassword); ETCDCTL_PASSWORD, etcdctl's, is
+// not read. password_file and the variable keep the password out of the
 // URL.
 //
 // # Data model

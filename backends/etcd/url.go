@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -126,15 +127,20 @@ func invalid(u *url.URL, format string, args ...any) error {
 	return fmt.Errorf("%w: etcd URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
 }
 
+// EnvPassword names the environment variable that holds the password of
+// a URL that names a user but gives no password (neither before the @ nor
+// with password or password_file). A URL without a user never reads it.
+const EnvPassword = "ROSTER_ETCD_PASSWORD"
+
 // credentials reads the user name and password from the URL's user info
 // or from the options username and password (or password_file), but not
-// the same one from both: which should win would be a guess.
+// the same one from both: which should win would be a guess. A user
+// without a password takes $ROSTER_ETCD_PASSWORD.
 //
-// The password is not read from the environment. ETCDCTL_PASSWORD belongs
-// to etcdctl and pairs with ETCDCTL_USER: honouring it would make one URL
-// mean different things in different shells, and turn every URL without a
-// user into an error wherever it is set. password_file keeps the password
-// out of the URL instead.
+// ETCDCTL_PASSWORD is not read: it belongs to etcdctl and pairs with
+// ETCDCTL_USER, so honouring it would make one URL mean different things
+// in different shells. Roster's own variable applies only where the URL
+// names the user.
 func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
 	q.String("username", &c.Username)
 	q.Secret("password", "", &c.Password)
@@ -152,6 +158,9 @@ func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
 	}
 	if c.Password != "" && c.Username == "" {
 		return invalid(u, "a password needs a user name")
+	}
+	if c.Username != "" && c.Password == "" && !q.Has("password") && !q.Has("password_file") {
+		c.Password = os.Getenv(EnvPassword)
 	}
 	return nil
 }
