@@ -131,3 +131,21 @@ type ReadOnly interface {
 	// Unpublish withdraws what Publish made visible.
 	Unpublish(ctx context.Context, in registry.Instance) error
 }
+
+// Tenants is implemented by harnesses that can open registries for other
+// tenants of the same deployment — another key prefix (Redis, etcd),
+// another server (memory), another ACL token (Consul) — so that
+// TenantIsolation can check that tenants never see or touch each other's
+// instances.
+type Tenants interface {
+	// OpenTenant returns a new Registry of tenant ("tenanta", "tenantb":
+	// lowercase letters). Two calls with the same tenant share a
+	// namespace. The suite closes it.
+	OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error)
+	// TenantsShareNames is true when each tenant has a namespace of its
+	// own, where a service name may exist in both (a key prefix); false
+	// when tenants split one catalog by name, tenant t owning the services
+	// named "t-…" (Consul OSS, which has no namespaces, with one ACL token
+	// per tenant).
+	TenantsShareNames() bool
+}

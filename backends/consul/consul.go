@@ -127,6 +127,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -174,6 +175,8 @@ type Driver struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	tlsChecked atomic.Bool // diagnoseTLS found the TLS setup sound
 }
 
 // NewDriver returns a driver for the agent described by o. It does not
@@ -379,7 +382,8 @@ func (d *Driver) query(ctx context.Context) *api.QueryOptions {
 
 // wrap maps a client error to the registry's sentinels: 404 is
 // ErrNotFound, 400 and 413 ErrInvalid, 403 ErrInvalid (a token that lacks the
-// right will not gain it by retrying), anything else — refused
+// right will not gain it by retrying), a TLS misconfiguration
+// (driver.TLSCause) ErrInvalid, anything else — refused
 // connections, timeouts, 5xx — ErrUnavailable. A context error of the
 // caller is returned as is. The token never appears in the text.
 func (d *Driver) wrap(ctx context.Context, op string, err error) error {
@@ -390,7 +394,15 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 		return err // classified already
 	}
 	msg := redact(redact(err.Error(), d.o.Token), d.secret)
+	if cause, ok := driver.TLSCause(err); ok {
+		return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, redact(redact(cause, d.o.Token), d.secret))
+	}
 	var se api.StatusError
+	if !errors.As(err, &se) {
+		if terr := d.diagnoseTLS(); terr != nil {
+			return fmt.Errorf("consul: %s: %w", op, terr)
+		}
+	}
 	if errors.As(err, &se) {
 		switch {
 		case se.Code == http.StatusNotFound || lostCheck(se):

@@ -29,8 +29,9 @@
 // twice, an unknown option, a TLS option while TLS is off, a user name or
 // password given both before the @ and as an option are errors wrapping
 // driver.ErrInvalid that name the option, and never contain the password.
-// The password is not read from the environment (ETCDCTL_PASSWORD belongs
-// to etcdctl, beside its ETCDCTL_USER); password_file keeps it out of the
+// A URL that names a user but no password takes it from
+// $ROSTER_ETCD_PASSWORD (EnvPassword); ETCDCTL_PASSWORD, etcdctl's, is
+// not read. password_file and the variable keep the password out of the
 // URL.
 //
 // # Data model
@@ -225,6 +226,9 @@ func New(opts Options) (*Driver, error) {
 			MinConnectTimeout: 5 * time.Second,
 		})}
 	}
+	if err := checkTLS(&cfg); err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		if isAuthErr(err) {
@@ -350,6 +354,9 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 		return fmt.Errorf("etcd: %s: %w", what, parent.Err())
 	case d.closed.Load():
 		return fmt.Errorf("etcd: %s: %w", what, driver.ErrClosed)
+	case isAuthErr(err):
+		// A role without the prefix's range will not gain it by retrying.
+		return fmt.Errorf("etcd: %s: %w: %v (check the user's role: it needs readwrite on the prefix %s/)", what, driver.ErrInvalid, err, d.prefix)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
 	case refused(err):

@@ -2,9 +2,15 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -70,15 +76,65 @@ func ParseURL(u *url.URL) (Options, error) {
 	return o, err
 }
 
+// pinServerName makes server_name count: gRPC replaces a tls.Config's
+// ServerName with the endpoint's host, so the name is checked here, in
+// VerifyConnection, with the verification gRPC would have done.
+func pinServerName(c *tls.Config) {
+	if c == nil || c.ServerName == "" || c.InsecureSkipVerify {
+		return
+	}
+	name, roots := c.ServerName, c.RootCAs
+	c.InsecureSkipVerify = true // replaced by VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: the server sent no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, ic := range cs.PeerCertificates[1:] {
+			inter.AddCert(ic)
+		}
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: name, Roots: roots, Intermediates: inter})
+		return err
+	}
+}
+
+// checkTLS makes cfg's server_name count (pinServerName, on a copy) and
+// finds a TLS misconfiguration at Open, which gRPC would hide behind
+// retries until the request timeout: each endpoint is dialled once within
+// the dial timeout (an unreachable one is passed over).
+func checkTLS(cfg *clientv3.Config) error {
+	if cfg.TLS == nil {
+		return nil
+	}
+	cfg.TLS = cfg.TLS.Clone()
+	pinServerName(cfg.TLS)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
+	defer cancel()
+	for _, ep := range cfg.Endpoints {
+		_, host, _ := strings.Cut(ep, "://")
+		// A gRPC server speaks first (its HTTP/2 settings): a short wait
+		// tells an accepted client certificate from a refused one.
+		if _, err := driver.CheckTLS(ctx, host, cfg.TLS, time.Second); err != nil {
+			return fmt.Errorf("etcd: connect: %w", err)
+		}
+	}
+	return nil
+}
+
+// EnvPassword names the environment variable that holds the password of
+// a URL that names a user but gives no password (neither before the @ nor
+// with password or password_file). A URL without a user never reads it.
+const EnvPassword = "ROSTER_ETCD_PASSWORD"
+
 // credentials reads the user name and password from the URL's user info
 // or from the options username and password (or password_file), but not
-// the same one from both: which should win would be a guess.
+// the same one from both: which should win would be a guess. A user
+// without a password takes $ROSTER_ETCD_PASSWORD.
 //
-// The password is not read from the environment. ETCDCTL_PASSWORD belongs
-// to etcdctl and pairs with ETCDCTL_USER: honouring it would make one URL
-// mean different things in different shells, and turn every URL without a
-// user into an error wherever it is set. password_file keeps the password
-// out of the URL instead.
+// ETCDCTL_PASSWORD is not read: it belongs to etcdctl and pairs with
+// ETCDCTL_USER, so honouring it would make one URL mean different things
+// in different shells. Roster's own variable applies only where the URL
+// names the user.
 func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
 	q.String("username", &c.Username)
 	q.Secret("password", "", &c.Password)
@@ -96,6 +152,9 @@ func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
 	}
 	if c.Password != "" && c.Username == "" {
 		return driver.InvalidURL("etcd", "a password needs a user name")
+	}
+	if c.Username != "" && c.Password == "" && !q.Has("password") && !q.Has("password_file") {
+		c.Password = os.Getenv(EnvPassword)
 	}
 	return nil
 }

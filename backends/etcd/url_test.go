@@ -138,6 +138,24 @@ func TestParseURLPasswordFile(t *testing.T) {
 	}
 }
 
+// $ROSTER_ETCD_PASSWORD is the password of a URL that names a user and
+// gives no password; it is never read for a URL without a user, nor
+// where the URL gives the password.
+func TestParseURLPasswordFromEnvironment(t *testing.T) {
+	t.Setenv(EnvPassword, "env-s3cret")
+	for raw, want := range map[string]string{
+		"etcd://alice@h1:2379":                     "env-s3cret",
+		"etcd://h1:2379?username=alice":            "env-s3cret",
+		"etcd://alice:url-pw@h1:2379":              "url-pw",
+		"etcd://h1:2379?username=alice&password=q": "q",
+		"etcd://h1:2379":                           "",
+	} {
+		if o, err := parse(t, raw); err != nil || o.Client.Password != want {
+			t.Errorf("%s: password %q, %v; want %q", raw, o.Client.Password, err, want)
+		}
+	}
+}
+
 // TestParseURLErrorsNameTheOption checks what the errors say: the option
 // at fault, and never the password.
 func TestParseURLErrorsNameTheOption(t *testing.T) {

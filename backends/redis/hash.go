@@ -97,7 +97,7 @@ end
 // the record is gone: the lease then registers again.
 //
 // KEYS: inst, idx, rev, log. ARGV: id, data, ttl ms, log cap, mode, linger ms.
-var putScript = goredis.NewScript(luaNow + luaKeep + `
+var putScript = luaScript(luaNow + luaKeep + `
 local ttl = tonumber(ARGV[3])
 local old = redis.call('GET', KEYS[1])
 if not old and ARGV[5] == 'heartbeat' then return {0, 0} end
@@ -116,7 +116,7 @@ return {now + ttl, 0}
 // all a watcher needs to apply it.
 //
 // KEYS: inst, idx, rev, log. ARGV: id, log cap, linger ms.
-var delScript = goredis.NewScript(luaNow + luaKeep + `
+var delScript = luaScript(luaNow + luaKeep + `
 local a = redis.call('DEL', KEYS[1])
 local b = redis.call('ZREM', KEYS[2], ARGV[1])
 if a + b > 0 then
@@ -134,7 +134,7 @@ return a + b
 // cannot stop sweeps for good.
 //
 // KEYS: sweeper. ARGV: token, lease ms.
-var sweeperClaimScript = goredis.NewScript(`
+var sweeperClaimScript = luaScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
 local left = redis.call('PTTL', KEYS[1])
 if left == -1 then
@@ -155,7 +155,7 @@ return {0, left}
 //
 // KEYS: idx, rev, log, sweeper. ARGV: instance key prefix, log cap,
 // batch size, token, lease ms, linger ms.
-var sweepScript = goredis.NewScript(luaNow + luaKeep + `
+var sweepScript = luaScript(luaNow + luaKeep + `
 local holder = redis.call('GET', KEYS[4])
 if holder and holder ~= ARGV[4] then return {-1, redis.call('PTTL', KEYS[4])} end
 redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[5])
@@ -190,7 +190,7 @@ return {n, wait}
 // keeps the index itself until linger after the latest deadline written.
 //
 // KEYS: services. ARGV: service, deadline ms, linger ms.
-var servicesScript = goredis.NewScript(luaNow + `
+var servicesScript = luaScript(luaNow + `
 local deadline, linger = tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], 'GT', deadline, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - linger))
@@ -206,7 +206,7 @@ return 0
 // that point. Reply: {rev, lastID, id1, data1, id2, data2, …}.
 //
 // KEYS: idx, rev, log. ARGV: instance key prefix.
-var snapshotScript = goredis.NewScript(luaNow + `
+var snapshotScript = luaScript(luaNow + `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
 local out = {redis.call('GET', KEYS[2]) or '0', '0-0'}
 local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)

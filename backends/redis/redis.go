@@ -126,10 +126,11 @@ func (d *conn) watchClient() goredis.UniversalClient {
 	return goredis.NewUniversalClient(&cp)
 }
 
-// wrap maps a client error to the registry's sentinels. Network errors
-// and the server's other replies (LOADING, a failover's READONLY…) are
-// ErrUnavailable: transient from the caller's view. A reply refusing the
-// request itself is ErrInvalid: retrying cannot succeed.
+// wrap maps a client error to the registry's sentinels. A refusal no
+// retry can cure — an ACL that lacks a command or key (NOPERM), a wrong
+// password, a TLS certificate that does not verify — is ErrInvalid, with
+// the server's or handshake's own words. Other server replies and network
+// errors are ErrUnavailable: transient from the caller's view.
 func (d *conn) wrap(op string, err error) error {
 	switch {
 	case err == nil:
@@ -138,28 +139,12 @@ func (d *conn) wrap(op string, err error) error {
 		return fmt.Errorf("redis %s: %s: %w", d.name, op, err)
 	case errors.Is(err, goredis.ErrClosed):
 		return fmt.Errorf("redis %s: %s: %w", d.name, op, driver.ErrClosed)
-	case refused(err):
-		return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, driver.ErrInvalid, redactErr(err, d.copts.Password))
 	}
-	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, driver.ErrUnavailable, redactErr(err, d.copts.Password))
-}
-
-// refusals are the server replies that no retry can change: credentials
-// (NOAUTH, WRONGPASS), an ACL that forbids the command or key (NOPERM), a
-// key of ours holding another type (WRONGTYPE: foreign data at our key).
-var refusals = []string{"NOAUTH", "WRONGPASS", "NOPERM", "WRONGTYPE"}
-
-func refused(err error) bool {
-	var re goredis.Error
-	if !errors.As(err, &re) {
-		return false
+	kind := driver.ErrUnavailable
+	if refused(err) {
+		kind = driver.ErrInvalid
 	}
-	for _, p := range refusals {
-		if strings.HasPrefix(err.Error(), p) {
-			return true
-		}
-	}
-	return false
+	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, kind, redactErr(explain(err), d.copts.Password))
 }
 
 // redactErr returns err's text with the password (if any) removed; go-redis

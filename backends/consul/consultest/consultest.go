@@ -71,6 +71,9 @@ type Agent struct {
 	addr   string // 127.0.0.1:port of the HTTP API
 	ports  []int  // http, server, serf-lan, serf-wan, dns
 	args   []string
+	token  string // management token with ACLs (StartACL), else ""
+
+	tokens []tokenSpec // made by CreateToken, made again after each start
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -101,12 +104,14 @@ func Start(tb testing.TB, args ...string) *Agent {
 // concurrent HTTP connections from one IP, and every client of a test
 // suite comes from 127.0.0.1, which production clients (one process per
 // host, or per pod IP) do not.
-func NewAgent(dir string, args ...string) (*Agent, error) {
+func NewAgent(dir string, args ...string) (*Agent, error) { return newAgent(dir, "", args) }
+
+func newAgent(dir, token string, args []string) (*Agent, error) {
 	bin, err := FindBinary()
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{bin: bin, dir: dir, args: args}
+	a := &Agent{bin: bin, dir: dir, args: args, token: token}
 	if a.dir == "" {
 		if a.dir, err = os.MkdirTemp("", "roster-consul-"); err != nil {
 			return nil, fmt.Errorf("consultest: %w", err)
@@ -197,7 +202,7 @@ func (a *Agent) start() error {
 		a.killLocked()
 		return fmt.Errorf("consultest: consul agent on %s: %w\n%s", a.addr, err, a.LogTail(6000))
 	}
-	return nil
+	return a.remakeTokens()
 }
 
 // waitReady polls until the agent has a leader and its own node is in the
@@ -216,8 +221,8 @@ func (a *Agent) waitReady(exited chan struct{}) error {
 		if time.Now().After(deadline) {
 			return errors.New("no leader within 30s")
 		}
-		if body, ok := get(c, "http://"+a.addr+"/v1/status/leader"); ok && len(body) > 2 && body != `""` {
-			if body, ok := get(c, "http://"+a.addr+"/v1/health/service/consul?passing"); ok && strings.Contains(body, `"Service"`) {
+		if body, ok := get(c, "http://"+a.addr+"/v1/status/leader", a.token); ok && len(body) > 2 && body != `""` {
+			if body, ok := get(c, "http://"+a.addr+"/v1/health/service/consul?passing", a.token); ok && strings.Contains(body, `"Service"`) {
 				return nil
 			}
 		}
@@ -225,8 +230,15 @@ func (a *Agent) waitReady(exited chan struct{}) error {
 	}
 }
 
-func get(c *http.Client, url string) (string, bool) {
-	resp, err := c.Get(url)
+func get(c *http.Client, url, token string) (string, bool) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return "", false
+	}
+	if token != "" {
+		req.Header.Set("X-Consul-Token", token)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return "", false
 	}
