@@ -89,7 +89,7 @@ func New(opts ...Option) (*Selector, error) {
 	}
 	s := &Selector{cfg: c, eps: map[string]*endpoint{}}
 	s.sh = &shared{
-		tau:     float64(c.decay),
+		perTau:  1 / float64(c.decay),
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
 		fake:    c.clock,
