@@ -89,7 +89,7 @@ func New(opts ...Option) (*Selector, error) {
 	}
 	s := &Selector{cfg: c, eps: map[string]*endpoint{}}
 	s.sh = &shared{
-		tau:     float64(c.decay),
+		perTau:  1 / float64(c.decay),
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
 		fake:    c.clock,
@@ -587,21 +587,23 @@ func (s *Selector) Close() error {
 // A Picker is safe for concurrent use. Get one from Selector.Picker; the
 // zero Picker has no instances.
 type Picker struct {
-	snap     registry.Snapshot
-	insts    []registry.Instance // candidates: weight > 0, or all draining
-	eps      []*endpoint         // state of insts[i]
+	// What every pick reads comes first, in one cache line.
+	insts  []registry.Instance // candidates: weight > 0, or all draining
+	eps    []*endpoint         // state of insts[i]
+	algo   algorithm
+	sh     *shared // the selector's, for Done
+	canary *Picker // WithSplit: the split's instances, and
+	track  bool    // count requests in flight
+	keyed  bool    // the algorithm uses PickOptions.Key
+
+	rest     *Picker // the others; nil without a split
+	rnd      rng
 	weights  []uint32            // weight of insts[i], > 0
 	spare    []registry.Instance // draining, used when every candidate is excluded
 	spareEps []*endpoint
-	algo     algorithm
-	rnd      rng
-	sh       *shared // the selector's, for Done
-	track    bool    // count requests in flight
-	keyed    bool    // the algorithm uses PickOptions.Key
 	sel      *Selector
 	routes   *routeCache // per-call routes' pickers; nil in a route's picker
-	canary   *Picker     // WithSplit: the split's instances, and
-	rest     *Picker     // the others; nil without a split
+	snap     registry.Snapshot
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into
