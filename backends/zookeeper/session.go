@@ -119,7 +119,13 @@ func (s *session) current() *zk.Conn {
 	// znodes created, without the identity.
 	select {
 	case <-authed:
-	case <-time.After(s.d.opts.RequestTimeout):
+	default:
+		t := time.NewTimer(s.d.opts.RequestTimeout)
+		defer t.Stop()
+		select {
+		case <-authed:
+		case <-t.C:
+		}
 	}
 	return conn
 }
