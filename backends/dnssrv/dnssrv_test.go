@@ -247,15 +247,15 @@ func TestWatchDeliversChanges(t *testing.T) {
 	}
 }
 
-// TestTruncatedAnswerAskedOverTCP: a truncated UDP answer is asked again
-// over TCP.
+// TestTruncatedAnswerAskedOverTCP: with udp=true, a truncated answer is
+// asked again over TCP.
 func TestTruncatedAnswerAskedOverTCP(t *testing.T) {
 	z := startZone(t)
 	z.set(srvAnswer(t, "0", []string{"1 1 80 a.test."}, []string{"a.test. 0 IN A 10.0.0.1"}))
 	z.mu.Lock()
 	z.truncUD = true
 	z.mu.Unlock()
-	snap, err := open(t, z, "").Lookup(t.Context(), "api")
+	snap, err := open(t, z, "udp=true").Lookup(t.Context(), "api")
 	if err != nil || len(snap.Instances) != 1 {
 		t.Fatalf("Lookup: %v, %v", snap.Instances, err)
 	}

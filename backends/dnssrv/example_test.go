@@ -15,7 +15,7 @@ import (
 // stands in for Consul's DNS interface (dns+srv://127.0.0.1:8600/{service}.service.consul)
 // or a cluster's DNS.
 func Example() {
-	srv := &dns.Server{Addr: "127.0.0.1:0", Net: "udp", Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+	srv := &dns.Server{Addr: "127.0.0.1:0", Net: "tcp", Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
 		m := new(dns.Msg).SetReply(q)
 		if q.Question[0].Name == "billing.service.example." {
 			srv, _ := dns.NewRR("billing.service.example. 5 IN SRV 1 10 8080 node1.example.")
@@ -31,7 +31,7 @@ func Example() {
 	defer srv.Shutdown()
 
 	ctx := context.Background()
-	r, err := registry.Open(ctx, "dns+srv://"+srv.PacketConn.LocalAddr().String()+"/{service}.service.example")
+	r, err := registry.Open(ctx, "dns+srv://"+srv.Listener.Addr().String()+"/{service}.service.example")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // publicOptions are the URL options: none is secret.
-var publicOptions = []string{"min_poll", "max_poll", "timeout", "tcp"}
+var publicOptions = []string{"min_poll", "max_poll", "timeout", "udp"}
 
 // resolvConf is where the system's resolvers are read from when the URL
 // names none.
@@ -42,7 +42,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	q.Duration("min_poll", &o.MinPoll)
 	q.Duration("max_poll", &o.MaxPoll)
 	q.Duration("timeout", &o.Timeout)
-	q.Bool("tcp", &o.TCP)
+	q.Bool("udp", &o.UDP)
 	if err := q.Err(); err != nil {
 		return o, err
 	}

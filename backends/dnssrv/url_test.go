@@ -18,9 +18,9 @@ func TestParseURL(t *testing.T) {
 	}{
 		{"dns+srv://127.0.0.1:8600/{service}.service.consul", dnssrv.Options{Resolver: "127.0.0.1:8600", Name: "{service}.service.consul"}},
 		{"dns+srv://127.0.0.1:8600/service.consul", dnssrv.Options{Resolver: "127.0.0.1:8600", Name: "{service}.service.consul"}},
-		{"dns+srv://10.96.0.10/_http._tcp.{service}.prod.svc.cluster.local?min_poll=2s&max_poll=1m&timeout=1s&tcp=true",
+		{"dns+srv://10.96.0.10/_http._tcp.{service}.prod.svc.cluster.local?min_poll=2s&max_poll=1m&timeout=1s&udp=true",
 			dnssrv.Options{Resolver: "10.96.0.10:53", Name: "_http._tcp.{service}.prod.svc.cluster.local",
-				MinPoll: 2 * time.Second, MaxPoll: time.Minute, Timeout: time.Second, TCP: true}},
+				MinPoll: 2 * time.Second, MaxPoll: time.Minute, Timeout: time.Second, UDP: true}},
 		{"dns+srv://[::1]/_{service}._tcp.service.consul/", dnssrv.Options{Resolver: "[::1]:53", Name: "_{service}._tcp.service.consul"}},
 	} {
 		u, err := url.Parse(tc.in)
@@ -63,7 +63,7 @@ func TestParseURLRejects(t *testing.T) {
 }
 
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"dns+srv://127.0.0.1:8600/{service}.service.consul", "dns+srv:///x?tcp=1", "dns+srv://h/_{service}._tcp.x/"} {
+	for _, s := range []string{"dns+srv://127.0.0.1:8600/{service}.service.consul", "dns+srv:///x?udp=1", "dns+srv://h/_{service}._tcp.x/"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -88,11 +88,11 @@ func (r *registration) create(ctx context.Context, val []byte) error {
 		conn := r.s.current()
 		var st *zk.Stat
 		err := d.call(ctx, "create", func() error {
-			_, err := conn.Multi(
-				&zk.DeleteRequest{Path: r.path, Version: -1},
-				&zk.CreateRequest{Path: r.path, Data: val, Acl: d.acl, Flags: zk.FlagEphemeral})
-			if errors.Is(err, zk.ErrNoNode) { // nothing to replace: plain create
-				_, err = conn.Create(r.path, val, zk.FlagEphemeral, d.acl)
+			_, err := conn.Create(r.path, val, zk.FlagEphemeral, d.acl)
+			if errors.Is(err, zk.ErrNodeExists) { // replace it, atomically
+				_, err = conn.Multi(
+					&zk.DeleteRequest{Path: r.path, Version: -1},
+					&zk.CreateRequest{Path: r.path, Data: val, Acl: d.acl, Flags: zk.FlagEphemeral})
 			}
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ type session struct {
 	gen       int       // which client the callbacks are about
 	downSince time.Time // zero while the client has a session
 	lost      chan struct{}
+	authed    chan struct{} // closed once the client's credentials are in
 	closed    bool
 }
 
@@ -48,13 +50,32 @@ func (s *session) dialLocked() error {
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w: %v", driver.ErrInvalid, err)
 	}
-	if o := s.d.opts; o.User != "" {
-		// Queued now, sent first once connected; the library adds the
-		// credentials again on every reconnect.
-		go func() { _ = conn.AddAuth("digest", []byte(o.User+":"+o.Password)) }()
+	s.conn, s.downSince, s.authed = conn, time.Now(), make(chan struct{})
+	if s.d.opts.User == "" {
+		close(s.authed)
+	} else {
+		go s.addAuth(conn, gen, s.authed)
 	}
-	s.conn, s.downSince = conn, time.Now()
 	return nil
+}
+
+// addAuth adds the digest credentials to a new client, retrying while no
+// server answers, and closes done when they are in (or refused, or the
+// client replaced). The library sends them again by itself on every
+// reconnect, before any other request.
+func (s *session) addAuth(conn *zk.Conn, gen int, done chan struct{}) {
+	defer close(done)
+	cred := []byte(s.d.opts.User + ":" + s.d.opts.Password)
+	for {
+		err := conn.AddAuth("digest", cred)
+		s.mu.Lock()
+		stale := s.closed || gen != s.gen
+		s.mu.Unlock()
+		if err == nil || stale || errors.Is(err, zk.ErrAuthFailed) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // onEvent follows the client's state. The library calls it from its
@@ -89,10 +110,22 @@ func (s *session) current() *zk.Conn {
 	if stuck && s.dialLocked() != nil {
 		stuck = false
 	}
-	conn := s.conn
+	conn, authed := s.conn, s.authed
 	s.mu.Unlock()
 	if stuck {
 		old.Close()
+	}
+	// Requests sent before the credentials would be made, and their
+	// znodes created, without the identity.
+	select {
+	case <-authed:
+	default:
+		t := time.NewTimer(s.d.opts.RequestTimeout)
+		defer t.Stop()
+		select {
+		case <-authed:
+		case <-t.C:
+		}
 	}
 	return conn
 }

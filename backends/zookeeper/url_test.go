@@ -72,6 +72,10 @@ func TestParseURLNeverPrintsThePassword(t *testing.T) {
 			t.Errorf("%s: %v", in, err)
 		}
 	}
+	// The options are public, so a redacted URL keeps them.
+	if got := driver.Redact("zk://u:hunter2@h1:2181,h2:2181/roster?session_timeout=3s"); got != "zk://u:xxxxx@h1:2181,h2:2181/roster?session_timeout=3s" {
+		t.Errorf("Redact = %s", got)
+	}
 }
 
 func FuzzParseURL(f *testing.F) {

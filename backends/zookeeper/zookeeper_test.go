@@ -58,7 +58,7 @@ func TestProcessCrashExpiresWithSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() }) // after the registries close, through it
 	owner, obs := open(t, "zk://"+p.Addr()+"/crash"), open(t, shared.URL("/crash", ""))
 	const ttl = 3 * time.Second
 	l, err := owner.Register(t.Context(), registry.Instance{Service: "crash", Address: "10.0.0.1:80"}, registry.WithTTL(ttl))

@@ -25,9 +25,11 @@ import (
 	"github.com/spf13/cobra"
 
 	_ "github.com/roster-go/roster/backends/consul"
+	_ "github.com/roster-go/roster/backends/dnssrv"
 	_ "github.com/roster-go/roster/backends/etcd"
 	"github.com/roster-go/roster/backends/memory"
 	_ "github.com/roster-go/roster/backends/redis"
+	_ "github.com/roster-go/roster/backends/zookeeper"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -60,6 +62,8 @@ The registry is chosen by URL, from --registry or $ROSTER_REGISTRY:
   etcd://host:2379[,host2:2379]?prefix=/roster     etcd (etcds:// for TLS)
   redis://[user:pass@]host:6379/0?layout=hash      Redis (rediss://, redis+sentinel://)
   consul://host:8500?token=…&dc=…                  Consul (consuls:// for TLS)
+  zk://host:2181[,host2:2181]/roster               ZooKeeper
+  dns+srv://127.0.0.1:8600/{service}.service.consul  DNS SRV records (read-only)
   mem://name                                       in-process (this process only)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
