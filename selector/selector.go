@@ -401,15 +401,14 @@ func (s *Selector) Update(snap registry.Snapshot) {
 	s.cur.Store(p)
 }
 
-// build prepares a picker; s.mu is held.
+// build prepares a picker; s.mu is held. Per-instance state is kept for
+// every instance of the snapshot, before filters: an instance a filter
+// lets in later (PreferZone spilling over to another zone) is not new to
+// the service, and keeps its counts.
 func (s *Selector) build(snap registry.Snapshot) *Picker {
-	insts := snap.Instances
-	for _, f := range s.cfg.filters {
-		insts = f(insts)
-	}
-	eps := make(map[string]*endpoint, len(insts))
-	for i := range insts {
-		id := insts[i].ID
+	eps := make(map[string]*endpoint, len(snap.Instances))
+	for i := range snap.Instances {
+		id := snap.Instances[i].ID
 		ep := s.eps[id]
 		if ep == nil {
 			ep = &endpoint{}
@@ -421,7 +420,19 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 	}
 	s.eps = eps
 	s.seen = s.seen || len(eps) > 0
-	p := s.assemble(snap, insts, func(in *registry.Instance) *endpoint { return eps[in.ID] }, s.prev)
+	insts := snap.Instances
+	for _, f := range s.cfg.filters {
+		insts = f(insts)
+	}
+	stateOf := func(in *registry.Instance) *endpoint {
+		ep := eps[in.ID]
+		if ep == nil { // a filter that made up an instance: give it state
+			ep = &endpoint{}
+			eps[in.ID] = ep
+		}
+		return ep
+	}
+	p := s.assemble(snap, insts, stateOf, s.prev)
 	p.sel = s
 	p.routes = newRouteCache()
 	p.splitRoutes()

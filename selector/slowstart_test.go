@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/roster-go/roster/registry"
 )
 
 // TestSlowStartOnlyForNewInstances: the instances of the first snapshot
@@ -166,5 +168,30 @@ func TestWarmingPickDoesNotAllocate(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%s: %.1f allocs per pick while warming, want 0", st, allocs)
 		}
+	}
+}
+
+// TestSlowStartNotForFilterSpillOver: an instance that a filter lets in
+// later (PreferZone spilling over when the local zone drains) has been in
+// the service all along: it is not slow-started.
+func TestSlowStartNotForFilterSpillOver(t *testing.T) {
+	sn := snap(4)
+	for i := range sn.Instances {
+		sn.Instances[i].Zone = []string{"a", "a", "b", "b"}[i]
+	}
+	s := mustNew(t, WithStrategy(RoundRobin), WithFilters(PreferZone("a", 2)))
+	s.Update(sn)
+	if s.Len() != 2 {
+		t.Fatalf("picking from %d instances, want zone a's 2", s.Len())
+	}
+	drained := sn
+	drained.Instances = append([]registry.Instance(nil), sn.Instances...)
+	drained.Instances[0].Weight = 0 // zone a has one left: spill over
+	s.Update(drained)
+	if s.Len() != 3 {
+		t.Fatalf("picking from %d instances, want 3 after the spill-over", s.Len())
+	}
+	if s.sh.warmEnd.Load() != 0 {
+		t.Error("the spilled-over instances of zone b are slow-started")
 	}
 }
