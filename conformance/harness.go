@@ -10,7 +10,8 @@
 // or wiping the backend, deleting an instance behind its owner's back — are
 // optional interfaces; a check that needs a hook the harness lacks is
 // skipped with a reason saying so. Crashes need no hook: Lease.Abandon
-// stops heartbeats without deregistering.
+// stops heartbeats without deregistering. Tenants, also optional, opens
+// registries of other tenants for TenantIsolation.
 //
 // Every check uses services named "conf-<random>-…", so the suite never
 // touches other data in a shared deployment, and deregisters what it

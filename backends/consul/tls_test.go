@@ -70,8 +70,7 @@ func TestMutualTLSAgent(t *testing.T) {
 	consultest.Start(t, "-hcl", fmt.Sprintf("ports { https = %d }", port), "-hcl", fmt.Sprintf(
 		`tls { defaults { ca_file = %q, cert_file = %q, key_file = %q, verify_incoming = true } }`, good.CA, good.Cert, good.Key))
 	at := func(opts string) string { return fmt.Sprintf("consuls://127.0.0.1:%d?timeout=2s%s", port, opts) }
-	client := "&cert_file=" + good.Cert + "&key_file=" + good.Key
-	r, err := registry.Open(t.Context(), at("&ca_file="+good.CA+client))
+	r, err := registry.Open(t.Context(), at("&ca_file="+good.CA+"&cert_file="+good.Cert+"&key_file="+good.Key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,22 +80,21 @@ func TestMutualTLSAgent(t *testing.T) {
 		t.Fatalf("Register over mutual TLS: %v", err)
 	}
 	defer l.Deregister(t.Context())
-	for _, c := range []struct{ name, url, cause string }{
-		{"server certificate of another CA", at("&ca_file=" + bad.OtherCA + client), "not signed by a CA in ca_file"},
-		{"wrong server name", at("&server_name=other.test&ca_file=" + good.CA + client), "another name"},
-		{"no client certificate", at("&ca_file=" + good.CA), "client certificate"},
-		{"client certificate of another CA", at("&ca_file=" + good.CA + "&cert_file=" + bad.ForeignCert + "&key_file=" + bad.ForeignKey), "client certificate"},
-		{"expired client certificate", at("&ca_file=" + good.CA + "&cert_file=" + bad.ExpiredCert + "&key_file=" + bad.ExpiredKey), "client certificate"},
-		{"TLS to the HTTP port", "consuls://" + consultest.Start(t).Addr() + "?timeout=2s&ca_file=" + good.CA, "does not speak TLS"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			r, err := registry.Open(t.Context(), c.url)
+	cases := append(testca.Misconfigs(good, bad), testca.Misconfig{Name: "TLS to the HTTP port", Cause: "does not speak TLS"})
+	plain := consultest.Start(t).Addr()
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			u := at(c.Options)
+			if c.Options == "" {
+				u = "consuls://" + plain + "?timeout=2s&ca_file=" + good.CA
+			}
+			r, err := registry.Open(t.Context(), u)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			if _, err := r.Lookup(t.Context(), "mtls-svc"); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
-				t.Fatalf("Lookup = %v, want ErrInvalid saying %q", err, c.cause)
+			if _, err := r.Lookup(t.Context(), "mtls-svc"); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.Cause) {
+				t.Fatalf("Lookup = %v, want ErrInvalid saying %q", err, c.Cause)
 			}
 		})
 	}

@@ -68,22 +68,15 @@ func TestTLSMisconfigured(t *testing.T) {
 	}
 	hosts := u[len("etcds://"):strings.Index(u, "?")]
 	at := func(opts string) string { return "etcds://" + hosts + "?prefix=/tls&request_timeout=2s" + opts }
-	client := "&cert_file=" + good.Cert + "&key_file=" + good.Key
-	for _, c := range []struct{ name, url, cause string }{
-		{"server certificate of another CA", at("&ca_file=" + bad.OtherCA + client), "not signed by a CA in ca_file"},
-		{"wrong server name", at("&server_name=other.test&ca_file=" + good.CA + client), "for another name"},
-		{"no client certificate", at("&ca_file=" + good.CA), "client certificate"},
-		{"client certificate of another CA", at("&ca_file=" + good.CA + "&cert_file=" + bad.ForeignCert + "&key_file=" + bad.ForeignKey), "client certificate"},
-		{"expired client certificate", at("&ca_file=" + good.CA + "&cert_file=" + bad.ExpiredCert + "&key_file=" + bad.ExpiredKey), "refused the client certificate"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			r, err := registry.Open(ctx, c.url)
+	for _, c := range testca.Misconfigs(good, bad) {
+		t.Run(c.Name, func(t *testing.T) {
+			r, err := registry.Open(ctx, at(c.Options))
 			if err == nil {
 				defer r.Close()
 				_, err = r.Lookup(ctx, "svc")
 			}
-			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
-				t.Fatalf("Open+Lookup = %v, want ErrInvalid saying %q", err, c.cause)
+			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.Cause) {
+				t.Fatalf("Open+Lookup = %v, want ErrInvalid saying %q", err, c.Cause)
 			}
 		})
 	}

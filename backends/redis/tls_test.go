@@ -39,15 +39,15 @@ func TestTLSMisconfigured(t *testing.T) {
 	at := func(s *redistest.Server, opts string) string {
 		return "rediss://" + s.TLSAddr() + "/0?dial_timeout=1s" + opts
 	}
-	for _, c := range []struct{ name, url, cause string }{
-		{"server certificate of another CA", at(srv, "&ca_file="+bad.OtherCA+client), "not signed by a CA in ca_file"},
+	type tc struct{ name, url, cause string }
+	cases := []tc{
 		{"no ca_file", at(srv, client), "not signed by a CA in ca_file"},
 		{"expired server certificate", at(expired, "&ca_file="+good.CA+client), "has expired"},
-		{"wrong server name", at(srv, "&server_name=other.test&ca_file="+good.CA+client), "for another name"},
-		{"no client certificate", at(srv, "&ca_file="+good.CA), "requires a client certificate"},
-		{"client certificate of another CA", at(srv, "&ca_file="+good.CA+"&cert_file="+bad.ForeignCert+"&key_file="+bad.ForeignKey), "refused the client certificate"},
-		{"expired client certificate", at(srv, "&ca_file="+good.CA+"&cert_file="+bad.ExpiredCert+"&key_file="+bad.ExpiredKey), "refused the client certificate"},
-	} {
+	}
+	for _, m := range testca.Misconfigs(good, bad) {
+		cases = append(cases, tc{m.Name, at(srv, m.Options), m.Cause})
+	}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := open(t, c.url)
 			_, err := r.Lookup(t.Context(), "tls")

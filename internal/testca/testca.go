@@ -127,3 +127,28 @@ func write(t testing.TB, dir, name, typ string, der []byte) string {
 	}
 	return p
 }
+
+// Misconfig is a client-side TLS mistake against a server holding the
+// good certificate and requiring client certificates: the URL options
+// that make it, and words the client's error must hold.
+type Misconfig struct {
+	Name    string
+	Options string // URL query options, each starting with "&"
+	Cause   string
+}
+
+// Misconfigs returns the mistakes every backend must report as a
+// configuration error naming the cause: a CA that did not sign the
+// server's certificate, another server name, and a client certificate
+// that is missing, of another CA, or expired.
+func Misconfigs(good Files, bad Bad) []Misconfig {
+	client := "&cert_file=" + good.Cert + "&key_file=" + good.Key
+	withCA := "&ca_file=" + good.CA
+	return []Misconfig{
+		{"server certificate of another CA", "&ca_file=" + bad.OtherCA + client, "not signed by a CA in ca_file"},
+		{"wrong server name", "&server_name=other.test" + withCA + client, "another name"},
+		{"no client certificate", withCA, "client certificate"},
+		{"client certificate of another CA", withCA + "&cert_file=" + bad.ForeignCert + "&key_file=" + bad.ForeignKey, "client certificate"},
+		{"expired client certificate", withCA + "&cert_file=" + bad.ExpiredCert + "&key_file=" + bad.ExpiredKey, "client certificate"},
+	}
+}
