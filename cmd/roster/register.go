@@ -69,6 +69,9 @@ Without CMD it keeps the registration alive until it is signalled.`,
 				return fmt.Errorf("%w: unexpected arguments %q (put the command after --)", registry.ErrInvalid, args)
 			}
 			opts := []registry.RegisterOption{registry.WithTTL(ttl)}
+			if in.Weight == 0 { // --weight 0: start drained, out of rotation
+				opts = append(opts, registry.Drained())
+			}
 			if checkURL != "" {
 				if err := checkHTTPURL(checkURL); err != nil {
 					return err
@@ -84,7 +87,7 @@ Without CMD it keeps the registration alive until it is signalled.`,
 	f.StringVar(&in.ID, "id", "", "instance ID (default <service>-<host>-<port>-<random>)")
 	f.StringVar(&in.Version, "version", "", "version, for canary routing")
 	f.StringVar(&in.Zone, "zone", "", "zone, for zone-aware routing")
-	f.Uint32Var(&in.Weight, "weight", registry.DefaultWeight, "relative weight")
+	f.Uint32Var(&in.Weight, "weight", registry.DefaultWeight, "relative weight, 0 to 65535; 0 starts the instance drained")
 	f.StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
 	f.StringArrayVar(&tags, "tag", nil, "tag (repeatable)")
 	durationVar(f, &ttl, "ttl", registry.DefaultTTL, 10*time.Millisecond, 24*time.Hour,
@@ -295,9 +298,11 @@ func withID(in registry.Instance) (registry.Instance, error) {
 	if err := registry.ValidateService(in.Service); err != nil {
 		return in, err
 	}
-	if err := registry.ValidateAddress(in.Address); err != nil {
+	addr, err := registry.CanonicalAddress(in.Address)
+	if err != nil {
 		return in, err
 	}
+	in.Address = addr
 	if in.ID == "" {
 		in.ID = registry.NewID(in.Service, in.Address)
 	}
