@@ -1,0 +1,224 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrThrottled is the error of a call that adaptive throttling rejected
+// locally, without sending it: the service has been refusing most calls.
+var ErrThrottled = errors.New("middleware: call rejected locally by adaptive throttling")
+
+// ThrottleConfig tunes adaptive client-side throttling. Zero fields take
+// the defaults.
+type ThrottleConfig struct {
+	// K is how many requests the client sends per request the service
+	// accepts before it starts rejecting locally (default 2: throttling
+	// starts once more than half the calls fail). Lower is more
+	// aggressive; the Google SRE book suggests 2.
+	K float64
+	// Window over which requests and accepts are counted (default 30s;
+	// the book uses 2 minutes). After the service recovers, rejections
+	// stop within one window at most.
+	Window time.Duration
+	// MinRequests: with fewer calls in the window nothing is rejected, so
+	// a quiet client is never throttled by a few failures (default 20).
+	MinRequests int
+}
+
+func (c ThrottleConfig) withDefaults() ThrottleConfig {
+	if c.K <= 0 {
+		c.K = 2
+	}
+	if c.Window <= 0 {
+		c.Window = 30 * time.Second
+	}
+	if c.MinRequests <= 0 {
+		c.MinRequests = 20
+	}
+	return c
+}
+
+// Throttle is adaptive client-side throttling (Google SRE book, chapter
+// 21, "Handling Overload"), per service: over the window it counts the
+// calls the client made (requests, including those it rejected) and those
+// the service accepted (Success or Business), and rejects a new call with
+// probability max(0, (requests − K·accepts) / (requests + 1)). A healthy
+// service is never throttled; one that refuses most calls gets a trickle,
+// enough to notice when it is back. Safe for concurrent use; lock-free.
+type Throttle struct {
+	cfg      ThrottleConfig
+	services sync.Map // service → *throttled
+}
+
+// NewThrottle returns a Throttle with cfg (zero fields: defaults).
+func NewThrottle(cfg ThrottleConfig) *Throttle {
+	return &Throttle{cfg: cfg.withDefaults()}
+}
+
+type throttled struct {
+	w        window
+	lastFail atomic.Int64 // when a call last failed (unix ns): a fast path for healthy services
+	err      error        // the rejection, built once
+}
+
+func (t *Throttle) service(name string) *throttled {
+	if s, ok := t.services.Load(name); ok {
+		return s.(*throttled)
+	}
+	s := &throttled{err: rejectionError(name, ErrThrottled)}
+	s.w.init(t.cfg.Window)
+	v, _ := t.services.LoadOrStore(name, s)
+	return v.(*throttled)
+}
+
+// RejectProbability returns the probability with which the next call to
+// service made at now would be rejected.
+func (t *Throttle) RejectProbability(service string, now time.Time) float64 {
+	return t.service(service).probability(now.UnixNano(), t.cfg)
+}
+
+func (s *throttled) probability(now int64, cfg ThrottleConfig) float64 {
+	if now-s.lastFail.Load() >= int64(cfg.Window) {
+		return 0 // no failure in the window: nothing to sum
+	}
+	requests, failures := s.w.sum(now)
+	if requests < int64(cfg.MinRequests) {
+		return 0
+	}
+	accepts := float64(requests - failures)
+	return max(0, (float64(requests)-cfg.K*accepts)/float64(requests+1))
+}
+
+// Middleware returns the throttle as a chain element. Place it outside
+// Retry, so that it counts calls, not attempts: a call that a retry saves
+// is accepted.
+func (t *Throttle) Middleware() Middleware {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, req *Request) error {
+			s := t.service(req.Service)
+			now := req.Start.UnixNano()
+			if p := s.probability(now, t.cfg); p > 0 && rand.Float64() < p {
+				s.w.add(now, true) // a local rejection is a request not accepted
+				s.lastFail.Store(now)
+				req.tel.rejected(ctx, req.Service, rejectThrottled)
+				return s.err
+			}
+			err := next(ctx, req)
+			if counted, failed := outcome(ctx, req, err); counted {
+				s.w.add(now, failed)
+				if failed {
+					s.lastFail.Store(now)
+				}
+			}
+			return err
+		}
+	}
+}
+
+// outcome tells throttling and the breaker whether a call counts and
+// whether it failed: Success and Business are accepted, Retryable and
+// Fatal failed. An Abort counts as a failure only when the caller's
+// deadline passed (a service that hangs), not when the caller cancelled;
+// a call rejected locally (by a throttle or breaker) does not count.
+func outcome(ctx context.Context, req *Request, err error) (counted, failed bool) {
+	if err == nil {
+		return true, false
+	}
+	if isRejection(err) {
+		return false, false
+	}
+	switch req.Classify(ctx, err) {
+	case Success, Business:
+		return true, false
+	case Retryable, Fatal:
+		return true, true
+	}
+	return errors.Is(ctx.Err(), context.DeadlineExceeded), true
+}
+
+// rejection is a call refused locally. It is classified Abort, so that
+// Retry does not retry it and nothing counts it against an instance.
+type rejection struct {
+	service string
+	reason  error
+}
+
+func (r *rejection) Error() string { return r.service + ": " + r.reason.Error() }
+func (r *rejection) Unwrap() error { return r.reason }
+
+func rejectionError(service string, reason error) error {
+	return &classified{&rejection{service, reason}, Abort}
+}
+
+func isRejection(err error) bool {
+	c, ok := err.(*classified)
+	if !ok {
+		return false
+	}
+	_, ok = c.error.(*rejection)
+	return ok
+}
+
+// Rejection reasons, the values of the roster.rejection.reason attribute.
+const (
+	rejectThrottled   = "throttled"
+	rejectCircuitOpen = "circuit_open"
+)
+
+// window counts requests and failures over a sliding window of
+// windowBuckets buckets, lock-free. A bucket is reused when its epoch
+// passes: counts racing with the reset may be lost, which only blurs the
+// estimate by a call or two.
+type window struct {
+	width  int64 // bucket width in ns
+	bucket [windowBuckets]windowBucket
+}
+
+const windowBuckets = 10
+
+type windowBucket struct {
+	epoch    atomic.Int64 // now / width when the bucket was last reset
+	requests atomic.Int64
+	failures atomic.Int64
+	_        [40]byte // keep buckets on their own cache lines
+}
+
+func (w *window) init(d time.Duration) { w.width = max(int64(d)/windowBuckets, 1) }
+
+func (w *window) add(now int64, failed bool) {
+	epoch := now / w.width
+	b := &w.bucket[epoch%windowBuckets]
+	if old := b.epoch.Load(); old != epoch && b.epoch.CompareAndSwap(old, epoch) {
+		b.requests.Store(0)
+		b.failures.Store(0)
+	}
+	b.requests.Add(1)
+	if failed {
+		b.failures.Add(1)
+	}
+}
+
+func (w *window) sum(now int64) (requests, failures int64) {
+	epoch := now / w.width
+	for i := range w.bucket {
+		b := &w.bucket[i]
+		if e := b.epoch.Load(); epoch-e < windowBuckets && e <= epoch {
+			requests += b.requests.Load()
+			failures += b.failures.Load()
+		}
+	}
+	return requests, failures
+}
+
+func (w *window) reset() {
+	for i := range w.bucket {
+		w.bucket[i].epoch.Store(-1)
+		w.bucket[i].requests.Store(0)
+		w.bucket[i].failures.Store(0)
+	}
+}
