@@ -66,7 +66,7 @@ func WithClassifier(f Classifier) Option { return func(c *clientConfig) { c.clas
 func WithQuarantine(q *Quarantine) Option { return func(c *clientConfig) { c.quarantine = q } }
 
 // WithThrottle replaces the default adaptive throttling
-// (ThrottleConfig{}: K = 2 over 30 s, so a service is throttled only while
+// (ThrottleConfig{}: K = 2 over 10 s, so a service is throttled only while
 // more than half its calls fail); nil turns it off. Like WithQuarantine,
 // it is in the default chain, or where you place its Middleware.
 func WithThrottle(t *Throttle) Option {

@@ -21,10 +21,17 @@ type ThrottleConfig struct {
 	// starts once more than half the calls fail). Lower is more
 	// aggressive; the Google SRE book suggests 2.
 	K float64
-	// Window over which requests and accepts are counted (default 30s;
-	// the book uses 2 minutes). After the service recovers, rejections
-	// stop within one window at most.
+	// Window over which requests and accepts are counted (default 10s,
+	// go-zero's; the book uses 2 minutes). Recovery takes a few windows:
+	// rejected calls count as requests, so the rejection probability
+	// falls only as accepted calls fill the window.
 	Window time.Duration
+	// MaxRejectProbability caps the rejection probability (default 0.9,
+	// Envoy's admission control uses 0.8), so that a tenth of the calls
+	// still reach a service that is down and notice when it is back:
+	// rejections then stop within about 2 windows, where the uncapped
+	// formula takes longer the more calls are made.
+	MaxRejectProbability float64
 	// MinRequests: with fewer calls in the window nothing is rejected, so
 	// a quiet client is never throttled by a few failures (default 20).
 	MinRequests int
@@ -35,7 +42,10 @@ func (c ThrottleConfig) withDefaults() ThrottleConfig {
 		c.K = 2
 	}
 	if c.Window <= 0 {
-		c.Window = 30 * time.Second
+		c.Window = 10 * time.Second
+	}
+	if c.MaxRejectProbability <= 0 || c.MaxRejectProbability > 1 {
+		c.MaxRejectProbability = 0.9
 	}
 	if c.MinRequests <= 0 {
 		c.MinRequests = 20
@@ -47,9 +57,11 @@ func (c ThrottleConfig) withDefaults() ThrottleConfig {
 // 21, "Handling Overload"), per service: over the window it counts the
 // calls the client made (requests, including those it rejected) and those
 // the service accepted (Success or Business), and rejects a new call with
-// probability max(0, (requests − K·accepts) / (requests + 1)). A healthy
-// service is never throttled; one that refuses most calls gets a trickle,
-// enough to notice when it is back. Safe for concurrent use; lock-free.
+// probability max(0, (requests − K·accepts) / (requests + 1)), at most
+// MaxRejectProbability. A healthy service is never throttled; one that
+// refuses most calls gets a trickle, enough to notice when it is back.
+// Rejected calls fail with an error matching ErrThrottled. Safe for
+// concurrent use; lock-free.
 type Throttle struct {
 	cfg      ThrottleConfig
 	services sync.Map // service → *throttled
@@ -91,7 +103,8 @@ func (s *throttled) probability(now int64, cfg ThrottleConfig) float64 {
 		return 0
 	}
 	accepts := float64(requests - failures)
-	return max(0, (float64(requests)-cfg.K*accepts)/float64(requests+1))
+	p := (float64(requests) - cfg.K*accepts) / float64(requests+1)
+	return min(max(0, p), cfg.MaxRejectProbability)
 }
 
 // Middleware returns the throttle as a chain element. Place it outside
