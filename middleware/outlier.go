@@ -91,12 +91,22 @@ func (q *Quarantine) countOutcome(service string, s *quarantined, h *host, faile
 	now := q.now().UnixNano()
 	next := s.nextEval.Load()
 	if next == 0 {
-		s.nextEval.CompareAndSwap(0, now+int64(q.cfg.SuccessRate.Interval))
+		if s.nextEval.CompareAndSwap(0, now+int64(q.cfg.SuccessRate.Interval)) {
+			resetCounts(s) // the first interval starts now, not at the first call
+		}
 		return
 	}
 	if now >= next && s.nextEval.CompareAndSwap(next, now+int64(q.cfg.SuccessRate.Interval)) {
 		q.evaluate(service, s, total)
 	}
+}
+
+func resetCounts(s *quarantined) {
+	s.hosts.Range(func(_, v any) bool {
+		v.(*host).calls.Store(0)
+		v.(*host).failures.Store(0)
+		return true
+	})
 }
 
 type hostRate struct {

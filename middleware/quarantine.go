@@ -158,23 +158,25 @@ func (q *Quarantine) Report(service, id string, c Class, total int) {
 		s = q.service(service)
 		h = s.host(id)
 	}
-	if q.bySuccessRate() {
-		q.countOutcome(service, s, h, failed, total)
-	}
-	if !failed {
+	if failed {
+		n := h.consecutive.Add(1)
+		until := h.until.Load()
+		probing := until != 0 && q.now().UnixNano() >= until
+		if probing || (until == 0 && int(n) >= q.cfg.ConsecutiveFailures) {
+			q.eject(service, s, id, h, total, ejectConsecutive)
+		}
+	} else {
 		if h.consecutive.Load() != 0 { // a load keeps the line shared on the common path
 			h.consecutive.Store(0)
 		}
 		if h.until.Load() != 0 {
 			q.readmit(service, s, id, h)
 		}
-		return
 	}
-	n := h.consecutive.Add(1)
-	until := h.until.Load()
-	probing := until != 0 && q.now().UnixNano() >= until
-	if probing || (until == 0 && int(n) >= q.cfg.ConsecutiveFailures) {
-		q.eject(service, s, id, h, total, ejectConsecutive)
+	// Last, so that an ejection by success rate is not undone at once by
+	// the success that triggered the evaluation.
+	if q.bySuccessRate() {
+		q.countOutcome(service, s, h, failed, total)
 	}
 }
 
