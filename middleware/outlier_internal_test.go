@@ -129,6 +129,7 @@ func TestSuccessRateSimulation(t *testing.T) {
 		if len(s.episodes) == 0 || s.episodes[0].id != "i3" {
 			t.Fatalf("seed %d: after %d calls the ejections are %v, want i3", seed, n, s.episodes)
 		}
+		t.Logf("seed %d: i3 ejected at call %d", seed, n)
 		s.run(25000, 10*time.Millisecond, rng, fail, nil) // 250 s more
 		for k, e := range s.episodes {
 			if e.id != "i3" {

@@ -3,7 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +58,8 @@ func (c ThrottleConfig) withDefaults() ThrottleConfig {
 // calls the client made (requests, including those it rejected) and those
 // the service accepted (Success or Business), and rejects a new call with
 // probability max(0, (requests − K·accepts) / (requests + 1)), at most
-// MaxRejectProbability. A healthy service is never throttled; one that
+// MaxRejectProbability — in fact it rejects exactly that share, carrying
+// the fraction from call to call rather than tossing a coin. A healthy service is never throttled; one that
 // refuses most calls gets a trickle, enough to notice when it is back.
 // Rejected calls fail with an error matching ErrThrottled. Safe for
 // concurrent use; lock-free.
@@ -74,8 +75,9 @@ func NewThrottle(cfg ThrottleConfig) *Throttle {
 
 type throttled struct {
 	w        window
-	lastFail atomic.Int64 // when a call last failed (unix ns): a fast path for healthy services
-	err      error        // the rejection, built once
+	lastFail atomic.Int64  // when a call last failed (unix ns): a fast path for healthy services
+	owed     atomic.Uint64 // float64 bits: the fraction of a rejection carried to the next call
+	err      error         // the rejection, built once
 }
 
 func (t *Throttle) service(name string) *throttled {
@@ -115,7 +117,7 @@ func (t *Throttle) Middleware() Middleware {
 		return func(ctx context.Context, req *Request) error {
 			s := t.service(req.Service)
 			now := req.Start.UnixNano()
-			if p := s.probability(now, t.cfg); p > 0 && rand.Float64() < p {
+			if p := s.probability(now, t.cfg); p > 0 && s.reject(p) {
 				s.w.add(now, true) // a local rejection is a request not accepted
 				s.lastFail.Store(now)
 				req.tel.rejected(ctx, req.Service, rejectThrottled)
@@ -129,6 +131,24 @@ func (t *Throttle) Middleware() Middleware {
 				}
 			}
 			return err
+		}
+	}
+}
+
+// reject reports whether to reject a call when a share p must be: it
+// carries the fraction from call to call (error diffusion) rather than
+// toss a coin, for the book's rate without its variance. Only throttled
+// services get here, so the CAS loop is off the healthy path.
+func (s *throttled) reject(p float64) bool {
+	for {
+		old := s.owed.Load()
+		owed := math.Float64frombits(old) + p
+		rejected := owed >= 1
+		if rejected {
+			owed--
+		}
+		if s.owed.CompareAndSwap(old, math.Float64bits(owed)) {
+			return rejected
 		}
 	}
 }

@@ -61,30 +61,30 @@ func (s *simBackend) run(t *testing.T, d, step time.Duration) (calls, rejected i
 
 // TestThrottleSimulation: a healthy service is never throttled; a service
 // that is down gets ≥ 85% of the calls rejected locally once the window
-// has filled; when it is back, rejections stop within 3 windows — at 10,
-// 100 and 1,000 calls a second.
+// has filled; when it is back, rejections stop within 2 windows — at 10,
+// 100 and 1,000 calls a second. Throttling rejects deterministically, so
+// one run of each is the result.
 func TestThrottleSimulation(t *testing.T) {
 	for _, rate := range []int{10, 100, 1000} {
 		t.Run(fmt.Sprintf("rate=%d", rate), func(t *testing.T) {
 			step := time.Second / time.Duration(rate)
-			for run := range 5 {
-				s := newSim(middleware.NewThrottle(middleware.ThrottleConfig{}).Middleware())
-				if _, rej, _ := s.run(t, time.Minute, step); rej != 0 {
-					t.Fatalf("run %d: %d calls rejected while the service is healthy", run, rej)
-				}
-				s.down = true
-				s.run(t, 10*time.Second, step) // the window fills with failures
-				calls, rej, _ := s.run(t, 50*time.Second, step)
-				if float64(rej) < 0.85*float64(calls) {
-					t.Fatalf("run %d: %d of %d calls rejected locally while the service is down, want ≥ 85%%", run, rej, calls)
-				}
-				s.down = false
-				back := s.now
-				_, _, last := s.run(t, 2*time.Minute, step)
-				if took := last.Sub(back); took > 30*time.Second {
-					t.Fatalf("run %d: last rejection %v after the service came back, want ≤ 30s", run, took)
-				}
+			s := newSim(middleware.NewThrottle(middleware.ThrottleConfig{}).Middleware())
+			if _, rej, _ := s.run(t, time.Minute, step); rej != 0 {
+				t.Fatalf("%d calls rejected while the service is healthy", rej)
 			}
+			s.down = true
+			s.run(t, 10*time.Second, step) // the window fills with failures
+			calls, rej, _ := s.run(t, 50*time.Second, step)
+			if float64(rej) < 0.85*float64(calls) {
+				t.Fatalf("%d of %d calls rejected locally while the service is down, want ≥ 85%%", rej, calls)
+			}
+			s.down = false
+			back := s.now
+			_, _, last := s.run(t, 2*time.Minute, step)
+			if took := last.Sub(back); took > 20*time.Second {
+				t.Fatalf("last rejection %v after the service came back, want ≤ 20s (2 windows)", took)
+			}
+			t.Logf("%.1f%% rejected while down, last rejection %v after recovery", 100*float64(rej)/float64(calls), last.Sub(back))
 		})
 	}
 }
