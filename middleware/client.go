@@ -48,8 +48,8 @@ func WithSelector(opts ...selector.Option) Option {
 	return func(c *clientConfig) { c.selOpts = append(c.selOpts, opts...) }
 }
 
-// WithMiddleware replaces the default chain (Retry then the client's
-// Quarantine) with mw, the first outermost. To keep quarantine in a chain
+// WithMiddleware replaces the default chain (the throttle, the breaker if
+// any, Retry, then the client's Quarantine) with mw, the first outermost. To keep quarantine in a chain
 // of your own, build it first and give it to the Client as well, so that
 // Client.Quarantine and the ejection metrics are about that one:
 //
