@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	"github.com/roster-go/roster/middleware"
-	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
 
@@ -19,16 +17,7 @@ import (
 func TestSuccessRateOnEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := etcdtest.Start(ctx, etcdtest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	reg, err := registry.Open(ctx, cl.URL("/sr"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
+	_, reg := startEtcd(ctx, t, "/sr")
 	var bs []*backend
 	for range 6 {
 		bs = append(bs, startBackend(t, reg, "api", 100))
