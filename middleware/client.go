@@ -49,9 +49,10 @@ func WithSelector(opts ...selector.Option) Option {
 }
 
 // WithMiddleware replaces the default chain (the throttle, the breaker if
-// any, Retry, then the client's Quarantine) with mw, the first outermost. To keep quarantine in a chain
-// of your own, build it first and give it to the Client as well, so that
-// Client.Quarantine and the ejection metrics are about that one:
+// any, Retry, then the client's Quarantine) with mw, the first outermost.
+// To keep quarantine in a chain of your own, build it first and give it to
+// the Client as well, so that Client.Quarantine and the ejection metrics
+// are about that one:
 //
 //	q := NewQuarantine(QuarantineConfig{})
 //	c, err := NewClient(reg, WithQuarantine(q), WithMiddleware(Retry(RetryConfig{MaxAttempts: 5}), q.Middleware()))
@@ -152,7 +153,13 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 			prev(service, id, ejected)
 		}
 	}
-	c.q.onEject = c.tel.ejection
+	prevEject := c.q.onEject
+	c.q.onEject = func(service, reason string) {
+		c.tel.ejection(service, reason)
+		if prevEject != nil {
+			prevEject(service, reason)
+		}
+	}
 	mw := cfg.mw
 	if !cfg.mwSet {
 		mw = c.defaultChain()
