@@ -118,19 +118,28 @@ func (t *Throttle) Middleware() Middleware {
 			s := t.service(req.Service)
 			now := req.Start.UnixNano()
 			if p := s.probability(now, t.cfg); p > 0 && s.reject(p) {
-				s.w.add(now, true) // a local rejection is a request not accepted
-				s.lastFail.Store(now)
+				s.failed(now) // a local rejection is a request not accepted
 				req.tel.rejected(ctx, req.Service, rejectThrottled)
 				return s.err
 			}
 			err := next(ctx, req)
-			if counted, failed := outcome(ctx, req, err); counted {
-				s.w.add(now, failed)
-				if failed {
-					s.lastFail.Store(now)
-				}
+			if counted, failed := outcome(ctx, req, err); failed && counted {
+				s.failed(now)
+			} else if counted {
+				s.w.add(now, false)
 			}
 			return err
+		}
+	}
+}
+
+// failed counts a request not accepted at now.
+func (s *throttled) failed(now int64) {
+	s.w.add(now, true)
+	for { // keep the latest: a call that started long ago may end last
+		last := s.lastFail.Load()
+		if last >= now || s.lastFail.CompareAndSwap(last, now) {
+			return
 		}
 	}
 }
@@ -226,7 +235,11 @@ func (w *window) init(d time.Duration) { w.width = max(int64(d)/windowBuckets, 1
 func (w *window) add(now int64, failed bool) {
 	epoch := now / w.width
 	b := &w.bucket[epoch%windowBuckets]
-	if old := b.epoch.Load(); old != epoch && b.epoch.CompareAndSwap(old, epoch) {
+	old := b.epoch.Load()
+	if old > epoch {
+		return // a call that started more than a window ago: too late to count
+	}
+	if old != epoch && b.epoch.CompareAndSwap(old, epoch) {
 		b.requests.Store(0)
 		b.failures.Store(0)
 	}

@@ -193,3 +193,20 @@ func rejections(t *testing.T, r *sdkmetric.ManualReader, reason string) int64 {
 	}
 	return n
 }
+
+// TestThrottleLateOutcomeKeepsCounts: the outcome of a call that started
+// more than a window ago does not reset the bucket now in use.
+func TestThrottleLateOutcomeKeepsCounts(t *testing.T) {
+	th := middleware.NewThrottle(middleware.ThrottleConfig{})
+	s := newSim(th.Middleware())
+	s.down = true
+	s.run(t, 10*time.Second, 10*time.Millisecond)
+	before := th.RejectProbability("api", s.now)
+	late := &middleware.Request{Service: "api", Start: s.now.Add(-15 * time.Second)}
+	if err := s.chain(context.Background(), late); !errors.Is(err, errDown) {
+		t.Fatal(err)
+	}
+	if after := th.RejectProbability("api", s.now); after != before || before == 0 {
+		t.Fatalf("reject probability %v before a late outcome, %v after", before, after)
+	}
+}
