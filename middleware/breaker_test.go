@@ -50,6 +50,7 @@ func TestBreakerSimulation(t *testing.T) {
 	if opened < 400 || opened > 600 {
 		t.Fatalf("opened after %d failures, want about 500 (half the window)", opened)
 	}
+	t.Logf("opened after %d failures", opened)
 	expect(middleware.BreakerOpen)
 
 	// Open: nothing reaches the service for OpenTimeout.
