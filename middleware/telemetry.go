@@ -29,6 +29,9 @@ const (
 	AttrCacheHit   = attribute.Key("roster.cache.hit")
 	AttrOutcome    = attribute.Key("roster.outcome")
 	AttrEjected    = attribute.Key("roster.ejected")
+
+	AttrRejectionReason = attribute.Key("roster.rejection.reason") // throttled, circuit_open
+	AttrEjectionReason  = attribute.Key("roster.ejection.reason")  // consecutive_failures, success_rate
 )
 
 // telemetry holds the instruments. Without a provider installed the OTel
@@ -45,6 +48,11 @@ type telemetry struct {
 	retries     metric.Int64Counter
 	exhausted   metric.Int64Counter
 	staleness   metric.Float64ObservableGauge
+
+	// Adaptive protection: throttle, breaker, outlier ejection.
+	rejections   metric.Int64Counter
+	breakerGauge metric.Int64Gauge
+	ejectedBy    metric.Int64Counter
 
 	mu         sync.Mutex
 	staleSince map[string]time.Time // service → when its snapshot went stale
@@ -88,6 +96,12 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	t.staleness, _ = m.Float64ObservableGauge("roster.discovery.staleness", metric.WithUnit("s"),
 		metric.WithDescription("Age of the stale snapshot a service is served from while its registry fails (0 when fresh)."))
 	t.reg, _ = m.RegisterCallback(t.observeStaleness, t.staleness)
+	t.rejections, _ = m.Int64Counter("roster.client.rejections",
+		metric.WithDescription("Calls rejected locally without being sent, by roster.rejection.reason (throttled, circuit_open)."))
+	t.breakerGauge, _ = m.Int64Gauge("roster.client.breaker.state",
+		metric.WithDescription("State of a service's circuit breaker: 0 closed, 1 half-open, 2 open."))
+	t.ejectedBy, _ = m.Int64Counter("roster.quarantine.ejections",
+		metric.WithDescription("Instances ejected, by roster.ejection.reason (consecutive_failures, success_rate)."))
 	return t
 }
 
@@ -240,5 +254,23 @@ func (t *telemetry) lookup(ctx context.Context, service string, d time.Duration)
 func (t *telemetry) snapshot(ctx context.Context, service string) {
 	if t != nil && t.snapUpdates.Enabled(ctx) {
 		t.snapUpdates.Add(ctx, 1, metric.WithAttributes(AttrService.String(service)))
+	}
+}
+
+func (t *telemetry) rejected(ctx context.Context, service, reason string) {
+	if t != nil && t.rejections.Enabled(ctx) {
+		t.rejections.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrRejectionReason.String(reason)))
+	}
+}
+
+func (t *telemetry) breakerState(ctx context.Context, service string, s BreakerState) {
+	if t != nil && t.breakerGauge.Enabled(ctx) {
+		t.breakerGauge.Record(ctx, int64(s), metric.WithAttributes(AttrService.String(service)))
+	}
+}
+
+func (t *telemetry) ejection(service, reason string) {
+	if t != nil && t.ejectedBy.Enabled(context.Background()) {
+		t.ejectedBy.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(service), AttrEjectionReason.String(reason)))
 	}
 }
