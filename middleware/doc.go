@@ -97,9 +97,9 @@
 // with registry.WithObserver, adds the Registry's own events under names
 // of their own (roster.registry.*): Lookup cache hits and backend
 // latency, watch snapshots, resync spans, lease state changes. Providers
-// default to the
-// OpenTelemetry globals; metric recording is skipped when no SDK listens,
-// and with an explicit no-op tracer provider a call allocates nothing.
+// default to the OpenTelemetry globals; metric recording is skipped when
+// no SDK listens, and with an explicit no-op tracer provider a call
+// allocates nothing.
 //
 // A Client is safe for concurrent use. Close stops following services;
 // calls in flight finish, new ones fail with registry.ErrClosed. The
