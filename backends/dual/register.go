@@ -41,7 +41,10 @@ func (r *registration) register(ctx context.Context, i int) error {
 }
 
 // Heartbeat renews both sides. A side that does not hold the instance
-// (never written, or ErrNotFound now) is registered again, alone.
+// (down when it was written, or ErrNotFound now while the other side
+// renewed) is registered again, alone. When no side holds it any more the
+// error wraps ErrNotFound, and the lease engine registers it again on both
+// sides, reporting the re-registration as for any backend.
 func (r *registration) Heartbeat(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -49,13 +52,17 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		if r.regs[i] == nil {
 			return r.register(ctx, i)
 		}
-		err := r.regs[i].Heartbeat(ctx)
-		if errors.Is(err, driver.ErrNotFound) {
-			r.regs[i] = nil
-			return r.register(ctx, i)
-		}
-		return err
+		return r.regs[i].Heartbeat(ctx)
 	})
+	if errs[0] == nil || errs[1] == nil {
+		errs = both(func(i int) error {
+			if errors.Is(errs[i], driver.ErrNotFound) {
+				r.regs[i] = nil
+				return r.register(ctx, i)
+			}
+			return errs[i]
+		})
+	}
 	return r.d.outcome("heartbeat", errs)
 }
 
