@@ -214,6 +214,11 @@ func (st *stream) Next(ctx context.Context) (driver.Snapshot, error) {
 			return driver.Snapshot{}, err
 		}
 		if ready && (st.last == nil || !st.last.SameInstances(snap)) {
+			if st.last != nil && snap.Revision <= st.last.Revision {
+				// No side changed, a held side's state expired: a new
+				// revision all the same.
+				snap.Revision = d.rev.Add(1)
+			}
 			st.last = &snap
 			return snap, nil
 		}
