@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // dualURL is the configuration of deploy 1 (prefer "old") and 2 ("new").
@@ -42,7 +44,12 @@ func TestMigrateConsulToEtcd(t *testing.T) {
 	}
 	defer cl.Close()
 	oldURL, newURL := agent.URL(""), cl.URL("/migrate")
-	deploys := []string{oldURL, dualURL(oldURL, newURL, "old"), dualURL(oldURL, newURL, "new"), newURL}
+	deploys := []deploy{
+		{url: oldURL, on: []string{oldURL}, off: []string{newURL}},
+		{url: dualURL(oldURL, newURL, "old"), on: []string{oldURL, newURL}},
+		{url: dualURL(oldURL, newURL, "new"), on: []string{oldURL, newURL}},
+		{url: newURL, on: []string{newURL}, off: []string{oldURL}},
+	}
 	for round := 1; round <= 3; round++ {
 		m := &migration{t: t, ctx: ctx, service: fmt.Sprintf("api-%d", round)}
 		m.run(deploys)
@@ -50,8 +57,15 @@ func TestMigrateConsulToEtcd(t *testing.T) {
 			t.Fatalf("round %d: %d of %d calls failed; first: %v", round, m.failed.Load(), m.calls.Load(), m.firstErr)
 		}
 		t.Logf("round %d: %d calls, none failed", round, m.calls.Load())
-		m.checkGone(newURL, oldURL)
+		m.check(nil, []string{newURL, oldURL})
 	}
+}
+
+// deploy is one configuration: the URL of its processes, and the
+// registries its instances must (on) and must not (off) be written to.
+type deploy struct {
+	url     string
+	on, off []string
 }
 
 // migration is one service moved through the deploys under load.
@@ -77,18 +91,19 @@ type instance struct {
 	lease *registry.Lease
 }
 
-func (m *migration) run(deploys []string) {
+func (m *migration) run(deploys []deploy) {
 	for range 3 {
-		m.instances = append(m.instances, m.start(deploys[0]))
+		m.instances = append(m.instances, m.start(deploys[0].url))
 	}
-	m.client.Store(m.newClient(deploys[0]))
+	m.client.Store(m.newClient(deploys[0].url))
 	stop := m.load(4)
-	for _, u := range deploys[1:] {
+	for _, d := range deploys[1:] {
 		for i, old := range m.instances { // rolling restart: the new one first
-			m.instances[i] = m.start(u)
+			m.instances[i] = m.start(d.url)
 			m.stop(old)
 		}
-		next := m.newClient(u)
+		m.check(d.on, d.off)
+		next := m.newClient(d.url)
 		m.swap.Lock() // the calls in flight on the previous client end first
 		prev := m.client.Swap(next)
 		m.swap.Unlock()
@@ -211,18 +226,26 @@ func (m *migration) load(workers int) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// checkGone asserts that every instance left both registries: the ones
-// that wrote both sides deregistered from both.
-func (m *migration) checkGone(urls ...string) {
-	for _, u := range urls {
+// check asserts that the registries on hold every running instance and
+// the registries off none of the service's.
+func (m *migration) check(on, off []string) {
+	for _, u := range slices.Concat(on, off) {
 		reg, err := registry.Open(m.ctx, u)
 		if err != nil {
 			m.t.Fatal(err)
 		}
 		s, err := reg.Lookup(m.ctx, m.service)
 		reg.Close()
-		if err != nil || len(s.Instances) != 0 {
-			m.t.Fatalf("%s after the migration: %d instances left (%v)", m.service, len(s.Instances), err)
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		if slices.Contains(off, u) && len(s.Instances) > 0 {
+			m.t.Fatalf("%s: %d instances on %s, want none", m.service, len(s.Instances), driver.Redact(u))
+		}
+		for _, in := range m.instances {
+			if _, ok := s.Find(in.lease.Instance().ID); !ok && slices.Contains(on, u) {
+				m.t.Fatalf("%s: instance %s missing from %s", m.service, in.lease.Instance().ID, driver.Redact(u))
+			}
 		}
 	}
 }
