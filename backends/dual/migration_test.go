@@ -46,7 +46,9 @@ func TestMigrateConsulToEtcd(t *testing.T) {
 	oldURL, newURL := agent.URL(""), cl.URL("/migrate")
 	deploys := []deploy{
 		{url: oldURL, on: []string{oldURL}, off: []string{newURL}},
-		{url: dualURL(oldURL, newURL, "old"), on: []string{oldURL, newURL}},
+		// While both are written, the new backend restarts empty: the
+		// instances are written there again, and no call fails.
+		{url: dualURL(oldURL, newURL, "old"), on: []string{oldURL, newURL}, fault: func() error { return cl.Restart(ctx, false) }},
 		{url: dualURL(oldURL, newURL, "new"), on: []string{oldURL, newURL}},
 		{url: newURL, on: []string{newURL}, off: []string{oldURL}},
 	}
@@ -66,6 +68,7 @@ func TestMigrateConsulToEtcd(t *testing.T) {
 type deploy struct {
 	url     string
 	on, off []string
+	fault   func() error // run once the deploy is out, if not nil
 }
 
 // migration is one service moved through the deploys under load.
@@ -103,6 +106,12 @@ func (m *migration) run(deploys []deploy) {
 			m.stop(old)
 		}
 		m.check(d.on, d.off)
+		if d.fault != nil {
+			if err := d.fault(); err != nil {
+				m.t.Fatal(err)
+			}
+			m.check(d.on, d.off)
+		}
 		next := m.newClient(d.url)
 		m.swap.Lock() // the calls in flight on the previous client end first
 		prev := m.client.Swap(next)
@@ -226,26 +235,42 @@ func (m *migration) load(workers int) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
-// check asserts that the registries on hold every running instance and
+// check waits until the registries on hold every running instance and
 // the registries off none of the service's.
 func (m *migration) check(on, off []string) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		problem := m.misplaced(on, off)
+		if problem == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("%s after 20s: %s", m.service, problem)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// misplaced says what check waits for, or "".
+func (m *migration) misplaced(on, off []string) string {
 	for _, u := range slices.Concat(on, off) {
 		reg, err := registry.Open(m.ctx, u)
 		if err != nil {
-			m.t.Fatal(err)
+			return err.Error()
 		}
 		s, err := reg.Lookup(m.ctx, m.service)
 		reg.Close()
-		if err != nil {
-			m.t.Fatal(err)
-		}
-		if slices.Contains(off, u) && len(s.Instances) > 0 {
-			m.t.Fatalf("%s: %d instances on %s, want none", m.service, len(s.Instances), driver.Redact(u))
+		switch {
+		case err != nil:
+			return err.Error()
+		case slices.Contains(off, u) && len(s.Instances) > 0:
+			return fmt.Sprintf("%d instances on %s, want none", len(s.Instances), driver.Redact(u))
 		}
 		for _, in := range m.instances {
 			if _, ok := s.Find(in.lease.Instance().ID); !ok && slices.Contains(on, u) {
-				m.t.Fatalf("%s: instance %s missing from %s", m.service, in.lease.Instance().ID, driver.Redact(u))
+				return fmt.Sprintf("instance %s missing from %s", in.lease.Instance().ID, driver.Redact(u))
 			}
 		}
 	}
+	return ""
 }
