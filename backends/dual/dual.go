@@ -24,13 +24,22 @@
 //     are logged through slog.Default.
 //   - Reads are the union by instance ID, sorted; when both sides hold an
 //     ID, the preferred side's record is served. A side that cannot be
-//     reached keeps its last state in the union for hold, then leaves it;
+//     reached keeps its last state in the union for hold, then leaves it —
+//     but only the instances the other side did not hold when it went
+//     down (the others, written to both, are the answering side's to
+//     report, so their removal shows at once);
 //     a watch fails with ErrUnavailable only when both sides fail, and the
 //     Registry then serves its last state as stale and holds it through
 //     recovery as for any backend.
 //   - Revisions are a counter of this driver, bumped on every side's
 //     answer: they grow for each service whatever the sides' own
 //     revisions do (a wipe resets one side's counter, not this one).
+//   - Both sides are called at once and an operation returns when both
+//     answered: a side that hangs instead of refusing delays Register,
+//     Heartbeat and List up to the caller's deadline (they still succeed
+//     on the other side's answer); each watch follows its sides apart.
+//   - The driver remembers each side's last answer for every service read
+//     through it (one snapshot per side and service).
 //   - Limits are the stricter of the two: the larger TTL floor and the
 //     larger granularity (granularities are 1ms or 1s multiples in
 //     practice, so the larger is a multiple of the other).

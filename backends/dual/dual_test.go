@@ -183,11 +183,16 @@ func TestUnionPrefersTheChosenSide(t *testing.T) {
 
 // A watch keeps an unreachable side's last state for the hold, then drops
 // it; it fails with ErrUnavailable only when both sides are unreachable.
-// Revisions grow throughout.
+// Of the held state, only what the other side did not hold stays: an
+// instance written to both follows the answering side. Revisions grow
+// throughout.
 func TestWatchHoldsAnUnreachableSide(t *testing.T) {
-	d, sides := pairOf(t, dual.Options{Hold: 200 * time.Millisecond})
+	const hold = time.Second
+	d, sides := pairOf(t, dual.Options{Hold: hold})
 	put(t, sides[0], "old", "10.0.0.1:2")
 	put(t, sides[1], "new", "10.0.0.2:3")
+	put(t, sides[0], "both", "10.0.0.1:1")
+	put(t, sides[1], "both", "10.0.0.1:1")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := d.Watch(ctx, "api")
@@ -204,12 +209,20 @@ func TestWatchHoldsAnUnreachableSide(t *testing.T) {
 		}
 		last = s.Revision
 	}
-	next("new=10.0.0.2:3 old=10.0.0.1:2")
+	next("both=10.0.0.1:1 new=10.0.0.2:3 old=10.0.0.1:2")
 	start := time.Now()
 	sides[0].SetReachable(false)
-	next("new=10.0.0.2:3") // the old side's state left after the hold
-	if held := time.Since(start); held < 200*time.Millisecond {
-		t.Fatalf("the unreachable side's state was dropped after %v, before the 200ms hold", held)
+	if _, err := d.List(ctx, "api"); err != nil { // the old side is now known down
+		t.Fatal(err)
+	}
+	sides[1].Server().Delete("api", "both")
+	next("new=10.0.0.2:3 old=10.0.0.1:2") // removed on the answering side: gone at once
+	if held := time.Since(start); held >= hold {
+		t.Fatalf("the removal took %v, the whole hold", held)
+	}
+	next("new=10.0.0.2:3") // the old side's own instance left after the hold
+	if held := time.Since(start); held < hold {
+		t.Fatalf("the unreachable side's state was dropped after %v, before the %v hold", held, hold)
 	}
 	sides[1].SetReachable(false)
 	if _, err := st.Next(ctx); !errors.Is(err, driver.ErrUnavailable) {

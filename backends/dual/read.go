@@ -25,6 +25,11 @@ type sideState struct {
 	downSince time.Time // when it started failing
 	err       error
 	rev       uint64 // the driver's counter when this side last changed
+	// own holds, while the side is down, the IDs it held that the other
+	// side did not when it went down (nil: all of them). Only those stay
+	// in the union: an instance both held is the other side's to report,
+	// so its deregistration or expiry there shows at once.
+	own map[string]bool
 }
 
 // stateLocked returns the state of service, creating it; d.mu held.
@@ -48,6 +53,7 @@ func (d *Driver) observe(service string, i int, snap driver.Snapshot, err error)
 		*sd = sideState{snap: snap, have: true}
 	case !sd.down:
 		sd.down, sd.downSince = true, time.Now()
+		sd.own = ownIDs(sd, &s.sides[1-i])
 		fallthrough
 	default:
 		sd.err = err
@@ -56,6 +62,21 @@ func (d *Driver) observe(service string, i int, snap driver.Snapshot, err error)
 	close(s.changed)
 	s.changed = make(chan struct{})
 	d.mu.Unlock()
+}
+
+// ownIDs returns the IDs sd holds that other, answering, does not; nil
+// when other cannot tell.
+func ownIDs(sd, other *sideState) map[string]bool {
+	if !other.have || other.down {
+		return nil
+	}
+	own := map[string]bool{}
+	for _, in := range sd.snap.Instances {
+		if _, ok := other.snap.Find(in.ID); !ok {
+			own[in.ID] = true
+		}
+	}
+	return own
 }
 
 // unionLocked returns the union of what the sides hold for service, the
@@ -85,7 +106,7 @@ func (d *Driver) unionLocked(service string, now time.Time) (driver.Snapshot, ti
 			out.At = sd.snap.At
 		}
 		for _, in := range sd.snap.Instances {
-			if !byID[in.ID] {
+			if !byID[in.ID] && (!sd.down || sd.own == nil || sd.own[in.ID]) {
 				byID[in.ID] = true
 				out.Instances = append(out.Instances, in)
 			}
