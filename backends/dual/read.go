@@ -101,7 +101,6 @@ func (d *Driver) unionLocked(service string, now time.Time) (driver.Snapshot, ti
 			continue
 		}
 		served = true
-		out.Revision = max(out.Revision, sd.rev)
 		if out.At.IsZero() || sd.snap.At.After(out.At) {
 			out.At = sd.snap.At
 		}
@@ -116,6 +115,10 @@ func (d *Driver) unionLocked(service string, now time.Time) (driver.Snapshot, ti
 		return driver.Snapshot{}, time.Time{}, fmt.Errorf("dual: %s: %w: both sides failing: %w",
 			service, driver.ErrUnavailable, errors.Join(s.sides[0].err, s.sides[1].err))
 	}
+	// The latest answer of either side, included or not: a side leaving
+	// the union must not take the revision back (Registry would read a
+	// wiped backend and hold what it served).
+	out.Revision = max(s.sides[0].rev, s.sides[1].rev)
 	driver.SortInstances(out.Instances)
 	return out, expires, nil
 }
