@@ -110,6 +110,9 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
+// Registry returns the registry the agent uses.
+func (a *Agent) Registry() *registry.Registry { return a.reg }
+
 // ServeHTTP serves the agent's API, metrics and dashboard.
 func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
 
