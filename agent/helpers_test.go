@@ -16,6 +16,7 @@ import (
 
 	"github.com/roster-go/roster/agent"
 	_ "github.com/roster-go/roster/backends/etcd"
+	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	_ "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/backends/redis/redistest"
@@ -207,4 +208,23 @@ func post(url string, body, out any) (int, error) {
 		err = json.NewDecoder(resp.Body).Decode(out)
 	}
 	return resp.StatusCode, err
+}
+
+// newMemFixture is an agent on the in-memory backend, for the tests of
+// input handling that need no real server.
+func newMemFixture(t *testing.T, cfg agent.Config) *fixture {
+	t.Helper()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	cfg.Registry = reg
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a)
+	t.Cleanup(func() {
+		a.Close()
+		srv.Close()
+		reg.Close()
+	})
+	return &fixture{t: t, agent: a, url: srv.URL, writer: reg}
 }
