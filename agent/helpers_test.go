@@ -228,3 +228,11 @@ func newMemFixture(t *testing.T, cfg agent.Config) *fixture {
 	})
 	return &fixture{t: t, agent: a, url: srv.URL, writer: reg}
 }
+
+func decodeBody(t testing.TB, resp *http.Response, out any) {
+	t.Helper()
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("%s: %v", resp.Request.URL, err)
+	}
+}
