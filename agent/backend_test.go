@@ -92,6 +92,14 @@ func TestReportDrivesQuarantine(t *testing.T) {
 				t.Errorf("/metrics lacks %s", want)
 			}
 		}
+		// The discovery metrics of the PHP article: query latency, cache
+		// hit rate, update frequency.
+		for _, name := range []string{"roster_discovery_lookup_duration_seconds_bucket", `roster_discovery_cache_requests_total{`,
+			`roster_cache_hit="true"`, "roster_discovery_snapshot_updates_total{", `roster_client_picks_total{`, "roster_agent_tokens"} {
+			if !contains(metrics, name) {
+				t.Errorf("/metrics lacks %s", name)
+			}
+		}
 	})
 }
 
