@@ -17,8 +17,8 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// benchAgent serves an agent over loopback TCP with 3 instances of api.
-func benchAgent(b *testing.B) (string, *http.Client) {
+// newBenchAgent returns an agent with 3 instances of api.
+func newBenchAgent(b *testing.B) *agent.Agent {
 	reg := registry.New(memory.NewDriver(memory.NewServer()))
 	for _, id := range []string{"a", "b", "c"} {
 		reg.Register(b.Context(), registry.Instance{ID: id, Service: "api", Address: "10.0.0.1:80"})
@@ -27,8 +27,15 @@ func benchAgent(b *testing.B) (string, *http.Client) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { a.Close(); reg.Close() })
+	return a
+}
+
+// benchAgent serves an agent over loopback TCP.
+func benchAgent(b *testing.B) (string, *http.Client) {
+	a := newBenchAgent(b)
 	srv := httptest.NewServer(a)
-	b.Cleanup(func() { a.Close(); srv.Close(); reg.Close() })
+	b.Cleanup(func() { a.Close(); srv.Close() })
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	return srv.URL, client
 }
@@ -118,15 +125,7 @@ func BenchmarkPickReportPaced(b *testing.B) {
 // BenchmarkPickReportHandler: the agent's own share of a round trip —
 // both handlers called in process, without HTTP on the wire.
 func BenchmarkPickReportHandler(b *testing.B) {
-	reg := registry.New(memory.NewDriver(memory.NewServer()))
-	for _, id := range []string{"a", "b", "c"} {
-		reg.Register(b.Context(), registry.Instance{ID: id, Service: "api", Address: "10.0.0.1:80"})
-	}
-	a, err := agent.New(agent.Config{Registry: reg})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { a.Close(); reg.Close() })
+	a := newBenchAgent(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

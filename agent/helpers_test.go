@@ -75,19 +75,8 @@ func newFixture(t *testing.T, b backend, cfg agent.Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Registry = reg
-	a, err := agent.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a)
-	t.Cleanup(func() {
-		a.Close() // ends long polls and event streams first
-		srv.Close()
-		writer.Close()
-		reg.Close()
-	})
-	return &fixture{t: t, agent: a, url: srv.URL, writer: writer}
+	t.Cleanup(func() { writer.Close() }) // runs after serve's clean-up
+	return serve(t, reg, writer, cfg)
 }
 
 func (f *fixture) register(in registry.Instance) *registry.Lease {
@@ -215,6 +204,13 @@ func post(url string, body, out any) (int, error) {
 func newMemFixture(t *testing.T, cfg agent.Config) *fixture {
 	t.Helper()
 	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	return serve(t, reg, reg, cfg)
+}
+
+// serve starts an agent on reg, served on loopback, and closes them all
+// when the test ends.
+func serve(t *testing.T, reg, writer *registry.Registry, cfg agent.Config) *fixture {
+	t.Helper()
 	cfg.Registry = reg
 	a, err := agent.New(cfg)
 	if err != nil {
@@ -222,11 +218,11 @@ func newMemFixture(t *testing.T, cfg agent.Config) *fixture {
 	}
 	srv := httptest.NewServer(a)
 	t.Cleanup(func() {
-		a.Close()
+		a.Close() // ends long polls and event streams first
 		srv.Close()
 		reg.Close()
 	})
-	return &fixture{t: t, agent: a, url: srv.URL, writer: reg}
+	return &fixture{t: t, agent: a, url: srv.URL, writer: writer}
 }
 
 func decodeBody(t testing.TB, resp *http.Response, out any) {
