@@ -61,6 +61,8 @@ go test -count=1 -run 'DoesNotAllocate' ./selector ./middleware
 # registry/driver/testdata/fuzz runs with every go test too).
 echo "== fuzz (bounded)"
 go test -run '^$' -fuzz FuzzRedact -fuzztime 20s ./registry/driver
+# roster agent's HTTP API: any body or query is answered, never a 500.
+go test -run '^$' -fuzz FuzzAPI -fuzztime 15s ./agent
 
 echo "== bench module (kratos/go-kit comparison) compiles"
 (cd bench && go vet ./...)
