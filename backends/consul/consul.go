@@ -162,6 +162,7 @@ type Driver struct {
 	client, watchClient  *api.Client
 	transports           []*http.Transport
 	calls, bulk, watches gate
+	hub                  *hub // the watches' catalog-wide queries
 
 	// life ends with Close: it unblocks watches and retries, and cancels
 	// the requests still running, which inflight counts.
@@ -188,6 +189,7 @@ func NewDriver(o Options) (*Driver, error) {
 		watches: make(gate, o.MaxWatchConns),
 	}
 	d.life, d.stop = context.WithCancel(context.Background())
+	d.hub = newHub(d)
 	var err error
 	if d.client, err = d.newClient(o.MaxConns); err != nil {
 		return nil, err
@@ -268,6 +270,7 @@ func (d *Driver) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.stop()
+	d.hub.wait()
 	d.inflight.Wait()
 	for _, tr := range d.transports {
 		tr.CloseIdleConnections()
