@@ -1,13 +1,11 @@
 package loadgen
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/roster-go/roster/internal/tcpcount"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -189,52 +188,28 @@ func delta(after, before int) int {
 }
 
 // serverConns counts this machine's established TCP connections to the
-// ports of the servers in rawURL (Linux: /proc/net/tcp{,6}), or -1.
+// ports of the servers in rawURL, or -1.
 func serverConns(rawURL string) int {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
 		return -1
 	}
-	ports := map[string]bool{}
+	var ports []int
 	for _, h := range strings.Split(u.Host, ",") {
 		_, p, err := net.SplitHostPort(h)
 		if err != nil {
 			p = defaultPorts[strings.SplitN(u.Scheme, "+", 2)[0]]
 		}
 		if n, err := strconv.Atoi(p); err == nil {
-			ports[fmt.Sprintf("%04X", n)] = true
+			ports = append(ports, n)
 		}
 	}
 	if len(ports) == 0 {
 		return -1 // in-process, or not a host:port
 	}
-	total := 0
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		n, err := countTCP(f, ports)
-		if err != nil {
-			return -1
-		}
-		total += n
-	}
-	return total
-}
-
-func countTCP(path string, ports map[string]bool) (int, error) {
-	f, err := os.Open(path)
+	n, err := tcpcount.Established(ports...)
 	if err != nil {
-		return 0, err
+		return -1
 	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// sl local_address rem_address st …; state 01 is ESTABLISHED.
-		fs := strings.Fields(sc.Text())
-		if len(fs) > 3 && fs[3] == "01" {
-			if _, p, ok := strings.Cut(fs[2], ":"); ok && ports[p] {
-				n++
-			}
-		}
-	}
-	return n, sc.Err()
+	return n
 }
