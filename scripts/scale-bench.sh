@@ -31,4 +31,4 @@ bench() { # url n
 for n in 10 100 1000 10000; do bench redis://127.0.0.1:16379 $n; done
 for n in 10 100 1000 10000; do bench etcd://127.0.0.1:12379 $n; done
 for n in 10 100 1000; do bench consul://127.0.0.1:18500 $n; done
-go run ./tools/plot -in "$out" -out docs/scale.svg
+go run ./tools/plot -in "$out" -out docs/scale.svg -md > docs/bench/scale.md

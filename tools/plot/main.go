@@ -22,13 +22,25 @@ import (
 // run is the part of a report the plot reads.
 type run struct {
 	Backend    string  `json:"backend"`
+	Load       float64 `json:"load"`
 	Instances  float64 `json:"instances"`
+	Services   float64 `json:"services"`
 	RegPerSec  float64 `json:"register_per_sec"`
 	CPU        float64 `json:"client_cpu_percent"`
-	Deregister struct {
-		P99 float64 `json:"p99_ms"`
-	} `json:"deregister_to_watchers"`
-	Conns float64 `json:"conns_total"`
+	Commands   float64 `json:"server_commands_per_sec"`
+	Unhealthy  float64 `json:"unhealthy_leases"`
+	Deregister latency `json:"deregister_to_watchers"`
+	Crash      latency `json:"crash_to_watchers"`
+	Lookup     latency `json:"lookup"`
+	Heap       float64 `json:"heap_per_watched_service_bytes"`
+	ConnsW     float64 `json:"conns_watching"`
+	Conns      float64 `json:"conns_total"`
+}
+
+type latency struct {
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+	Max float64 `json:"max_ms"`
 }
 
 // panel is one chart: a figure of each run against its instances.
@@ -49,10 +61,14 @@ var colors = map[string]string{"redis": "#d62728", "etcd": "#1f77b4", "consul": 
 func main() {
 	in := flag.String("in", "docs/bench/scale.jsonl", "JSON reports, one per line")
 	out := flag.String("out", "docs/scale.svg", "SVG to write")
+	md := flag.Bool("md", false, "print a Markdown table of the runs to stdout too")
 	flag.Parse()
 	runs, err := read(*in)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *md {
+		table(os.Stdout, runs)
 	}
 	f, err := os.Create(*out)
 	if err != nil {
@@ -179,5 +195,21 @@ func color(b string) string {
 func legend(w io.Writer, runs []run, x, y int) {
 	for i, b := range backends(runs) {
 		fmt.Fprintf(w, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", x+i*90, y-10, color(b), x+i*90+16, y, b)
+	}
+}
+
+// table prints the runs as a Markdown table.
+func table(w io.Writer, runs []run) {
+	fmt.Fprintln(w, "| backend | N | S | load | reg/s | heartbeat CPU | server cmd/s | unhealthy | lookup p50/p99 ms | deregister → watchers p50/p99/max ms | crash → watchers p50/max s | heap/watched svc | conns watching / all |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range runs {
+		cmds := "–"
+		if r.Commands > 0 {
+			cmds = fmt.Sprintf("%.0f", r.Commands)
+		}
+		fmt.Fprintf(w, "| %s | %g | %g | %.1f | %.0f | %.1f%% | %s | %g | %.2f / %.2f | %.1f / %.1f / %.1f | %.1f / %.1f | %.1f KiB | %g / %g |\n",
+			r.Backend, r.Instances, r.Services, r.Load, r.RegPerSec, r.CPU, cmds, r.Unhealthy,
+			r.Lookup.P50, r.Lookup.P99, r.Deregister.P50, r.Deregister.P99, r.Deregister.Max,
+			r.Crash.P50/1000, r.Crash.Max/1000, r.Heap/1024, r.ConnsW, r.Conns)
 	}
 }

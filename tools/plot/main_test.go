@@ -47,3 +47,12 @@ func TestReadRejectsBadJSON(t *testing.T) {
 		t.Fatal("read accepted a malformed line")
 	}
 }
+
+func TestTable(t *testing.T) {
+	var b strings.Builder
+	table(&b, []run{{Backend: "redis", Instances: 10, Services: 1, RegPerSec: 700}})
+	rows := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(rows) != 3 || !strings.HasPrefix(rows[2], "| redis | 10 | 1 |") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}
