@@ -117,6 +117,9 @@ func (m *logMux) client() goredis.UniversalClient {
 		cp := *m.h.copts
 		cp.PoolSize, cp.MaxActiveConns, cp.MinIdleConns, cp.MaxIdleConns = 2, 2, 0, 2
 		cp.MaxRetries = -1
+		// A thousand watches opened at once queue their relists here:
+		// waiting for a connection is not a failure of the backend.
+		cp.PoolTimeout = max(cp.PoolTimeout, 30*time.Second)
 		m.side = goredis.NewUniversalClient(&cp)
 	}
 	return m.side

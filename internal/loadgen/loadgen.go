@@ -77,7 +77,7 @@ func Run(ctx context.Context, c Config) (Report, error) {
 		name string
 		do   func(context.Context, *Report) error
 	}{
-		{"open", b.open}, {"register", b.register}, {"watch", b.watch}, {"hold", b.hold},
+		{"open", b.open}, {"watch", b.watch}, {"register", b.register}, {"hold", b.hold},
 		{"lookup", b.lookup}, {"deregister", b.deregister}, {"crash", b.crash},
 	}
 	for _, s := range steps {
