@@ -4,11 +4,13 @@
 # "roster dev" etcd and a Consul dev agent, writing one JSON report per
 # line to docs/bench/scale.jsonl, then draws docs/scale.svg with tools/plot.
 # Needs redis-server and $ROSTER_CONSUL_BIN (scripts/test.sh builds it).
+# BACKENDS (default "redis etcd consul") and SIZES (default "10 100 1000
+# 10000") narrow the series; APPEND=1 keeps the reports already written.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/bench/scale.jsonl
 mkdir -p docs/bench
-: > "$out"
+[ -n "${APPEND:-}" ] || : > "$out"
 tmp=$(mktemp -d /dev/shm/roster-scale.XXXXXX 2>/dev/null || mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$tmp"; }
@@ -26,9 +28,14 @@ bench() { # url n
   echo "== $1 N=$n S=$s load $(cut -d' ' -f1 /proc/loadavg)" >&2
   "$tmp/roster" bench "$1" --json --instances "$n" --services "$s" --processes 4 --watchers 2 \
     --workers 64 --ttl 10s --hold 10s --probes 50 |
-    sed "s|^{|{\"backend\":\"${1%%:*}\",\"load\":$(cut -d' ' -f1 /proc/loadavg),|" >> "$out"
+    sed "s|^{|{\"backend\":\"${1%%:*}\",\"load\":$(cut -d' ' -f1 /proc/loadavg),|" >> "$out" ||
+    echo "roster bench failed: $1 N=$n" >&2
 }
-for n in 10 100 1000 10000; do bench redis://127.0.0.1:16379 $n; done
-for n in 10 100 1000 10000; do bench etcd://127.0.0.1:12379 $n; done
-for n in 10 100 1000; do bench consul://127.0.0.1:18500 $n; done
+declare -A url=([redis]=redis://127.0.0.1:16379 [etcd]=etcd://127.0.0.1:12379 [consul]=consul://127.0.0.1:18500)
+for b in ${BACKENDS:-redis etcd consul}; do
+  for n in ${SIZES:-10 100 1000 10000}; do
+    (( n > 1000 )) && [ "$b" = consul ] && continue # Consul: up to 1,000 leases
+    bench "${url[$b]}" "$n"
+  done
+done
 go run ./tools/plot -in "$out" -out docs/scale.svg -md > docs/bench/scale.md
