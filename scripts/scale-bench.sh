@@ -5,7 +5,8 @@
 # line to docs/bench/scale.jsonl, then draws docs/scale.svg with tools/plot.
 # Needs redis-server and $ROSTER_CONSUL_BIN (scripts/test.sh builds it).
 # BACKENDS (default "redis etcd consul") and SIZES (default "10 100 1000
-# 10000") narrow the series; APPEND=1 keeps the reports already written.
+# 10000") narrow the series; APPEND=1 keeps the reports already written;
+# CONSUL_QUERY (e.g. "?max_conns=32") is appended to the Consul URL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=docs/bench/scale.jsonl
@@ -31,7 +32,7 @@ bench() { # url n
     sed "s|^{|{\"backend\":\"${1%%:*}\",\"load\":$(cut -d' ' -f1 /proc/loadavg),|" >> "$out" ||
     echo "roster bench failed: $1 N=$n" >&2
 }
-declare -A url=([redis]=redis://127.0.0.1:16379 [etcd]=etcd://127.0.0.1:12379 [consul]=consul://127.0.0.1:18500)
+declare -A url=([redis]=redis://127.0.0.1:16379 [etcd]=etcd://127.0.0.1:12379 [consul]=consul://127.0.0.1:18500${CONSUL_QUERY:-})
 for b in ${BACKENDS:-redis etcd consul}; do
   for n in ${SIZES:-10 100 1000 10000}; do
     (( n > 1000 )) && [ "$b" = consul ] && continue # Consul: up to 1,000 leases
