@@ -50,7 +50,7 @@ func check(t *testing.T, url string, network bool) loadgen.Report {
 	if !network && rep.ConnsTotal != -1 {
 		t.Errorf("connections of an in-process backend = %d, want -1 (unknown)", rep.ConnsTotal)
 	}
-	if got := strings.Join(steps, " "); got != "open register watch hold lookup deregister crash" {
+	if got := strings.Join(steps, " "); got != "open watch register hold lookup deregister crash" {
 		t.Errorf("progress steps %q", got)
 	}
 	r, err := registry.Open(t.Context(), url)
