@@ -100,6 +100,21 @@ func roster(s *selector.Selector, withClock bool) picker {
 	}
 }
 
+// rosterFinish is what a caller writes with Done.Finish: the selector
+// measures the call's latency on its coarse clock, the caller reads no
+// clock. It is the like-for-like comparison with kratos, whose done
+// times the call itself.
+func rosterFinish(s *selector.Selector) picker {
+	ctx := context.Background()
+	return func() {
+		_, done, err := s.Pick(ctx, selector.PickOptions{})
+		if err != nil {
+			panic(err)
+		}
+		done.Finish(nil)
+	}
+}
+
 // rosterKeyed picks with an affinity key, for the hashing strategies.
 func rosterKeyed(s *selector.Selector) picker {
 	ctx := context.Background()
@@ -152,6 +167,7 @@ var algorithms = []struct {
 	{"P2C", []impl{
 		{"roster-p2c_ewma", func(b *testing.B, n int) picker { return roster(rosterSelector(b, selector.P2CEWMA, n), false) }},
 		{"roster-p2c_ewma+clock", func(b *testing.B, n int) picker { return roster(rosterSelector(b, selector.P2CEWMA, n), true) }},
+		{"roster-p2c_ewma+finish", func(b *testing.B, n int) picker { return rosterFinish(rosterSelector(b, selector.P2CEWMA, n)) }},
 		{"roster-least_request", func(b *testing.B, n int) picker { return roster(rosterSelector(b, selector.LeastRequest, n), false) }},
 		{"kratos-p2c", func(b *testing.B, n int) picker { return kratos(kratosSelector(p2c.NewBuilder(), n)) }},
 	}},

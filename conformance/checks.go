@@ -28,6 +28,7 @@ var checks = []check{
 	{name: "ServicesListed", run: servicesListed},
 	{name: "InvalidInputRejected", run: invalidInput},
 	{name: "TTLValidation", run: ttlValidation},
+	{name: "LimitsAtAndPast", run: limitsAtAndPast},
 	{name: "HeartbeatKeepsAlive", run: heartbeatKeepsAlive},
 	{name: "CrashExpiresWithinTTL", run: crashExpires},
 	{name: "DrainSetsWeightZero", run: drain},

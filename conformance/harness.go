@@ -10,7 +10,8 @@
 // or wiping the backend, deleting an instance behind its owner's back — are
 // optional interfaces; a check that needs a hook the harness lacks is
 // skipped with a reason saying so. Crashes need no hook: Lease.Abandon
-// stops heartbeats without deregistering.
+// stops heartbeats without deregistering. Tenants, also optional, opens
+// registries of other tenants for TenantIsolation.
 //
 // Every check uses services named "conf-<random>-…", so the suite never
 // touches other data in a shared deployment, and deregisters what it
@@ -114,4 +115,38 @@ type Wiper interface {
 // instance behind its owner's back, as an operator or script would.
 type ExternalDeleter interface {
 	DeleteExternally(ctx context.Context, inst registry.Instance) error
+}
+
+// ReadOnly is implemented by harnesses of read-only backends (DNS SRV),
+// whose Registry cannot register. The suite then publishes instances
+// through the server's own API (Consul's agent API, say) and runs the
+// checks that only read (Lookup and Watch) in a form of their own; every
+// check that needs Registry.Register is skipped as "n/a: read-only", with
+// the reason, never passed.
+type ReadOnly interface {
+	// Publish makes in (Service, Address, Weight) visible to the backend
+	// through the server's own API, replacing an earlier Publish of the
+	// same Service and Address, and returns the ID the backend reports it
+	// under.
+	Publish(ctx context.Context, in registry.Instance) (id string, err error)
+	// Unpublish withdraws what Publish made visible.
+	Unpublish(ctx context.Context, in registry.Instance) error
+}
+
+// Tenants is implemented by harnesses that can open registries for other
+// tenants of the same deployment — another key prefix (Redis, etcd),
+// another server (memory), another ACL token (Consul) — so that
+// TenantIsolation can check that tenants never see or touch each other's
+// instances.
+type Tenants interface {
+	// OpenTenant returns a new Registry of tenant ("tenanta", "tenantb":
+	// lowercase letters). Two calls with the same tenant share a
+	// namespace. The suite closes it.
+	OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error)
+	// TenantsShareNames is true when each tenant has a namespace of its
+	// own, where a service name may exist in both (a key prefix); false
+	// when tenants split one catalog by name, tenant t owning the services
+	// named "t-…" (Consul OSS, which has no namespaces, with one ACL token
+	// per tenant).
+	TenantsShareNames() bool
 }

@@ -83,6 +83,10 @@ func (s *suite) runOne(t TB, c check) {
 	if reason, ok := s.cfg.Skip[c.name]; ok {
 		t.Skipf("declared by the harness: %s", reason)
 	}
+	if ro, ok := s.h.(ReadOnly); ok {
+		s.runReadOnly(t, c, ro)
+		return
+	}
 	if c.needsOK != nil && !c.needsOK(s.h) {
 		t.Skipf("harness has no %s hook", c.needs)
 	}

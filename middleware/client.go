@@ -37,6 +37,9 @@ type clientConfig struct {
 	mp           metric.MeterProvider
 	quarantine   *Quarantine
 	firstTimeout time.Duration
+	throttle     *Throttle
+	throttleSet  bool
+	breaker      *Breaker
 }
 
 // WithSelector sets the selector options (strategy, filters) used for
@@ -45,10 +48,11 @@ func WithSelector(opts ...selector.Option) Option {
 	return func(c *clientConfig) { c.selOpts = append(c.selOpts, opts...) }
 }
 
-// WithMiddleware replaces the default chain (Retry then the client's
-// Quarantine) with mw, the first outermost. To keep quarantine in a chain
-// of your own, build it first and give it to the Client as well, so that
-// Client.Quarantine and the ejection metrics are about that one:
+// WithMiddleware replaces the default chain (the throttle, the breaker if
+// any, Retry, then the client's Quarantine) with mw, the first outermost.
+// To keep quarantine in a chain of your own, build it first and give it to
+// the Client as well, so that Client.Quarantine and the ejection metrics
+// are about that one:
 //
 //	q := NewQuarantine(QuarantineConfig{})
 //	c, err := NewClient(reg, WithQuarantine(q), WithMiddleware(Retry(RetryConfig{MaxAttempts: 5}), q.Middleware()))
@@ -61,6 +65,18 @@ func WithClassifier(f Classifier) Option { return func(c *clientConfig) { c.clas
 
 // WithQuarantine replaces the default quarantine (QuarantineConfig{}).
 func WithQuarantine(q *Quarantine) Option { return func(c *clientConfig) { c.quarantine = q } }
+
+// WithThrottle replaces the default adaptive throttling
+// (ThrottleConfig{}: K = 2 over 10 s, so a service is throttled only while
+// more than half its calls fail); nil turns it off. Like WithQuarantine,
+// it is in the default chain, or where you place its Middleware.
+func WithThrottle(t *Throttle) Option {
+	return func(c *clientConfig) { c.throttle, c.throttleSet = t, true }
+}
+
+// WithBreaker adds a circuit breaker per service to the default chain
+// (off by default; NewBreaker(BreakerConfig{}) for Hystrix's defaults).
+func WithBreaker(b *Breaker) Option { return func(c *clientConfig) { c.breaker = b } }
 
 // WithMaxStaleness bounds how long the client keeps calling instances from
 // a stale snapshot while the registry fails (default 10 minutes; 0 or
@@ -117,6 +133,9 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if !cfg.throttleSet {
+		cfg.throttle = NewThrottle(ThrottleConfig{})
+	}
 	// Fail now on a bad strategy or option rather than on the first call.
 	if _, err := selector.New(cfg.selOpts...); err != nil {
 		return nil, err
@@ -130,17 +149,40 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	prev := c.q.onChange
 	c.q.onChange = func(service, id string, ejected bool) {
 		c.tel.ejected(service, id, ejected)
+		if !ejected {
+			c.rewarm(service, id)
+		}
 		if prev != nil {
 			prev(service, id, ejected)
 		}
 	}
+	prevEject := c.q.onEject
+	c.q.onEject = func(service, reason string) {
+		c.tel.ejection(service, reason)
+		if prevEject != nil {
+			prevEject(service, reason)
+		}
+	}
 	mw := cfg.mw
 	if !cfg.mwSet {
-		mw = []Middleware{Retry(RetryConfig{}), c.q.Middleware()}
+		mw = c.defaultChain()
 	}
 	c.chain = Chain(c.attempt, mw...)
 	c.pool.New = func() any { r := &Request{}; r.reset(); return r }
 	return c, nil
+}
+
+// defaultChain is throttle, breaker (each if on), retry, quarantine: the
+// protections that judge whole calls stand outside Retry.
+func (c *Client) defaultChain() []Middleware {
+	mw := make([]Middleware, 0, 4)
+	if c.cfg.throttle != nil {
+		mw = append(mw, c.cfg.throttle.Middleware())
+	}
+	if c.cfg.breaker != nil {
+		mw = append(mw, c.cfg.breaker.Middleware())
+	}
+	return append(mw, Retry(RetryConfig{}), c.q.Middleware())
 }
 
 // Quarantine returns the client's quarantine (to inspect ejected
@@ -263,6 +305,17 @@ type quarantineExcluder struct{ q *Quarantine }
 
 func (e quarantineExcluder) Excluded(req *Request, in *registry.Instance) bool {
 	return !e.q.Admit(req.Service, in.ID, req.Total)
+}
+
+// rewarm restarts the slow start of an instance the quarantine
+// readmitted, so that it gets its traffic back gradually.
+func (c *Client) rewarm(service, id string) {
+	c.mu.Lock()
+	s := c.services[service]
+	c.mu.Unlock()
+	if s != nil {
+		s.sel.Rewarm(id)
+	}
 }
 
 // Snapshot returns the snapshot the client currently picks from for a

@@ -33,6 +33,7 @@ type backend struct {
 	lease  *registry.Lease
 	hits   atomic.Int64
 	status atomic.Int32 // HTTP status to answer; 200 by default
+	flaky  atomic.Bool  // answer 503 to 3 requests in 10, spread out
 	killed atomic.Bool
 }
 
@@ -41,7 +42,10 @@ func startBackend(t *testing.T, reg *registry.Registry, svc string, weight uint3
 	b := &backend{}
 	b.status.Store(200)
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b.hits.Add(1)
+		if n := b.hits.Add(1); b.flaky.Load() && n%10%3 == 0 && n%10 != 9 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		w.WriteHeader(int(b.status.Load()))
 	}))
 	t.Cleanup(b.kill)

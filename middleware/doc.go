@@ -1,6 +1,7 @@
 // Package middleware calls services found in a registry: a Client runs
 // each call through a chain of middleware — retry on another instance,
-// local quarantine of failing instances, the pick — over a stale-aware
+// local quarantine of failing instances, adaptive throttling and an
+// optional circuit breaker per service, the pick — over a stale-aware
 // cache of each service's instances, with OpenTelemetry spans and metrics.
 //
 //	c, err := middleware.NewClient(reg) // defaults below; close c before reg
@@ -15,9 +16,10 @@
 // handler, which picks an instance and runs one attempt of the Call. The
 // default chain is
 //
-//	Retry(RetryConfig{}) → Quarantine.Middleware() → pick + call
+//	Throttle.Middleware() → [Breaker.Middleware()] → Retry(RetryConfig{}) → Quarantine.Middleware() → pick + call
 //
-// and WithMiddleware replaces it (Hedge is added that way). A Request
+// (the breaker only WithBreaker) and WithMiddleware replaces it (Hedge is
+// added that way). A Request
 // carries one call through the chain; the Client reuses Requests, so
 // middleware must not keep one after its handler returns.
 //
@@ -39,7 +41,19 @@
 //     service's instances are ejected (always at least one), and below 50%
 //     admitted instances quarantine is ignored (panic mode), so a small
 //     service never goes dark. Instances that leave the service are
-//     forgotten. See QuarantineConfig.
+//     forgotten. Besides, every 10 s, among the instances with at least
+//     100 calls in the interval — when there are at least 5 — those whose
+//     success rate is below mean − 1.9 × stdev are ejected the same way
+//     (Envoy's success-rate outlier detection). See QuarantineConfig and
+//     SuccessRateConfig.
+//   - Throttle (on): adaptive client-side throttling per service (Google
+//     SRE book): over 10 s, a call is rejected locally with probability
+//     max(0, (requests − 2·accepts)/(requests + 1)), at most 0.9, once 20
+//     calls were made; a service failing less than half its calls is never
+//     throttled. Rejections match ErrThrottled. See ThrottleConfig.
+//   - Breaker (off; WithBreaker): closed, open after 20 calls in 10 s of
+//     which half failed; open, calls fail with ErrCircuitOpen for 5 s;
+//     half-open, one probe closes or reopens it. See BreakerConfig.
 //   - Pick: the selector's strategy (selector.DefaultStrategy unless
 //     WithSelector), with the selector's fallback order
 //     (selector.PickOptions): an instance this call has not tried that no
@@ -78,12 +92,14 @@
 // server.address, attempt, retry reason, stale). Metrics under ScopeName:
 // discovery lookup latency, cache hits and snapshot updates, picks and
 // failures per instance, retries by reason, retry-budget refusals,
-// quarantined instances, staleness. RegistryObserver, installed on the
-// Registry with registry.WithObserver, adds the Registry's own events:
-// Lookup cache hits and latency, watch snapshots, resync spans, lease
-// state changes. Providers default to the
-// OpenTelemetry globals; metric recording is skipped when no SDK listens,
-// and with an explicit no-op tracer provider a call allocates nothing.
+// quarantined instances, ejections by reason, local rejections by reason,
+// breaker state, staleness. RegistryObserver, installed on the Registry
+// with registry.WithObserver, adds the Registry's own events under names
+// of their own (roster.registry.*): Lookup cache hits and backend
+// latency, watch snapshots, resync spans, lease state changes. Providers
+// default to the OpenTelemetry globals; metric recording is skipped when
+// no SDK listens, and with an explicit no-op tracer provider a call
+// allocates nothing.
 //
 // A Client is safe for concurrent use. Close stops following services;
 // calls in flight finish, new ones fail with registry.ErrClosed. The

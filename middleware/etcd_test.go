@@ -18,16 +18,7 @@ import (
 func TestChainOnEtcd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := etcdtest.Start(ctx, etcdtest.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	writer, err := registry.Open(ctx, cl.URL("/mw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close()
+	cl, writer := startEtcd(ctx, t, "/mw")
 	link, err := cl.NewLink()
 	if err != nil {
 		t.Fatal(err)
@@ -88,4 +79,21 @@ func TestChainOnEtcd(t *testing.T) {
 	if errs := load(c, "api", 2, 200, nil); len(errs) > 0 || fresh.hits.Load() == 0 {
 		t.Fatalf("after recovery: %d failed calls, %d hits on the new instance", len(errs), fresh.hits.Load())
 	}
+}
+
+// startEtcd starts an embedded etcd for the test and opens a registry on
+// it under prefix; both are closed when the test ends.
+func startEtcd(ctx context.Context, t *testing.T, prefix string) (*etcdtest.Cluster, *registry.Registry) {
+	t.Helper()
+	cl, err := etcdtest.Start(ctx, etcdtest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	reg, err := registry.Open(ctx, cl.URL(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	return cl, reg
 }

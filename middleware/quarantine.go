@@ -31,6 +31,9 @@ type QuarantineConfig struct {
 	// ProbeTimeout: after an ejection ends, one probe call is admitted; if
 	// it has not reported within ProbeTimeout another is (default 10s).
 	ProbeTimeout time.Duration
+	// SuccessRate also ejects instances whose success rate is an outlier
+	// among the service's (on by default; see SuccessRateConfig).
+	SuccessRate SuccessRateConfig
 }
 
 func (c QuarantineConfig) withDefaults() QuarantineConfig {
@@ -52,6 +55,7 @@ func (c QuarantineConfig) withDefaults() QuarantineConfig {
 	if c.ProbeTimeout <= 0 {
 		c.ProbeTimeout = 10 * time.Second
 	}
+	c.SuccessRate = c.SuccessRate.withDefaults()
 	return c
 }
 
@@ -64,6 +68,7 @@ type Quarantine struct {
 	now      func() time.Time
 	services sync.Map // service → *quarantined
 	onChange func(service, id string, ejected bool)
+	onEject  func(service, reason string)
 }
 
 // NewQuarantine returns a quarantine with cfg (zero fields: defaults).
@@ -72,9 +77,10 @@ func NewQuarantine(cfg QuarantineConfig) *Quarantine {
 }
 
 type quarantined struct {
-	mu      sync.Mutex // guards ejections (rare), not the counters
-	hosts   sync.Map   // instance ID → *host
-	ejected atomic.Int32
+	mu       sync.Mutex // guards ejections (rare), not the counters
+	hosts    sync.Map   // instance ID → *host
+	ejected  atomic.Int32
+	nextEval atomic.Int64 // next success-rate evaluation (unix ns); 0 = not started
 }
 
 type host struct {
@@ -83,6 +89,8 @@ type host struct {
 	probeAt     atomic.Int64 // when the current probe was admitted
 	times       int32        // ejections so far; guarded by quarantined.mu
 	lastEnd     int64        // when the last ejection ended; guarded by mu
+	calls       atomic.Int64 // calls and failures this success-rate interval
+	failures    atomic.Int64
 }
 
 func (q *Quarantine) service(name string) *quarantined {
@@ -138,38 +146,43 @@ func (q *Quarantine) panicking(s *quarantined, total int) bool {
 // Report records an attempt's outcome for an instance. Only Retryable and
 // Fatal count as failures; Business and Abort are ignored; Success resets.
 func (q *Quarantine) Report(service, id string, c Class, total int) {
-	switch c {
-	case Success:
-		sv, ok := q.services.Load(service)
-		if !ok {
-			return
+	failed := c == Retryable || c == Fatal
+	if c != Success && !failed {
+		return
+	}
+	s, h := q.lookup(service, id)
+	if h == nil {
+		if !failed && !q.bySuccessRate() {
+			return // a success with nothing to reset
 		}
-		hv, ok := sv.(*quarantined).hosts.Load(id)
-		if !ok {
-			return
-		}
-		h := hv.(*host)
-		h.consecutive.Store(0)
-		if h.until.Load() != 0 {
-			q.readmit(service, sv.(*quarantined), id, h)
-		}
-	case Retryable, Fatal:
-		s := q.service(service)
-		hv, ok := s.hosts.Load(id)
-		if !ok {
-			hv, _ = s.hosts.LoadOrStore(id, &host{})
-		}
-		h := hv.(*host)
+		s = q.service(service)
+		h = s.host(id)
+	}
+	if failed {
 		n := h.consecutive.Add(1)
 		until := h.until.Load()
 		probing := until != 0 && q.now().UnixNano() >= until
 		if probing || (until == 0 && int(n) >= q.cfg.ConsecutiveFailures) {
-			q.eject(service, s, id, h, total)
+			q.eject(service, s, id, h, total, ejectConsecutive)
 		}
+	} else {
+		if h.consecutive.Load() != 0 { // a load keeps the line shared on the common path
+			h.consecutive.Store(0)
+		}
+		if h.until.Load() != 0 {
+			q.readmit(service, s, id, h)
+		}
+	}
+	// Last, so that an ejection by success rate is not undone at once by
+	// the success that triggered the evaluation.
+	if q.bySuccessRate() {
+		q.countOutcome(service, s, h, failed, total)
 	}
 }
 
-func (q *Quarantine) eject(service string, s *quarantined, id string, h *host, total int) {
+// eject takes the instance out of rotation (again, longer, if it was
+// probing); reason is for the ejection metric.
+func (q *Quarantine) eject(service string, s *quarantined, id string, h *host, total int, reason string) {
 	s.mu.Lock()
 	now := q.now().UnixNano()
 	wasEjected := h.until.Load() != 0
@@ -194,6 +207,9 @@ func (q *Quarantine) eject(service string, s *quarantined, id string, h *host, t
 	s.mu.Unlock()
 	if !wasEjected && q.onChange != nil {
 		q.onChange(service, id, true)
+	}
+	if !wasEjected && q.onEject != nil {
+		q.onEject(service, reason)
 	}
 }
 

@@ -29,6 +29,9 @@ const (
 	AttrCacheHit   = attribute.Key("roster.cache.hit")
 	AttrOutcome    = attribute.Key("roster.outcome")
 	AttrEjected    = attribute.Key("roster.ejected")
+
+	AttrRejectionReason = attribute.Key("roster.rejection.reason") // throttled, circuit_open
+	AttrEjectionReason  = attribute.Key("roster.ejection.reason")  // consecutive_failures, success_rate
 )
 
 // telemetry holds the instruments. Without a provider installed the OTel
@@ -46,33 +49,45 @@ type telemetry struct {
 	exhausted   metric.Int64Counter
 	staleness   metric.Float64ObservableGauge
 
+	// Adaptive protection: throttle, breaker, outlier ejection.
+	rejections   metric.Int64Counter
+	breakerGauge metric.Int64Gauge
+	ejectedBy    metric.Int64Counter
+
 	mu         sync.Mutex
 	staleSince map[string]time.Time // service → when its snapshot went stale
 	reg        metric.Registration
 }
 
-func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
+// instrumentation returns Roster's tracer and meter from the providers,
+// the OpenTelemetry globals when nil. An explicit no-op tracer provider
+// means "no tracing": the tracer is nil, so that spans are skipped
+// entirely, including the context they would be stored in.
+func instrumentation(tp trace.TracerProvider, mp metric.MeterProvider) (trace.Tracer, metric.Meter) {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := mp.Meter(ScopeName)
-	t := &telemetry{staleSince: map[string]time.Time{}}
-	// An explicit no-op provider means "no tracing": skip spans entirely,
-	// including the context they would be stored in.
+	var tracer trace.Tracer
 	if _, off := tp.(tracenoop.TracerProvider); !off {
-		t.tracer = tp.Tracer(ScopeName)
+		tracer = tp.Tracer(ScopeName)
 	}
+	return tracer, mp.Meter(ScopeName)
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
+	tracer, m := instrumentation(tp, mp)
+	t := &telemetry{tracer: tracer, staleSince: map[string]time.Time{}}
 	// Instrument errors only happen with invalid names or units, which are
 	// constants here; the returned instruments are no-ops then.
 	t.lookupDur, _ = m.Float64Histogram("roster.discovery.lookup.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time to get a service's instances from the registry backend (discovery query latency)."))
+		metric.WithDescription("Time a Client waited for the first instance list of a service (discovery query latency)."))
 	t.cacheReqs, _ = m.Int64Counter("roster.discovery.cache.requests",
-		metric.WithDescription("Instance-list reads, by roster.cache.hit: served from the local watch cache or not (cache hit rate)."))
+		metric.WithDescription("A Client's instance-list reads, by roster.cache.hit: served from its snapshot cache or waiting for it (cache hit rate)."))
 	t.snapUpdates, _ = m.Int64Counter("roster.discovery.snapshot.updates",
-		metric.WithDescription("New snapshots of a service received from the registry (snapshot update rate)."))
+		metric.WithDescription("Snapshots of a service a Client applied (snapshot update rate)."))
 	t.picks, _ = m.Int64Counter("roster.client.picks", metric.WithDescription("Instances picked for an attempt, by instance."))
 	t.failures, _ = m.Int64Counter("roster.client.failures", metric.WithDescription("Failed attempts, by instance and outcome class."))
 	t.ejections, _ = m.Int64UpDownCounter("roster.quarantine.ejected", metric.WithDescription("Instances currently quarantined."))
@@ -81,6 +96,12 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	t.staleness, _ = m.Float64ObservableGauge("roster.discovery.staleness", metric.WithUnit("s"),
 		metric.WithDescription("Age of the stale snapshot a service is served from while its registry fails (0 when fresh)."))
 	t.reg, _ = m.RegisterCallback(t.observeStaleness, t.staleness)
+	t.rejections, _ = m.Int64Counter("roster.client.rejections",
+		metric.WithDescription("Calls rejected locally without being sent, by roster.rejection.reason (throttled, circuit_open)."))
+	t.breakerGauge, _ = m.Int64Gauge("roster.client.breaker.state",
+		metric.WithDescription("State of a service's circuit breaker: 0 closed, 1 half-open, 2 open."))
+	t.ejectedBy, _ = m.Int64Counter("roster.quarantine.ejections",
+		metric.WithDescription("Instances ejected, by roster.ejection.reason (consecutive_failures, success_rate)."))
 	return t
 }
 
@@ -112,32 +133,52 @@ func (t *telemetry) close() {
 }
 
 // RegistryObserver returns a registry.Observer that records the backend
-// side of discovery with OpenTelemetry: lookup latency and cache hits,
-// snapshot updates, lease state changes (span events) and resyncs (spans).
-// Install it with registry.WithObserver. Nil providers mean the globals.
+// side of discovery with OpenTelemetry: Lookup calls and watch-cache hits,
+// backend query latency, snapshots delivered by the Registry's watches,
+// lease state changes (span events) and resyncs (spans). Install it with
+// registry.WithObserver. Nil providers mean the globals.
+//
+// Its metrics are named roster.registry.*, apart from the Client's
+// roster.discovery.*: the two count different things (a Registry's Lookup
+// calls and watch deliveries, a Client's reads of its own snapshot cache),
+// and with both installed neither is counted twice.
 func RegistryObserver(tp trace.TracerProvider, mp metric.MeterProvider) registry.Observer {
-	return &registryObserver{t: newTelemetry(tp, mp)}
+	tracer, m := instrumentation(tp, mp)
+	o := &registryObserver{tracer: tracer}
+	o.queryDur, _ = m.Float64Histogram("roster.registry.query.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time the registry backend took to answer a list query: Lookup cache misses and watch resyncs."))
+	o.lookups, _ = m.Int64Counter("roster.registry.lookups",
+		metric.WithDescription("Registry.Lookup calls, by roster.cache.hit: answered from a running watch or by the backend."))
+	o.snapshots, _ = m.Int64Counter("roster.registry.watch.snapshots",
+		metric.WithDescription("Snapshots of a service delivered by the Registry's shared watch."))
+	return o
 }
 
-type registryObserver struct{ t *telemetry }
+// registryObserver's instruments are its own (see RegistryObserver).
+type registryObserver struct {
+	tracer    trace.Tracer
+	queryDur  metric.Float64Histogram
+	lookups   metric.Int64Counter
+	snapshots metric.Int64Counter
+}
 
 func (o *registryObserver) Lookup(service string, hit bool, d time.Duration, err error) {
 	attrs := metric.WithAttributes(AttrService.String(service), AttrCacheHit.Bool(hit))
-	o.t.cacheReqs.Add(context.Background(), 1, attrs)
+	o.lookups.Add(context.Background(), 1, attrs)
 	if !hit {
-		o.t.lookupDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+		o.queryDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
 	}
 }
 
 func (o *registryObserver) Snapshot(s registry.Snapshot) {
-	o.t.snapUpdates.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(s.Service)))
+	o.snapshots.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(s.Service)))
 }
 
 func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseState, err error) {
-	if o.t.tracer == nil {
+	if o.tracer == nil {
 		return
 	}
-	_, span := o.t.tracer.Start(context.Background(), "roster.lease.state",
+	_, span := o.tracer.Start(context.Background(), "roster.lease.state",
 		trace.WithAttributes(AttrService.String(in.Service), AttrInstanceID.String(in.ID), attribute.String("roster.lease.state", s.String())))
 	if err != nil {
 		span.RecordError(err)
@@ -146,8 +187,8 @@ func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseStat
 }
 
 func (o *registryObserver) Resync(service string, start time.Time, d time.Duration, err error) {
-	if o.t.tracer != nil {
-		_, span := o.t.tracer.Start(context.Background(), "roster.watch.resync",
+	if o.tracer != nil {
+		_, span := o.tracer.Start(context.Background(), "roster.watch.resync",
 			trace.WithTimestamp(start), trace.WithAttributes(AttrService.String(service)))
 		if err != nil {
 			span.RecordError(err)
@@ -155,7 +196,7 @@ func (o *registryObserver) Resync(service string, start time.Time, d time.Durati
 		}
 		span.End(trace.WithTimestamp(start.Add(d)))
 	}
-	o.t.lookupDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+	o.queryDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
 }
 
 // The helpers below are nil-safe and skip all work when no SDK listens.
@@ -213,5 +254,23 @@ func (t *telemetry) lookup(ctx context.Context, service string, d time.Duration)
 func (t *telemetry) snapshot(ctx context.Context, service string) {
 	if t != nil && t.snapUpdates.Enabled(ctx) {
 		t.snapUpdates.Add(ctx, 1, metric.WithAttributes(AttrService.String(service)))
+	}
+}
+
+func (t *telemetry) rejected(ctx context.Context, service, reason string) {
+	if t != nil && t.rejections.Enabled(ctx) {
+		t.rejections.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrRejectionReason.String(reason)))
+	}
+}
+
+func (t *telemetry) breakerState(ctx context.Context, service string, s BreakerState) {
+	if t != nil && t.breakerGauge.Enabled(ctx) {
+		t.breakerGauge.Record(ctx, int64(s), metric.WithAttributes(AttrService.String(service)))
+	}
+}
+
+func (t *telemetry) ejection(service, reason string) {
+	if t != nil && t.ejectedBy.Enabled(context.Background()) {
+		t.ejectedBy.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(service), AttrEjectionReason.String(reason)))
 	}
 }

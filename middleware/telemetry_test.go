@@ -180,12 +180,65 @@ func TestRegistryObserver(t *testing.T) {
 	}
 	l.Deregister(ctx)
 	m := collect(t, reader)
-	if sumInt(m["roster.discovery.cache.requests"]) != 1 || sumInt(m["roster.discovery.snapshot.updates"]) < 1 {
+	if sumInt(m["roster.registry.lookups"]) != 1 || sumInt(m["roster.registry.watch.snapshots"]) < 1 {
 		t.Errorf("registry observer metrics: %v", m)
 	}
 	if !hasSpan(spans, "roster.lease.state") {
 		t.Error("no lease state span")
 	}
+}
+
+// TestMetricNamesHaveOneWriter: a Client and a RegistryObserver on the
+// same Registry write disjoint metric names, so that with both installed
+// on one provider no count is doubled and no name means two things.
+func TestMetricNamesHaveOneWriter(t *testing.T) {
+	clientReader, observerReader := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
+	clientMP := sdkmetric.NewMeterProvider(sdkmetric.WithReader(clientReader))
+	observerMP := sdkmetric.NewMeterProvider(sdkmetric.WithReader(observerReader))
+	defer clientMP.Shutdown(context.Background())
+	defer observerMP.Shutdown(context.Background())
+
+	e := newEnv(t)
+	startBackend(t, e.writer, "api", 100)
+	reg := registry.New(memDriver(e), registry.WithObserver(middleware.RegistryObserver(nil, observerMP)))
+	defer reg.Close()
+	ctx := context.Background()
+	if _, err := reg.Lookup(ctx, "api"); err != nil { // a backend query
+		t.Fatal(err)
+	}
+	c := newClient(t, reg, middleware.WithMeterProvider(clientMP))
+	for range 5 {
+		if err := c.Do(ctx, "api", get); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := reg.Lookup(ctx, "api"); err != nil { // from the client's watch
+		t.Fatal(err)
+	}
+	client, observer := collect(t, clientReader), collect(t, observerReader)
+	for _, want := range []string{"roster.discovery.cache.requests", "roster.discovery.lookup.duration", "roster.discovery.snapshot.updates", "roster.client.picks"} {
+		if _, ok := client[want]; !ok {
+			t.Errorf("the client did not write %s (it wrote %v)", want, keys(client))
+		}
+	}
+	for _, want := range []string{"roster.registry.lookups", "roster.registry.query.duration", "roster.registry.watch.snapshots"} {
+		if _, ok := observer[want]; !ok {
+			t.Errorf("the registry observer did not write %s (it wrote %v)", want, keys(observer))
+		}
+	}
+	for name := range client {
+		if _, ok := observer[name]; ok {
+			t.Errorf("%s is written by both the Client and the RegistryObserver", name)
+		}
+	}
+}
+
+func keys(m map[string]metricdata.Metrics) []string {
+	var k []string
+	for n := range m {
+		k = append(k, n)
+	}
+	return k
 }
 
 func hasSpan(r *tracetest.SpanRecorder, name string) bool {

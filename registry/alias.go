@@ -34,6 +34,8 @@ var (
 const (
 	DefaultWeight     = driver.DefaultWeight
 	MaxServiceLen     = driver.MaxServiceLen
+	MaxWeight         = driver.MaxWeight
+	MaxHostLen        = driver.MaxHostLen
 	MaxIDLen          = driver.MaxIDLen
 	MaxMetadataPairs  = driver.MaxMetadataPairs
 	MaxMetadataKeyLen = driver.MaxMetadataKeyLen
@@ -48,8 +50,14 @@ const (
 // ValidateService checks a service name: [a-z0-9][a-z0-9._-]{0,127}.
 func ValidateService(name string) error { return driver.ValidateService(name) }
 
-// ValidateAddress checks an instance address: host:port.
+// ValidateAddress checks that an instance address is host:port in its
+// canonical form; see CanonicalAddress.
 func ValidateAddress(addr string) error { return driver.ValidateAddress(addr) }
+
+// CanonicalAddress returns the one spelling of a host:port address that
+// Register stores, or an error naming what is wrong; see
+// driver.CanonicalAddress for the rule.
+func CanonicalAddress(addr string) (string, error) { return driver.CanonicalAddress(addr) }
 
 // ValidateTTL checks a TTL against a backend's limits and returns it
 // rounded up to the backend's granularity.

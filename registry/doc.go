@@ -11,10 +11,14 @@
 // # Registration
 //
 // Register validates the instance (service name [a-z0-9][a-z0-9._-]{0,127},
-// host:port address, at most 64 metadata pairs of ≤128-byte keys and
+// a host:port address, stored in its canonical form (CanonicalAddress),
+// weight at most 65535, at most 63 metadata pairs of ≤128-byte keys and
 // ≤512-byte values, ≤16 KiB encoded; version, zone, tags and metadata
 // values printable UTF-8, no control characters; a *FieldError names the
-// field), gives it a unique ID if it has none
+// field; these limits are the same on every backend and nothing is
+// written when they fail), gives Weight 0 the DefaultWeight unless the
+// Drained option asks for an instance that starts out of rotation, gives
+// it a unique ID if it has none
 // (<service>-<host>-<port>-<random>, so two processes on one address never
 // overwrite each other) and writes it. The
 // returned Lease heartbeats every TTL/3 (default TTL 10s) with jitter. When
@@ -61,5 +65,13 @@
 //
 // Every error wraps ErrInvalid, ErrNotFound, ErrClosed or ErrUnavailable
 // (or a context error), and no error or String output contains the
-// credentials of a registry URL.
+// credentials of a registry URL. A driver's error names the backend and
+// the operation once; Registry adds no second prefix to it.
+//
+// # What is read back
+//
+// Every record a driver reads is checked before it is served: a record
+// of another service, an address that does not parse, a field past the
+// limits or a repeated ID is skipped and reported (a rate-limited slog
+// warning), never served.
 package registry

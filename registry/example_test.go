@@ -89,3 +89,28 @@ func ExampleLease_Drain() {
 	// Output:
 	// 0
 }
+
+// An instance that must warm up first registers drained (weight 0:
+// selectors pick it only when nothing else is left) and comes into
+// rotation when it is ready. The address is stored in its canonical form.
+func ExampleDrained() {
+	ctx := context.Background()
+	reg, err := registry.Open(ctx, "mem://drained-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer reg.Close()
+	lease, err := reg.Register(ctx, registry.Instance{Service: "cache", Address: "Cache-1.Local:6380"}, registry.Drained())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(lease.Instance().Address, lease.Instance().Weight)
+	// … warm up …
+	_ = lease.SetWeight(ctx, registry.DefaultWeight)
+	fmt.Println(lease.Instance().Weight)
+	// Output:
+	// cache-1.local:6380 0
+	// 100
+}

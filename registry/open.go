@@ -29,7 +29,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Registry, error)
 	}
 	d, err := open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("registry: open %s: %w", Redact(rawURL), err)
+		// One prefix per layer: the driver's error names the backend and
+		// wraps the sentinel ("registry: …"); this layer names the URL.
+		return nil, fmt.Errorf("open %s: %w", Redact(rawURL), err)
 	}
 	opts = append([]Option{withName(Redact(rawURL))}, opts...)
 	return New(d, opts...), nil

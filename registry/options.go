@@ -72,6 +72,7 @@ type regOptions struct {
 	backoffBase   time.Duration
 	backoffMax    time.Duration
 	onState       func(LeaseState, error)
+	drained       bool
 }
 
 // WithTTL sets how long the backend keeps the instance without a
@@ -110,3 +111,10 @@ func WithRetryBackoff(base, max time.Duration) RegisterOption {
 func WithStateHook(f func(LeaseState, error)) RegisterOption {
 	return func(o *regOptions) { o.onState = f }
 }
+
+// Drained registers the instance at weight 0, out of rotation from its
+// first write: selectors pick it only when nothing else is left, as after
+// Lease.Drain. Bring it in with Lease.SetWeight once it is ready (after a
+// warm-up, say). Without this option Weight 0 means DefaultWeight; with
+// it, a non-zero Weight is an error, so the two intents cannot mix.
+func Drained() RegisterOption { return func(o *regOptions) { o.drained = true } }

@@ -18,7 +18,8 @@ import (
 // readers of a service, periodic resync and stale marking. A Registry is
 // safe for concurrent use.
 type Registry struct {
-	drv    driver.Driver
+	drv    driver.Driver // the backend's driver behind checked (readback.go)
+	raw    driver.Driver // the backend's driver itself, for As
 	name   string
 	log    *slog.Logger
 	obs    Observer
@@ -44,7 +45,7 @@ func New(d driver.Driver, opts ...Option) *Registry {
 		o.name = fmt.Sprintf("%T", d)
 	}
 	return &Registry{
-		drv: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
+		drv: checked{Driver: d, rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
 		leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }
@@ -59,7 +60,7 @@ func (r *Registry) Limits() Limits { return r.drv.Limits() }
 // with fault hooks, say): it sets *target to the driver if the types match.
 func (r *Registry) As(target any) bool {
 	if p, ok := target.(*driver.Driver); ok {
-		*p = r.drv
+		*p = r.raw
 		return true
 	}
 	return false
@@ -82,18 +83,24 @@ func (r *Registry) checkOpen() error {
 
 // Register announces an instance and keeps it alive until the returned
 // Lease is deregistered or the Registry is closed. An empty ID is filled
-// in with NewID; Weight 0 becomes DefaultWeight. The first write happens
-// before Register returns, so an unreachable backend or invalid input is
-// an error here, not later.
+// in with NewID; Weight 0 becomes DefaultWeight unless the Drained option
+// asks for an instance that starts out of rotation. The address is
+// rewritten to its canonical form (see CanonicalAddress). The first write
+// happens before Register returns, so an unreachable backend or invalid
+// input is an error here, not later; invalid input writes nothing.
 func (r *Registry) Register(ctx context.Context, inst Instance, opts ...RegisterOption) (*Lease, error) {
 	if err := r.checkOpen(); err != nil {
 		return nil, err
 	}
-	inst, err := prepare(inst)
+	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond}
+	for _, f := range opts {
+		f(&o)
+	}
+	inst, err := prepare(inst, o.drained)
 	if err != nil {
 		return nil, err
 	}
-	l, o, err := r.newLease(inst, opts)
+	l, err := r.newLease(inst, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -106,41 +113,43 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	return l, r.track(ctx, l)
 }
 
-// prepare validates an instance and fills in its defaults (ID, weight).
-func prepare(inst Instance) (Instance, error) {
+// prepare validates an instance and fills in its defaults (canonical
+// address, ID, weight).
+func prepare(inst Instance, drained bool) (Instance, error) {
 	inst = inst.Clone()
 	if err := ValidateService(inst.Service); err != nil {
 		return inst, err
 	}
-	if err := ValidateAddress(inst.Address); err != nil {
+	addr, err := CanonicalAddress(inst.Address)
+	if err != nil {
 		return inst, err
 	}
+	inst.Address = addr
 	if inst.ID == "" {
 		inst.ID = NewID(inst.Service, inst.Address)
 	}
-	if inst.Weight == 0 {
+	switch {
+	case drained && inst.Weight != 0:
+		return inst, invalid("weight", "%d with the Drained option (a drained instance starts at weight 0; call Lease.SetWeight to bring it in)", inst.Weight)
+	case inst.Weight == 0 && !drained:
 		inst.Weight = DefaultWeight
 	}
 	return inst, inst.Validate()
 }
 
-// newLease applies the options, checks the timings against the backend's
+// newLease checks the timings against the backend's
 // limits, and returns the lease, not yet written.
-func (r *Registry) newLease(inst Instance, opts []RegisterOption) (*Lease, regOptions, error) {
-	o := regOptions{ttl: DefaultTTL, backoffBase: 200 * time.Millisecond}
-	for _, f := range opts {
-		f(&o)
-	}
+func (r *Registry) newLease(inst Instance, o *regOptions) (*Lease, error) {
 	ttl, err := ValidateTTL(o.ttl, r.drv.Limits())
 	if err != nil {
-		return nil, o, err
+		return nil, err
 	}
 	interval := o.interval
 	if interval == 0 {
 		interval = ttl / 3
 	}
 	if interval <= 0 || interval > ttl/3 {
-		return nil, o, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
+		return nil, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
 	}
 	if o.backoffMax <= 0 {
 		// Re-registering no faster than heartbeating costs the backend no
@@ -157,7 +166,7 @@ func (r *Registry) newLease(inst Instance, opts []RegisterOption) (*Lease, regOp
 		check:  o.check, checkEvery: o.checkInterval, onState: o.onState,
 		inst: inst,
 		stop: make(chan struct{}), done: make(chan struct{}),
-	}, o, nil
+	}, nil
 }
 
 // first runs the health check, if any, and writes the instance unless
@@ -174,7 +183,7 @@ func (l *Lease) first(ctx context.Context, o regOptions) error {
 	}
 	reg, err := l.r.drv.Register(ctx, l.inst, l.ttl)
 	if err != nil {
-		return fmt.Errorf("register %s/%s: %w", l.inst.Service, l.inst.ID, err)
+		return err // it names the backend and the operation: see driver.Driver
 	}
 	l.reg = reg
 	return nil
@@ -230,9 +239,8 @@ func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error)
 	s, err := r.drv.List(ctx, service)
 	if err != nil {
 		if ctx.Err() != nil {
-			err = ctx.Err()
+			err = fmt.Errorf("lookup %s: %w", service, ctx.Err())
 		}
-		err = fmt.Errorf("lookup %s: %w", service, err)
 		r.observeLookup(service, false, start, err)
 		if e != nil {
 			if last, ok := e.last(); ok {
@@ -308,7 +316,7 @@ func (r *Registry) Services(ctx context.Context) ([]string, error) {
 	}
 	s, err := r.drv.Services(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("services: %w", err)
+		return nil, err // it names the backend and the operation
 	}
 	return s, nil
 }

@@ -2,6 +2,10 @@
 # The whole test suite, on a fresh machine. It installs and builds what the
 # tests need, then runs them:
 #   - redis-server from Debian's packages (apt-get) when it is missing;
+#   - ZooKeeper 3.8 from Debian's zookeeper package (apt-get, with its Java
+#     runtime) when it is missing; tests run it as a plain JVM process;
+#   - php-cli, php-curl, python3 and chromium likewise (roster agent's
+#     example clients and dashboard test);
 #   - a Consul agent (v1.13.9, MPL-2.0) built once from the Go module proxy
 #     into $ROSTER_CACHE (default ~/.cache/roster), reused afterwards;
 #   - kube-apiserver v1.34.2 (Apache-2.0), built the same way (tools/kube);
@@ -20,8 +24,26 @@ if ! command -v redis-server >/dev/null 2>&1; then
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
+# roster agent's example clients run under real interpreters (php-cli with
+# curl, python3) and its dashboard in real headless Chromium.
+if ! command -v php >/dev/null 2>&1 || ! php -r 'exit(function_exists("curl_init") ? 0 : 1);' \
+	|| ! command -v python3 >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
+	echo "== installing php-cli, php-curl, python3, chromium (apt)"
+	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq php-cli php-curl python3 chromium >/dev/null
+fi
 # Tests start their own redis-server processes; a packaged one is not needed.
 export ROSTER_REDIS_SERVER="${ROSTER_REDIS_SERVER:-$(command -v redis-server)}"
+
+# The zookeeper package holds the server's jars and no daemon (that is
+# zookeeperd); backends/zookeeper/zktest starts servers from the jars.
+if [ ! -f /usr/share/java/zookeeper.jar ] || [ ! -f /usr/share/java/slf4j-simple.jar ]; then
+	echo "== installing zookeeper (apt)"
+	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends zookeeper libslf4j-java >/dev/null
+fi
 
 export ROSTER_CONSUL_BIN="${ROSTER_CONSUL_BIN:-$ROSTER_CACHE/consul-1.13.9}"
 if [ ! -x "$ROSTER_CONSUL_BIN" ]; then
@@ -60,6 +82,9 @@ go test -count=1 -run 'DoesNotAllocate' ./selector ./middleware
 # registry/driver/testdata/fuzz runs with every go test too).
 echo "== fuzz (bounded)"
 go test -run '^$' -fuzz FuzzRedact -fuzztime 20s ./registry/driver
+go test -run '^$' -fuzz FuzzCanonicalAddress -fuzztime 10s ./registry/driver
+# roster agent's HTTP API: any body or query is answered, never a 500.
+go test -run '^$' -fuzz FuzzAPI -fuzztime 15s ./agent
 
 echo "== bench module (kratos/go-kit comparison) compiles"
 (cd bench && go vet ./...)

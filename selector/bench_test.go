@@ -41,7 +41,7 @@ var keys = func() []string {
 func BenchmarkPick(b *testing.B) {
 	ctx := context.Background()
 	for _, st := range Strategies() {
-		for _, n := range sizes {
+		for _, n := range append(sizes, 10000) {
 			b.Run(fmt.Sprintf("%s/n=%d", st, n), func(b *testing.B) {
 				s := newBench(b, st, n)
 				b.ReportAllocs()
@@ -84,10 +84,11 @@ func BenchmarkPickParallel(b *testing.B) {
 }
 
 // BenchmarkUpdate measures a snapshot rebuild where one instance of n is
-// replaced (the common change), alternating between two snapshots.
+// replaced (the common change), alternating between two snapshots; the
+// bytes per op are the memory of one snapshot's picker.
 func BenchmarkUpdate(b *testing.B) {
 	for _, st := range Strategies() {
-		for _, n := range sizes {
+		for _, n := range append(sizes, 10000) {
 			b.Run(fmt.Sprintf("%s/n=%d", st, n), func(b *testing.B) {
 				s := newBench(b, st, n)
 				a, c := benchSnap(n), benchSnap(n+1)
@@ -104,5 +105,39 @@ func BenchmarkUpdate(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkFirstBuild measures a selector's first build of a 10,000
+// instance snapshot: no state, no ring points to reuse.
+func BenchmarkFirstBuild(b *testing.B) {
+	sn := benchSnap(10000)
+	for _, st := range Strategies() {
+		b.Run(fmt.Sprintf("%s/n=10000", st), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s := mustNew(b, WithStrategy(st))
+				s.Update(sn)
+			}
+		})
+	}
+}
+
+// BenchmarkPickFinish is a pick and its Done.Finish: the whole cost a
+// caller of p2c_ewma pays, the latency measurement included.
+func BenchmarkPickFinish(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("p2c_ewma/n=%d", n), func(b *testing.B) {
+			s := newBench(b, P2CEWMA, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				_, done, err := s.Pick(ctx, PickOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done.Finish(nil)
+			}
+		})
 	}
 }

@@ -7,7 +7,8 @@
 // rings and tables computed. The Picker is published through an atomic
 // pointer; Pick only reads it. A pick takes no lock and allocates nothing,
 // the Done feedback included, so its cost is the strategy's own (≈15–150 ns
-// on a shared 2-vCPU VM; docs/bench/selector.md). Selector.Picker hands
+// on a shared 2-vCPU VM; docs/benchmarks.md). Neither reads the system
+// clock: they read a coarse process clock (see Done.Finish). Selector.Picker hands
 // out the current Picker, for a caller that must keep picking from one
 // set while the selector moves on (the gRPC balancer's pickers).
 //
@@ -18,9 +19,8 @@
 //
 //	inst, done, err := sel.Pick(ctx, selector.PickOptions{})
 //	if err != nil { ... } // errors.Is(err, selector.ErrNoInstances)
-//	start := time.Now()
 //	err = call(ctx, inst.Address)
-//	done.Done(err, time.Since(start))
+//	done.Finish(err) // the latency, measured on the selector's coarse clock
 //
 // # Contract
 //
@@ -45,8 +45,14 @@
 //   - Done must be called once per successful Pick for LeastRequest,
 //     P2CEWMA and bounded loads (it is what they measure); it is a cheap
 //     no-op for the other strategies, so callers can always call it.
-//   - Filters run in Update, never per pick. Use one Selector per routing
-//     group (e.g. per version for a canary) rather than per-pick filtering.
+//   - Filters run in Update, never per pick. Per-call routing is a Route
+//     (PickOptions.Route or WithRoute): its prepared picker is cached with
+//     the snapshot, so a routed pick allocates nothing either. WithSplit
+//     sends a percentage of the calls to a canary, sticky per key.
+//   - Weights are honoured by every strategy but RoundRobin and Random.
+//     An instance new to the service (not in the first snapshot) ramps
+//     its share over a slow start (DefaultSlowStart: 30 s from 10 %);
+//     Rewarm restarts the ramp of a readmitted instance.
 //
 // Strategies, defaults and the reasons for them are described in
 // docs/selector.md.

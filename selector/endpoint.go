@@ -14,54 +14,55 @@ type endpoint struct {
 	inflight atomic.Int64
 	cost     atomic.Uint64 // peak-EWMA latency in ns, as float64 bits
 	stamp    atomic.Int64  // monotonic ns of the last cost update
-	dones    atomic.Uint32 // counts Done calls, to refresh the clock now and then
-	_        [36]byte
+	warmFrom atomic.Int64  // monotonic ns its slow start began; 0 = not warming
+	_        [32]byte
 }
 
-// shared is the state of a Selector that Done needs.
+// shared is the state of a Selector that Done and picks need.
 type shared struct {
-	tau     float64 // peak-EWMA time constant, ns
+	perTau  float64 // 1 ÷ the peak-EWMA time constant in ns (a product is cheaper than a quotient)
 	bounded bool    // count the in-flight total for bounded loads
 	ewma    bool    // Done updates the latency estimate
-	now     func() int64
-	// clock is the time of the last Done, read by picks instead of the
-	// clock itself (time.Now costs more than a whole pick on some VMs).
-	clock atomic.Int64
-	total atomic.Int64 // requests in flight over all instances
+	fake    func() int64
+	total   atomic.Int64 // requests in flight over all instances
+	// warmEnd is when the last slow start in progress ends (monotonic
+	// ns), 0 when none is: a pick checks ramps only while it is set.
+	warmEnd atomic.Int64
+	slow    slowStart
 }
 
 var epoch = time.Now()
 
-// clockGrain is how stale the shared clock may get before Done updates it.
-const clockGrain = int64(time.Millisecond)
+// observeGrain: see observe.
+const observeGrain = int64(time.Millisecond)
 
 // monotonic returns monotonic nanoseconds since the process started.
 func monotonic() int64 { return int64(time.Since(epoch)) }
+
+// now returns the selector's time: the coarse clock, or a test's clock.
+func (sh *shared) now() int64 {
+	if sh.fake != nil {
+		return sh.fake()
+	}
+	return coarse.read()
+}
 
 // observe folds one latency sample into ep's peak EWMA (Finagle's
 // PeakEwma). The estimate decays toward 0 while no sample arrives (Finagle
 // and tower decay it on every load() call; here picks only read it, so the
 // decay since the last sample is applied now): a sample above the decayed
 // estimate replaces it at once, a lower one is averaged in with weight
-// 1 − e^(−Δt/τ).
+// 1 − e^(−Δt/τ). The time comes from the coarse clock: the decay needs it
+// only to a small fraction of τ.
 //
-// The decay needs the time only to a fraction of τ, and reading the clock
-// costs as much as a whole pick on some VMs (≈100 ns here). So Done reads
-// it for calls of 1 ms or more (where it is < 0.01 % of the call) and for
-// every 16th call of an instance; otherwise it estimates the time as the
-// pick's clock + the call's latency, which is exact to within the gap
-// between two completions — small exactly when calls are short and many.
-func (sh *shared) observe(ep *endpoint, picked int64, latency time.Duration, failed bool) {
-	clock := sh.clock.Load()
-	now := max(clock, picked+int64(latency))
-	if latency >= time.Millisecond || ep.dones.Add(1)&15 == 0 {
-		now = sh.now()
-	}
-	if now > clock+clockGrain {
-		// Writing the shared clock on every Done would bounce its cache
-		// line between cores; a millisecond is plenty against τ.
-		sh.clock.CompareAndSwap(clock, now) // losing a race is fine: the winner is as recent
-	}
+// A sample below the estimate within observeGrain of the estimate's last
+// update is dropped, so that an instance answering thousands of calls a
+// second writes its estimate (a cache line every core's Done would
+// bounce) once per grain rather than per call. The weight of a sample is
+// 1 − e^(−Δt/τ) ≈ Δt/τ, proportional to the time since the last update,
+// so one sample per millisecond moves the estimate down as fast as all of
+// them would; peaks and failures are always taken at once.
+func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool, now int64) {
 	rtt := float64(max(latency, 0))
 	for {
 		old := ep.cost.Load()
@@ -69,10 +70,14 @@ func (sh *shared) observe(ep *endpoint, picked int64, latency time.Duration, fai
 		if failed {
 			rtt = max(rtt, 2*cost)
 		}
-		w := decay(float64(now-ep.stamp.Load()) / sh.tau)
+		stamp := ep.stamp.Load()
+		w := decay(float64(now-stamp) * sh.perTau)
 		cost *= w
 		next := rtt
 		if rtt <= cost {
+			if now-stamp < observeGrain {
+				return
+			}
 			next = cost*w + rtt*(1-w)
 		}
 		if ep.cost.CompareAndSwap(old, math.Float64bits(next)) {
@@ -87,10 +92,12 @@ func (sh *shared) observe(ep *endpoint, picked int64, latency time.Duration, fai
 // answer (Finagle).
 const penalty = float64(math.MaxInt64 >> 16)
 
-// load returns ep's peak-EWMA cost × (in-flight + 1), decayed to now as
-// if a zero-latency sample had just been observed, so that an instance
-// that was slow and then left idle recovers.
-func (sh *shared) load(ep *endpoint, now int64) float64 {
+// load returns ep's peak-EWMA cost × (in-flight × inv + 1), decayed to
+// now as if a zero-latency sample had just been observed, so that an
+// instance that was slow and then left idle recovers. inv is the mean
+// weight ÷ the instance's weight: an instance of twice the weight carries
+// twice the requests in flight at the same load.
+func (sh *shared) load(ep *endpoint, now int64, inv float64) float64 {
 	cost := math.Float64frombits(ep.cost.Load())
 	pending := float64(ep.inflight.Load())
 	if cost == 0 {
@@ -99,7 +106,7 @@ func (sh *shared) load(ep *endpoint, now int64) float64 {
 		}
 		return 0
 	}
-	return cost * decay(float64(now-ep.stamp.Load())/sh.tau) * (pending + 1)
+	return cost * decay(float64(now-ep.stamp.Load())*sh.perTau) * (pending*inv + 1)
 }
 
 // decay returns e^(−x) for x ≥ 0 (1 for x ≤ 0). Between frequent calls x is

@@ -34,9 +34,8 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	start := time.Now()
 	// ... call inst.Address ...
-	done.Done(nil, time.Since(start))
+	done.Finish(nil) // the selector times the call on its coarse clock
 	fmt.Println(inst.Address)
 	// Output: 10.0.0.1:8080
 }
@@ -158,4 +157,32 @@ func ExampleSelector_Picker() {
 	now, _, _ := sel.Pick(ctx, selector.PickOptions{})
 	fmt.Println(was.Address, now.Address)
 	// Output: 10.0.0.1:80 10.0.0.9:80
+}
+
+// A header pins one call to a version; the other calls are split, 5 % to
+// the canary, each user always on the same side.
+func ExampleWithRoute() {
+	ctx := context.Background()
+	snap := instances("10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80")
+	snap.Instances[0].Version, snap.Instances[1].Version, snap.Instances[2].Version = "1.0", "1.0", "2.0"
+	sel, _ := selector.New(selector.WithSplit(selector.Split{Route: selector.Route{Version: "2.0"}, Percent: 5}))
+	sel.Update(snap)
+
+	pinned := selector.WithRoute(ctx, selector.Route{Version: "2.0"}) // e.g. from X-Roster-Version
+	inst, done, _ := sel.Pick(pinned, selector.PickOptions{})
+	done.Finish(nil)
+	fmt.Println("pinned:", inst.Version)
+
+	canary := 0
+	for i := range 1000 {
+		inst, done, _ := sel.Pick(ctx, selector.PickOptions{Key: fmt.Sprint("user-", i)})
+		done.Finish(nil)
+		if inst.Version == "2.0" {
+			canary++
+		}
+	}
+	fmt.Println("split: about 5 % to the canary:", canary > 20 && canary < 80)
+	// Output:
+	// pinned: 2.0
+	// split: about 5 % to the canary: true
 }

@@ -64,6 +64,28 @@ func (b *bounded) capacity(n uint64) int64 {
 	return int64(math.Ceil(b.c * float64(b.sh.total.Load()+1) / float64(n)))
 }
 
+// maxRingPoints caps the points of a ring: 1,000 virtual nodes per
+// instance would be 10 million points (120 MB, seconds to build) at
+// 10,000 instances. Above the cap the virtual nodes per instance shrink
+// in proportion, which costs balance (≈ 1 + 1/√points-per-instance) but
+// keeps a rebuild under 250 ms; at the cap, 10,000 instances get 20
+// points each.
+const maxRingPoints = 200_000
+
+// ringVnodes returns the virtual nodes per weight-100 instance that keep
+// the ring within maxRingPoints.
+func ringVnodes(weights []uint32, vnodes int) int {
+	var sum uint64
+	for _, w := range weights {
+		sum += uint64(w)
+	}
+	total := sum * uint64(vnodes) / registry.DefaultWeight
+	if total <= maxRingPoints {
+		return vnodes
+	}
+	return max(1, int(uint64(vnodes)*maxRingPoints/total))
+}
+
 func vnodeCount(w uint32, vnodes int) int {
 	c := (uint64(w)*uint64(vnodes) + registry.DefaultWeight - 1) / registry.DefaultWeight
 	return int(min(max(c, 1), uint64(vnodes)*16))
@@ -89,6 +111,7 @@ func newRing(p *Picker, old *ring, vnodes int, c float64, sh *shared) *ring {
 		bounded: bounded{c: c, eps: p.eps, sh: sh},
 	}
 	byKey := make(map[string]int, n)
+	vnodes = ringVnodes(p.weights, vnodes)
 	total := 0
 	for i := range p.insts {
 		r.keys[i] = hostKey(&p.insts[i])

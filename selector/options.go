@@ -33,10 +33,13 @@ const (
 	// ÷ weight). With WithChoices(k) ≥ the number of instances it scans
 	// them all: the exact least-connection rule. It needs Done to be called.
 	LeastRequest Strategy = "least_request"
-	// P2CEWMA samples two distinct instances and takes the one with the
-	// lower peak-EWMA latency × (in-flight + 1), decaying with τ = 10 s
-	// (Finagle, Linkerd). It is the default; it needs Done to be called
-	// with the call's latency.
+	// P2CEWMA samples two instances and takes the one with the lower
+	// peak-EWMA latency × (in-flight + 1), decaying with τ = 10 s (Finagle,
+	// Linkerd). With equal weights the two are distinct; with unequal ones
+	// they are drawn by weight, in-flight counts ÷ relative weight, and
+	// loads within 3× of each other are compared by a fair toss, so an
+	// idle service splits by weight. It is the default; it needs Done (or
+	// Finish, which measures the latency itself) to be called.
 	P2CEWMA Strategy = "p2c_ewma"
 	// ConsistentHash maps PickOptions.Key onto a hash ring with per-host
 	// virtual nodes (xxhash), so a key sticks to one instance and only
@@ -98,12 +101,14 @@ type config struct {
 	rng         randSource // tests: deterministic randomness
 	clock       func() int64
 	smoothLimit int
+	slow        SlowStart
+	split       *Split
 }
 
 func defaultConfig() config {
 	return config{
 		strategy: DefaultStrategy, vnodes: DefaultVirtualNodes, choices: DefaultChoices,
-		decay: DefaultDecay, smoothLimit: 64,
+		decay: DefaultDecay, smoothLimit: 64, slow: DefaultSlowStart,
 	}
 }
 
@@ -118,8 +123,8 @@ func WithFilters(f ...Filter) Option {
 
 // WithVirtualNodes sets the ring points of an instance of weight 100 for
 // ConsistentHash (default DefaultVirtualNodes). Memory is ≈12 bytes per
-// point: 1000 points × 1000 instances is 12 MB, so very large services
-// should lower it or use Maglev.
+// point; a ring holds at most 200,000 points (2.4 MB), and above that the
+// points per instance shrink in proportion (20 each at 10,000 instances).
 func WithVirtualNodes(n int) Option { return func(c *config) { c.vnodes = n } }
 
 // WithBoundedLoad enables consistent hashing with bounded loads
@@ -159,7 +164,7 @@ func (c *config) validate() error {
 		return fmt.Errorf("selector: decay %v: %w", c.decay, ErrInvalidOption)
 	}
 	c.choices = min(max(c.choices, 2), 10)
-	return nil
+	return c.split.validate()
 }
 
 func isPrime(n uint64) bool {

@@ -391,3 +391,33 @@ func TestP2CEWMAAvoidsSlowAndRecovers(t *testing.T) {
 		t.Errorf("recovered instance got %.2f of the calls, want ≈ 0.5", s)
 	}
 }
+
+// TestRingIsCapped: at 10,000 instances the ring stays within
+// maxRingPoints, every instance keeps points in proportion to its weight,
+// and keys still spread over every instance.
+func TestRingIsCapped(t *testing.T) {
+	w := make([]uint32, 10000)
+	for i := range w {
+		w[i] = uint32(100 + 100*(i%2)) // 100 and 200
+	}
+	s := mustNew(t, WithStrategy(ConsistentHash))
+	s.Update(snap(len(w), w...))
+	r := s.Picker().algo.(*ring)
+	if len(r.hashes) > maxRingPoints {
+		t.Fatalf("ring has %d points, cap %d", len(r.hashes), maxRingPoints)
+	}
+	for i, c := range r.counts {
+		if want := r.counts[0] * int(w[i]) / int(w[0]); c != want {
+			t.Fatalf("instance %d (weight %d) has %d points, want %d", i, w[i], c, want)
+		}
+	}
+	seen := make([]bool, len(w))
+	for k := range 1_000_000 {
+		seen[r.pick(rehash(uint64(k), 1), true, 0)] = true
+	}
+	for i, ok := range seen {
+		if !ok {
+			t.Fatalf("instance %d got none of 1,000,000 keys", i)
+		}
+	}
+}

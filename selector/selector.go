@@ -59,6 +59,9 @@ type Selector struct {
 	mu   sync.Mutex           // serialises Update
 	eps  map[string]*endpoint // by instance ID; owned by mu
 	prev *Picker              // last built picker, under mu
+	seen bool                 // a snapshot with instances was built, under mu
+	// baseline: the IDs the service had at start (Baseline), under mu
+	baseline map[string]bool
 
 	run struct {
 		sync.Mutex
@@ -80,17 +83,18 @@ func New(opts ...Option) (*Selector, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	slow, err := c.slow.validate()
+	if err != nil {
+		return nil, err
+	}
 	s := &Selector{cfg: c, eps: map[string]*endpoint{}}
 	s.sh = &shared{
-		tau:     float64(c.decay),
+		perTau:  1 / float64(c.decay),
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
-		now:     c.clock,
+		fake:    c.clock,
+		slow:    slow,
 	}
-	if s.sh.now == nil {
-		s.sh.now = monotonic
-	}
-	s.sh.clock.Store(s.sh.now())
 	s.cur.Store(&Picker{sh: s.sh}) // empty: Pick says ErrNoInstances
 	return s, nil
 }
@@ -137,6 +141,10 @@ type PickOptions struct {
 	// probe at a time.
 	Tried func(*registry.Instance) bool
 	Avoid func(*registry.Instance) bool
+	// Route narrows this pick to the instances it matches (see Route);
+	// when it is zero, the context's Route (WithRoute) applies, and when
+	// that is absent too, the selector's Split (WithSplit).
+	Route Route
 }
 
 // step is a step of the fallback order of PickOptions.
@@ -176,7 +184,7 @@ func (o *PickOptions) relaxes(s step) bool {
 type Done struct {
 	ep     *endpoint
 	sh     *shared
-	picked int64 // the selector's clock at pick time (P2CEWMA)
+	picked int64 // the coarse clock at pick time (P2CEWMA)
 }
 
 // Done feeds the call's outcome back: it ends the in-flight count that
@@ -190,15 +198,42 @@ func (d Done) Done(err error, latency time.Duration) {
 	if d.ep == nil {
 		return
 	}
+	d.release()
+	if d.sh.ewma {
+		d.observe(err, latency, d.sh.now())
+	}
+}
+
+// observe feeds a call's latency to the peak EWMA at now.
+func (d Done) observe(err error, latency time.Duration, now int64) {
+	if err != nil && errors.Is(err, context.Canceled) {
+		return
+	}
+	d.sh.observe(d.ep, latency, err != nil, now)
+}
+
+// Finish is Done with the latency measured for the caller: the time from
+// the pick to now on the selector's coarse clock (a process-wide atomic
+// a goroutine refreshes every millisecond while picks happen), so the
+// caller reads no clock at all. Latencies are quantised to the
+// millisecond but unbiased, and the peak-EWMA averages them; a caller
+// that times its calls precisely anyway can call Done instead.
+func (d Done) Finish(err error) {
+	if d.ep == nil {
+		return
+	}
+	d.release()
+	if d.sh.ewma {
+		now := d.sh.now()
+		d.observe(err, time.Duration(now-d.picked), now)
+	}
+}
+
+// release ends the call's count of requests in flight.
+func (d Done) release() {
 	d.ep.inflight.Add(-1)
 	if d.sh.bounded {
 		d.sh.total.Add(-1)
-	}
-	if d.sh.ewma {
-		if err != nil && errors.Is(err, context.Canceled) {
-			return
-		}
-		d.sh.observe(d.ep, d.picked, latency, err != nil)
 	}
 }
 
@@ -207,7 +242,11 @@ func (d Done) Done(err error, latency time.Duration) {
 func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
 	// Not s.cur.Load().Pick(ctx, o): a second copy of the Instance on
 	// return costs as much as a round-robin pick.
-	inst, d, err := s.cur.Load().pick(&o)
+	p := s.cur.Load()
+	if p.mayRoute(&o) {
+		p = p.routed(ctx, &o)
+	}
+	inst, d, err := p.pick(&o)
 	if err != nil {
 		return registry.Instance{}, Done{}, err
 	}
@@ -228,8 +267,12 @@ func (s *Selector) Picker() *Picker { return s.cur.Load() }
 // only when no other instance is left. The returned Instance shares its
 // Tags and Metadata with the snapshot: do not modify them.
 //
-// ctx is not consulted today; it is there for tracing hooks.
+// The Route of o, else of ctx (WithRoute), else the selector's Split,
+// narrows the instances the pick chooses from.
 func (p *Picker) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
+	if p.mayRoute(&o) {
+		p = p.routed(ctx, &o)
+	}
 	inst, d, err := p.pick(&o)
 	if err != nil {
 		return registry.Instance{}, Done{}, err
@@ -249,6 +292,9 @@ func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
 		h, keyed = xxhash.Sum64String(o.Key), true
 	}
 	i := p.algo.pick(h, keyed, 0)
+	if p.sh.warmEnd.Load() != 0 {
+		i = p.warm(i, h, keyed)
+	}
 	inst, ep := &p.insts[i], p.eps[i]
 	if (o.Exclude != nil || o.Tried != nil || o.Avoid != nil) && o.rejects(inst, untried) {
 		if inst, ep = p.fallback(h, keyed, o); inst == nil {
@@ -264,7 +310,7 @@ func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
 	}
 	d := Done{ep: ep, sh: p.sh}
 	if p.sh.ewma {
-		d.picked = p.sh.clock.Load()
+		d.picked = p.sh.now()
 	}
 	return inst, d, nil
 }
@@ -355,12 +401,47 @@ func (s *Selector) Update(snap registry.Snapshot) {
 	s.cur.Store(p)
 }
 
-// build prepares a picker; s.mu is held.
+// build prepares a picker; s.mu is held. Per-instance state is kept for
+// every instance of the snapshot, before filters: an instance a filter
+// lets in later (PreferZone spilling over to another zone) is not new to
+// the service, and keeps its counts.
 func (s *Selector) build(snap registry.Snapshot) *Picker {
+	eps := make(map[string]*endpoint, len(snap.Instances))
+	for i := range snap.Instances {
+		id := snap.Instances[i].ID
+		ep := s.eps[id]
+		if ep == nil {
+			ep = &endpoint{}
+			if s.isNew(id) { // new to the service, not to this client
+				s.sh.startWarm(ep)
+			}
+		}
+		eps[id] = ep
+	}
+	s.eps = eps
+	s.seen = s.seen || len(eps) > 0
 	insts := snap.Instances
 	for _, f := range s.cfg.filters {
 		insts = f(insts)
 	}
+	stateOf := func(in *registry.Instance) *endpoint {
+		ep := eps[in.ID]
+		if ep == nil { // a filter that made up an instance: give it state
+			ep = &endpoint{}
+			eps[in.ID] = ep
+		}
+		return ep
+	}
+	p := s.assemble(snap, insts, stateOf, s.prev)
+	p.sel = s
+	p.routes = newRouteCache()
+	p.splitRoutes()
+	return p
+}
+
+// assemble prepares a picker over insts (filtered), whose state ep
+// returns; prev, if any, lets the ring reuse its points.
+func (s *Selector) assemble(snap registry.Snapshot, insts []registry.Instance, ep func(*registry.Instance) *endpoint, prev *Picker) *Picker {
 	var active, drain []registry.Instance
 	if !slices.ContainsFunc(insts, func(in registry.Instance) bool { return in.Weight == 0 }) {
 		active = insts // immutable: share it rather than copy
@@ -377,32 +458,22 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 		// Nothing but draining instances: use them, with equal weights.
 		active, drain = drain, nil
 	}
-	eps := make(map[string]*endpoint, len(active)+len(drain))
-	get := func(id string) *endpoint {
-		ep := s.eps[id]
-		if ep == nil {
-			ep = &endpoint{}
-		}
-		eps[id] = ep
-		return ep
-	}
 	p := &Picker{snap: snap, insts: active, spare: drain, rnd: rng{s.cfg.rng}, sh: s.sh}
 	p.eps = make([]*endpoint, len(active))
 	p.weights = make([]uint32, len(active))
 	for i := range active {
-		p.eps[i] = get(active[i].ID)
+		p.eps[i] = ep(&active[i])
 		// Only draining instances are left: treat them as equals.
 		p.weights[i] = cmp.Or(active[i].Weight, registry.DefaultWeight)
 	}
 	p.spareEps = make([]*endpoint, len(drain))
 	for i := range drain {
-		p.spareEps[i] = get(drain[i].ID)
+		p.spareEps[i] = ep(&drain[i])
 	}
-	s.eps = eps
 	p.track = s.cfg.strategy == LeastRequest || s.cfg.strategy == P2CEWMA || s.cfg.bound > 0
 	p.keyed = s.cfg.strategy == ConsistentHash || s.cfg.strategy == Maglev
 	if len(active) > 0 {
-		p.algo = s.newAlgorithm(p, s.prev)
+		p.algo = s.newAlgorithm(p, prev)
 	}
 	return p
 }
@@ -421,7 +492,7 @@ func (s *Selector) newAlgorithm(p *Picker, prev *Picker) algorithm {
 	case LeastRequest:
 		return newLeastRequest(p, c.choices)
 	case P2CEWMA:
-		return &p2cEWMA{eps: p.eps, rnd: p.rnd, sh: s.sh}
+		return newP2CEWMA(p, s.sh)
 	case ConsistentHash:
 		var old *ring
 		if prev != nil {
@@ -527,17 +598,23 @@ func (s *Selector) Close() error {
 // A Picker is safe for concurrent use. Get one from Selector.Picker; the
 // zero Picker has no instances.
 type Picker struct {
-	snap     registry.Snapshot
-	insts    []registry.Instance // candidates: weight > 0, or all draining
-	eps      []*endpoint         // state of insts[i]
+	// What every pick reads comes first, in one cache line.
+	insts  []registry.Instance // candidates: weight > 0, or all draining
+	eps    []*endpoint         // state of insts[i]
+	algo   algorithm
+	sh     *shared // the selector's, for Done
+	canary *Picker // WithSplit: the split's instances, and
+	track  bool    // count requests in flight
+	keyed  bool    // the algorithm uses PickOptions.Key
+
+	rest     *Picker // the others; nil without a split
+	rnd      rng
 	weights  []uint32            // weight of insts[i], > 0
 	spare    []registry.Instance // draining, used when every candidate is excluded
 	spareEps []*endpoint
-	algo     algorithm
-	rnd      rng
-	sh       *shared // the selector's, for Done
-	track    bool    // count requests in flight
-	keyed    bool    // the algorithm uses PickOptions.Key
+	sel      *Selector
+	routes   *routeCache // per-call routes' pickers; nil in a route's picker
+	snap     registry.Snapshot
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into

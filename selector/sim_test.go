@@ -59,58 +59,92 @@ const (
 	simWarmup   = 5    // seconds not counted
 )
 
-func simulate(t *testing.T, st Strategy, slow float64, seed uint64) simResult {
+// simConfig describes one simulated run; zero fields take the scenario B
+// values above.
+type simConfig struct {
+	strategy Strategy
+	opts     []Option
+	weights  []uint32             // per backend; default 100
+	workers  func(b, t int64) int // workers of backend b at virtual time t (ns)
+	slow     float64              // service-time multiplier of backend 0
+	rate     float64              // arrivals per second
+	duration int64                // virtual seconds
+	joinAt   int64                // if > 0, the last backend joins then (ns)
+	backends int
+	seed     uint64
+}
+
+// simRun is what a run measured: latencies per backend and time window.
+type simRun struct {
+	lat  [][]simSample // per backend
+	sent []int         // picks per backend after the warm-up
+}
+
+type simSample struct{ at, lat int64 } // arrival time, latency
+
+// simulate runs c through the real selector in virtual time.
+func simulateRun(t *testing.T, c simConfig) simRun {
 	t.Helper()
+	c = c.withDefaults()
 	var now int64
-	sel := mustNew(t, WithStrategy(st), withRand(seeded(seed)), withClock(func() int64 { return now }))
-	sel.Update(snap(simBackends))
-	p := sel.cur.Load()
+	opts := append([]Option{WithStrategy(c.strategy), withRand(seeded(c.seed)), withClock(func() int64 { return now })}, c.opts...)
+	sel := mustNew(t, opts...)
+	all := snap(c.backends, c.weights...)
+	initial := all
+	if c.joinAt > 0 {
+		initial.Instances = all.Instances[:c.backends-1]
+	}
+	sel.Update(initial)
 	index := map[string]int{}
-	for i, in := range p.insts {
+	for i, in := range all.Instances {
 		index[in.ID] = i
 	}
-	r := rand.New(seeded(seed + 100))
+	r := rand.New(seeded(c.seed + 100))
 	type backend struct {
 		busy  int
 		queue []simEvent // waiting requests (start, done)
 	}
-	backends := make([]backend, simBackends)
+	backends := make([]backend, c.backends)
 	service := func(b int) int64 {
 		d := r.ExpFloat64() * simService
 		if b == 0 {
-			d *= slow
+			d *= c.slow
 		}
 		return int64(d)
 	}
+	run := simRun{lat: make([][]simSample, c.backends), sent: make([]int, c.backends)}
 	q := &simQueue{{at: 0, backend: -1}}
-	var lat []int64
-	sent0, sent := 0, 0
-	end := int64(simDuration * 1e9)
+	end := c.duration * 1e9
+	joined := c.joinAt == 0
 	ctx := context.Background()
+	start := func(b int, req simEvent) {
+		backends[b].busy++
+		req.at = now + service(b)
+		heap.Push(q, req)
+	}
 	for q.Len() > 0 {
 		e := heap.Pop(q).(simEvent)
 		now = e.at
+		if !joined && now >= c.joinAt {
+			joined = true
+			sel.Update(all)
+		}
 		if e.backend < 0 { // arrival
 			if now >= end {
 				continue
 			}
-			heap.Push(q, simEvent{at: now + int64(r.ExpFloat64()*1e9/simRate), backend: -1})
+			heap.Push(q, simEvent{at: now + int64(r.ExpFloat64()*1e9/c.rate), backend: -1})
 			in, done, err := sel.Pick(ctx, PickOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			b := index[in.ID]
 			if now >= simWarmup*1e9 {
-				sent++
-				if b == 0 {
-					sent0++
-				}
+				run.sent[b]++
 			}
 			req := simEvent{backend: b, start: now, done: done}
-			if backends[b].busy < simWorkers {
-				backends[b].busy++
-				req.at = now + service(b)
-				heap.Push(q, req)
+			if backends[b].busy < c.workers(int64(b), now) {
+				start(b, req)
 			} else {
 				backends[b].queue = append(backends[b].queue, req)
 			}
@@ -120,29 +154,85 @@ func simulate(t *testing.T, st Strategy, slow float64, seed uint64) simResult {
 		l := now - e.start
 		e.done.Done(nil, time.Duration(l))
 		if e.start >= simWarmup*1e9 {
-			lat = append(lat, l)
+			run.lat[e.backend] = append(run.lat[e.backend], simSample{e.start, l})
 		}
 		b := &backends[e.backend]
-		if len(b.queue) > 0 {
+		b.busy--
+		for len(b.queue) > 0 && b.busy < c.workers(int64(e.backend), now) {
 			next := b.queue[0]
 			b.queue = b.queue[1:]
-			next.at = now + service(e.backend)
-			heap.Push(q, next)
-		} else {
-			b.busy--
+			start(e.backend, next)
 		}
 	}
-	slices.Sort(lat)
-	pct := func(p float64) time.Duration {
-		return time.Duration(lat[int(math.Ceil(p*float64(len(lat))))-1])
+	return run
+}
+
+func (c simConfig) withDefaults() simConfig {
+	if c.backends == 0 {
+		c.backends = simBackends
 	}
+	if c.workers == nil {
+		c.workers = func(int64, int64) int { return simWorkers }
+	}
+	if c.slow == 0 {
+		c.slow = 1
+	}
+	if c.rate == 0 {
+		c.rate = simRate
+	}
+	if c.duration == 0 {
+		c.duration = simDuration
+	}
+	return c
+}
+
+// latencies returns the sorted latencies of the given backends (all when
+// none is given) for requests that arrived in [from, to) seconds.
+func (r simRun) latencies(from, to float64, backends ...int) []int64 {
+	if len(backends) == 0 {
+		for b := range r.lat {
+			backends = append(backends, b)
+		}
+	}
+	var out []int64
+	for _, b := range backends {
+		for _, s := range r.lat[b] {
+			if s.at >= int64(from*1e9) && s.at < int64(to*1e9) {
+				out = append(out, s.lat)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func percentile(lat []int64, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	return time.Duration(lat[int(math.Ceil(p*float64(len(lat))))-1])
+}
+
+// share returns the fraction of the picks after the warm-up that went to b.
+func (r simRun) share(b int) float64 {
+	total := 0
+	for _, n := range r.sent {
+		total += n
+	}
+	return float64(r.sent[b]) / float64(total)
+}
+
+func simulate(t *testing.T, st Strategy, slow float64, seed uint64) simResult {
+	t.Helper()
+	run := simulateRun(t, simConfig{strategy: st, slow: slow, seed: seed})
+	lat := run.latencies(0, simDuration)
 	over := len(lat) - slices.IndexFunc(lat, func(x int64) bool { return x > 250e6 })
 	if lat[len(lat)-1] <= 250e6 {
 		over = 0
 	}
 	return simResult{
-		p50: pct(0.50), p90: pct(0.90), p99: pct(0.99), p999: pct(0.999),
-		over250: float64(over) / float64(len(lat)), share0: float64(sent0) / float64(sent),
+		p50: percentile(lat, 0.50), p90: percentile(lat, 0.90), p99: percentile(lat, 0.99), p999: percentile(lat, 0.999),
+		over250: float64(over) / float64(len(lat)), share0: run.share(0),
 	}
 }
 

@@ -83,3 +83,22 @@ func (a *alias) pick(uint64, bool, int) int {
 	}
 	return int(a.alias[i])
 }
+
+// pick32 picks from 32 random bits, so that one 64-bit draw gives two
+// samples (P2C's candidates): u·n's integer part is the column and its
+// fractional part, uniform in [0, 1) given the column, is the coin (to
+// 32 − log2(n) bits: 18 bits at n = 10,000).
+func (a *alias) pick32(u uint32) int {
+	x := uint64(u) * a.n
+	i := x >> 32
+	if (x & 0xffffffff) < a.prob[i] {
+		return int(i)
+	}
+	return int(a.alias[i])
+}
+
+// pair draws two samples from one random number.
+func (a *alias) pair() (int, int) {
+	r := a.rnd.next()
+	return a.pick32(uint32(r >> 32)), a.pick32(uint32(r))
+}

@@ -69,11 +69,12 @@
 //     their context only; timeout bounds each request once it has one. A
 //     quarter of it is kept for heartbeats: a burst of registrations never
 //     delays a renewal past its TTL.
-//   - max_watch_conns (default 64) for blocking queries: each watched
-//     service holds one connection for up to wait, so watches cannot starve
-//     the heartbeats. A Registry watching more services than that follows
-//     the rest as connections free up (a change may reach them up to wait
-//     late).
+//   - max_watch_conns (default 64) for blocking queries, so watches cannot
+//     starve the heartbeats. The watches of a driver, however many
+//     services, share two catalog-wide blocking queries (health/state/any
+//     and catalog/services, see hub.go) and read a service only when its
+//     checks changed, at most 8 at a time: 1,000 watched services hold
+//     about 10 connections.
 //
 // With the defaults one driver uses at most 128 connections, leaving 72 of
 // the agent's default 200 for the other clients on the same address. Run
@@ -105,9 +106,12 @@
 //     blocking call is wait + wait/16 + 5s. A failed call is reported as
 //     driver.ErrUnavailable: the registry marks its cache stale and
 //     reopens the watch with backoff, without restarting anything.
-//   - Fields: Version, Zone and Weight travel in Service.Meta under
-//     roster_version, roster_zone and roster_weight; Tags and the address
-//     are Consul's own; user metadata is the rest of Meta. Instances
+//   - Fields: Version, Zone and Weight travel in one Service.Meta key,
+//     roster_fields ("<weight>,<len(version)>,<version><zone>"), so that
+//     they cost one of Consul's 64 Meta pairs (driver.MaxMetadataPairs is
+//     63); the weight is also Weights.Passing (1 when drained) for DNS.
+//     Tags and the address are Consul's own; user metadata is the rest of
+//     Meta. Instances
 //     registered by other tools are listed too: their Meta is their
 //     metadata, and Meta.weight (the PHP article's payload) is their
 //     weight (DefaultWeight when absent or not a number).
@@ -124,6 +128,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -162,6 +167,7 @@ type Driver struct {
 	client, watchClient  *api.Client
 	transports           []*http.Transport
 	calls, bulk, watches gate
+	hub                  *hub // the watches' catalog-wide queries
 
 	// life ends with Close: it unblocks watches and retries, and cancels
 	// the requests still running, which inflight counts.
@@ -171,6 +177,8 @@ type Driver struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	tlsChecked atomic.Bool // diagnoseTLS found the TLS setup sound
 }
 
 // NewDriver returns a driver for the agent described by o. It does not
@@ -188,6 +196,7 @@ func NewDriver(o Options) (*Driver, error) {
 		watches: make(gate, o.MaxWatchConns),
 	}
 	d.life, d.stop = context.WithCancel(context.Background())
+	d.hub = newHub(d)
 	var err error
 	if d.client, err = d.newClient(o.MaxConns); err != nil {
 		return nil, err
@@ -268,6 +277,7 @@ func (d *Driver) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.stop()
+	d.hub.wait()
 	d.inflight.Wait()
 	for _, tr := range d.transports {
 		tr.CloseIdleConnections()
@@ -375,8 +385,9 @@ func (d *Driver) query(ctx context.Context) *api.QueryOptions {
 }
 
 // wrap maps a client error to the registry's sentinels: 404 is
-// ErrNotFound, 400 ErrInvalid, 403 ErrInvalid (a token that lacks the
-// right will not gain it by retrying), anything else — refused
+// ErrNotFound, 400 and 413 ErrInvalid, 403 ErrInvalid (a token that lacks the
+// right will not gain it by retrying), a TLS misconfiguration
+// (driver.TLSCause) ErrInvalid, anything else — refused
 // connections, timeouts, 5xx — ErrUnavailable. A context error of the
 // caller is returned as is. The token never appears in the text.
 func (d *Driver) wrap(ctx context.Context, op string, err error) error {
@@ -387,12 +398,20 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 		return err // classified already
 	}
 	msg := redact(redact(err.Error(), d.o.Token), d.secret)
+	if cause, ok := driver.TLSCause(err); ok {
+		return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, redact(redact(cause, d.o.Token), d.secret))
+	}
 	var se api.StatusError
+	if !errors.As(err, &se) {
+		if terr := d.diagnoseTLS(); terr != nil {
+			return fmt.Errorf("consul: %s: %w", op, terr)
+		}
+	}
 	if errors.As(err, &se) {
 		switch {
 		case se.Code == http.StatusNotFound || lostCheck(se):
 			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrNotFound, msg)
-		case se.Code == http.StatusBadRequest:
+		case se.Code == http.StatusBadRequest, se.Code == http.StatusRequestEntityTooLarge:
 			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, msg)
 		case se.Code == http.StatusForbidden:
 			return fmt.Errorf("consul: %s: %w: permission denied (check the ACL token): %s", op, driver.ErrInvalid, msg)

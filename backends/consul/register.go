@@ -2,8 +2,11 @@ package consul
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -17,12 +20,12 @@ import (
 	"github.com/roster-go/roster/registry/driver"
 )
 
-// Meta keys where Roster keeps its own fields. The common validation
-// reserves the roster_ prefix, so user metadata never collides with them.
+// Meta keys. Roster keeps its own fields (weight, version, zone) in one
+// key, metaFields, so they cost one of Consul's 64 Meta pairs:
+// driver.MaxMetadataPairs is 63 for that reason. The common validation
+// reserves the roster_ prefix, so user metadata never collides with it.
 const (
-	metaVersion = "roster_version"
-	metaZone    = "roster_zone"
-	metaWeight  = "roster_weight"
+	metaFields = "roster_fields"
 	// metaForeignWeight is the weight key of instances registered by other
 	// tools, such as the PHP article's payload: Meta {"weight": "3"}.
 	metaForeignWeight = "weight"
@@ -45,15 +48,9 @@ func (d *Driver) toConsul(inst driver.Instance, ttl time.Duration) (*api.AgentSe
 	if err != nil {
 		return nil, fmt.Errorf("consul: %w: port of %q", driver.ErrInvalid, inst.Address)
 	}
-	meta := make(map[string]string, len(inst.Metadata)+3)
+	meta := make(map[string]string, len(inst.Metadata)+1)
 	maps.Copy(meta, inst.Metadata)
-	meta[metaWeight] = strconv.FormatUint(uint64(inst.Weight), 10)
-	if inst.Version != "" {
-		meta[metaVersion] = inst.Version
-	}
-	if inst.Zone != "" {
-		meta[metaZone] = inst.Zone
-	}
+	meta[metaFields] = encodeFields(inst)
 	check := &api.AgentServiceCheck{
 		CheckID:                        checkID(inst.ID),
 		DeregisterCriticalServiceAfter: d.o.DeregisterAfter.String(),
@@ -71,19 +68,30 @@ func (d *Driver) toConsul(inst driver.Instance, ttl time.Duration) (*api.AgentSe
 		// Checks start critical by default: without this a new instance
 		// would be missing from ?passing until its first heartbeat.
 		check.Status = api.HealthPassing
-		check.Notes = checkOutput
 	}
-	return &api.AgentServiceRegistration{
+	asr := &api.AgentServiceRegistration{
 		ID:      inst.ID,
 		Name:    inst.Service,
 		Tags:    slices.Clone(inst.Tags),
 		Address: host,
 		Port:    port,
 		Meta:    meta,
-		// DNS SRV consumers see the weight too; Consul requires ≥ 1.
-		Weights: &api.AgentWeights{Passing: max(int(min(inst.Weight, 1<<30)), 1), Warning: 1},
-		Check:   check,
-	}, nil
+		// DNS SRV consumers see the weight too; Consul requires 1 to
+		// 65535 (driver.MaxWeight), so a drained 0 is written as 1 here.
+		Weights: &api.AgentWeights{Passing: max(int(inst.Weight), 1), Warning: 1},
+	}
+	// The notes carry a digest of the instance, so that an Update changes
+	// the check too: the watches' catalog-wide checks query (hub.go) then
+	// sees which service changed.
+	digest, err := json.Marshal(asr)
+	if err != nil {
+		return nil, fmt.Errorf("consul: %w: encode %s: %v", driver.ErrInvalid, inst.ID, err)
+	}
+	f := fnv.New64a()
+	f.Write(digest)
+	check.Notes = fmt.Sprintf("%s %016x", checkOutput, f.Sum64())
+	asr.Check = check
+	return asr, nil
 }
 
 // fromConsul reads one health entry back into an instance.
@@ -103,26 +111,19 @@ func fromConsul(e *api.ServiceEntry) driver.Instance {
 		in.Tags = nil
 	}
 	md := map[string]string{}
-	ours := false
-	if w, ok := s.Meta[metaWeight]; ok {
-		ours = true
-		if n, err := strconv.ParseUint(w, 10, 32); err == nil {
-			in.Weight = uint32(n)
-		}
-	}
 	for k, v := range s.Meta {
-		switch {
-		case k == metaVersion:
-			in.Version = v
-		case k == metaZone:
-			in.Zone = v
-		case strings.HasPrefix(k, "roster_"):
-			// Ours, or a newer Roster's field: never user metadata.
-		default:
+		if !strings.HasPrefix(k, "roster_") { // ours, or a newer Roster's field: never user metadata
 			md[k] = v
 		}
 	}
-	if !ours {
+	if f, ok := s.Meta[metaFields]; ok {
+		in.Weight, in.Version, in.Zone, ok = decodeFields(f)
+		if !ok {
+			// Not ours after all: a weight past driver.MaxWeight, so the
+			// check of what is read back skips the record and reports it.
+			in.Weight = math.MaxUint32
+		}
+	} else {
 		// Registered by another tool: Meta.weight as the PHP article
 		// writes it, DefaultWeight otherwise.
 		in.Weight = driver.DefaultWeight
@@ -136,6 +137,27 @@ func fromConsul(e *api.ServiceEntry) driver.Instance {
 		in.Metadata = md
 	}
 	return in
+}
+
+// encodeFields packs Roster's own fields into one Meta value:
+// "<weight>,<len(version)>,<version><zone>". The length prefix needs no
+// escaping, and the longest value (5 + 1 + 3 + 1 + 128 + 128 bytes) is
+// well inside Consul's 512-byte limit on a Meta value.
+func encodeFields(in driver.Instance) string {
+	return strconv.FormatUint(uint64(in.Weight), 10) + "," + strconv.Itoa(len(in.Version)) + "," + in.Version + in.Zone
+}
+
+// decodeFields reverses encodeFields; ok is false for a value it did not
+// write.
+func decodeFields(s string) (weight uint32, version, zone string, ok bool) {
+	w, rest, ok1 := strings.Cut(s, ",")
+	n, rest, ok2 := strings.Cut(rest, ",")
+	wn, err1 := strconv.ParseUint(w, 10, 32)
+	vn, err2 := strconv.Atoi(n)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || vn < 0 || vn > len(rest) {
+		return 0, "", "", false
+	}
+	return uint32(wn), rest[:vn], rest[vn:], true
 }
 
 // Register implements driver.Driver: an agent registration with

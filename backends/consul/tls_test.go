@@ -9,6 +9,7 @@ import (
 
 	"github.com/roster-go/roster/backends/consul/consultest"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/testca"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -50,7 +51,51 @@ func TestTLSAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if _, err := r.Lookup(t.Context(), "tls-svc"); !errors.Is(err, registry.ErrUnavailable) || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("Lookup with the wrong server name = %v, want ErrUnavailable on the certificate", err)
+	if _, err := r.Lookup(t.Context(), "tls-svc"); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "another name") {
+		t.Errorf("Lookup with the wrong server name = %v, want ErrInvalid on the certificate's name", err)
+	}
+}
+
+// An agent with verify_incoming lets in only clients with a certificate
+// of its CA (mutual TLS); every TLS misconfiguration fails the first call
+// with ErrInvalid naming its cause.
+func TestMutualTLSAgent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, bad := testca.WriteWithBad(t, dir, "consul.test")
+	port, err := loopback.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	consultest.Start(t, "-hcl", fmt.Sprintf("ports { https = %d }", port), "-hcl", fmt.Sprintf(
+		`tls { defaults { ca_file = %q, cert_file = %q, key_file = %q, verify_incoming = true } }`, good.CA, good.Cert, good.Key))
+	at := func(opts string) string { return fmt.Sprintf("consuls://127.0.0.1:%d?timeout=2s%s", port, opts) }
+	r, err := registry.Open(t.Context(), at("&ca_file="+good.CA+"&cert_file="+good.Cert+"&key_file="+good.Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	l, err := r.Register(t.Context(), registry.Instance{Service: "mtls-svc", Address: "127.0.0.1:80"})
+	if err != nil {
+		t.Fatalf("Register over mutual TLS: %v", err)
+	}
+	defer l.Deregister(t.Context())
+	cases := append(testca.Misconfigs(good, bad), testca.Misconfig{Name: "TLS to the HTTP port", Cause: "does not speak TLS"})
+	plain := consultest.Start(t).Addr()
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			u := at(c.Options)
+			if c.Options == "" {
+				u = "consuls://" + plain + "?timeout=2s&ca_file=" + good.CA
+			}
+			r, err := registry.Open(t.Context(), u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if _, err := r.Lookup(t.Context(), "mtls-svc"); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.Cause) {
+				t.Fatalf("Lookup = %v, want ErrInvalid saying %q", err, c.Cause)
+			}
+		})
 	}
 }

@@ -129,11 +129,11 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	switch scheme := strings.ToLower(u.Scheme); {
 	case scheme != Scheme && scheme != SchemeTLS:
-		return Options{}, invalidURL(u, "scheme %q: want consul or consuls", u.Scheme)
+		return Options{}, driver.InvalidURL("consul", "scheme %q: want consul or consuls", u.Scheme)
 	case u.User != nil:
-		return Options{}, invalidURL(u, "credentials in the URL's user part are not used; pass token=")
+		return Options{}, driver.InvalidURL("consul", "credentials in the URL's user part are not used; pass token=")
 	case u.Path != "" && u.Path != "/":
-		return Options{}, invalidURL(u, "the URL takes no path")
+		return Options{}, driver.InvalidURL("consul", "the URL takes no path")
 	}
 	var o Options
 	q.Secret("token", "CONSUL_HTTP_TOKEN", &o.Token)
@@ -174,11 +174,11 @@ func readTLS(q *driver.Query, u *url.URL) (*tls.Config, error) {
 	cfg := q.TLS(strings.EqualFold(u.Scheme, SchemeTLS))
 	switch {
 	case cfg == nil && (name != "" || skip):
-		return nil, invalidURL(u, "tls_server_name or tls_skip_verify given but TLS is off (use consuls:// or tls=true)")
+		return nil, driver.InvalidURL("consul", "tls_server_name or tls_skip_verify given but TLS is off (use consuls:// or tls=true)")
 	case cfg == nil:
 		return nil, nil
 	case name != "" && cfg.ServerName != "":
-		return nil, invalidURL(u, "options server_name and tls_server_name both given: keep server_name")
+		return nil, driver.InvalidURL("consul", "options server_name and tls_server_name both given: keep server_name")
 	}
 	cfg.ServerName = cmp.Or(cfg.ServerName, name)
 	cfg.InsecureSkipVerify = cfg.InsecureSkipVerify || skip
@@ -193,9 +193,4 @@ func agentAddress(u *url.URL, tls bool) string {
 		port = "8501"
 	}
 	return net.JoinHostPort(cmp.Or(u.Hostname(), "127.0.0.1"), cmp.Or(u.Port(), port))
-}
-
-// invalidURL is an ErrInvalid shaped as driver.Query's: the URL redacted.
-func invalidURL(u *url.URL, format string, a ...any) error {
-	return fmt.Errorf("%w: consul URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, a...))
 }

@@ -29,27 +29,34 @@
 // twice, an unknown option, a TLS option while TLS is off, a user name or
 // password given both before the @ and as an option are errors wrapping
 // driver.ErrInvalid that name the option, and never contain the password.
-// The password is not read from the environment (ETCDCTL_PASSWORD belongs
-// to etcdctl, beside its ETCDCTL_USER); password_file keeps it out of the
+// A URL that names a user but no password takes it from
+// $ROSTER_ETCD_PASSWORD (EnvPassword); ETCDCTL_PASSWORD, etcdctl's, is
+// not read. password_file and the variable keep the password out of the
 // URL.
 //
 // # Data model
 //
 // Each registration is one key, <prefix>/<service>/<instance-id>, whose
-// value is the instance as JSON, attached to a lease of its own. The
+// value is the instance as JSON, attached to the process's lease for its
+// TTL (one lease per TTL value, shared by every registration). The
 // trailing slash after the service keeps "svc" from matching "svc-a".
 // Values under the prefix that do not decode are ignored.
 //
 // # Leases and heartbeats
 //
-// Register grants a lease with the TTL in whole seconds (Limits: MinTTL 2s,
-// the server's floor with default election settings, TTLGranularity 1s;
-// the registry rejects shorter TTLs and rounds up) and puts the key with
-// it. Heartbeat, which the registry's lease engine calls every TTL/3, sends
-// one KeepAliveOnce and then reads the key: a lease the server no longer
-// knows (expired during a partition, revoked, lost with wiped data) or a
-// key deleted behind our back is reported as driver.ErrNotFound, and the
-// engine registers again with a new lease, forever, with capped backoff.
+// Register puts the key on the driver's shared lease for the TTL in whole
+// seconds (Limits: MinTTL 2s, the server's floor with default election
+// settings, TTLGranularity 1s; the registry rejects shorter TTLs and
+// rounds up), granting it on the first registration with that TTL.
+// Heartbeat, which the registry's lease engine calls every TTL/3, sends
+// one KeepAliveOnce for the shared lease — skipped when another
+// registration's heartbeat renewed it within TTL/6, so N registrations
+// cost about one keep-alive per TTL/3 — and then reads the key: a lease
+// the server no longer knows (expired during a partition, lost with wiped
+// data) or a key deleted behind our back is reported as
+// driver.ErrNotFound, and the engine registers again, forever, with
+// capped backoff; a lost lease is replaced by one new grant, which every
+// key moves to as its heartbeat finds the loss.
 //
 // Why KeepAliveOnce and not the client's KeepAlive stream: the lease
 // engine already owns heartbeat scheduling, jitter, failure counting and
@@ -61,9 +68,9 @@
 // stream per heartbeat instead of one message on a shared stream, plus the
 // key read that detects external deletes; docs/bench/etcd.md measures it.
 //
-// Deregister deletes the key (watchers see it at once) and revokes the
-// lease. A lease orphaned by a failed call carries no key and expires by
-// itself.
+// Deregister deletes the key (watchers see it at once); the lease is
+// revoked when its last registration deregisters. A lease orphaned by a
+// failed call carries no key and expires by itself.
 //
 // # Watch
 //
@@ -126,7 +133,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -148,7 +157,8 @@ const (
 // Limits of the backend: etcd's lease TTLs are whole seconds, and a server
 // with default election settings (100ms heartbeat, 1s election) grants no
 // less than 2s.
-var limits = driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+// limits: etcd's own lease bounds (MaxLeaseTTL is 9,000,000,000s).
+var limits = driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: 9_000_000_000 * time.Second}
 
 func init() {
 	driver.Register(Scheme, openURL, publicOptions...)
@@ -168,6 +178,8 @@ type Driver struct {
 	probeSem chan struct{} // one probe at a time; guards probeAt, probeRev
 	probeAt  time.Time
 	probeRev int64
+
+	leases leasePool // one shared lease per TTL
 
 	lostMu sync.Mutex
 	lost   chan struct{} // closed and replaced when the connection drops
@@ -221,6 +233,9 @@ func New(opts Options) (*Driver, error) {
 			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		})}
+	}
+	if err := checkTLS(&cfg); err != nil {
+		return nil, err
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
@@ -347,11 +362,40 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 		return fmt.Errorf("etcd: %s: %w", what, parent.Err())
 	case d.closed.Load():
 		return fmt.Errorf("etcd: %s: %w", what, driver.ErrClosed)
+	case isAuthErr(err):
+		// A role without the prefix's range will not gain it by retrying.
+		return fmt.Errorf("etcd: %s: %w: %v (check the user's role: it needs readwrite on the prefix %s/)", what, driver.ErrInvalid, err, d.prefix)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
+	case refused(err):
+		// The server answered and said no to the input or the
+		// credentials: retrying the same request cannot succeed.
+		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrInvalid, err)
 	default:
 		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrUnavailable, err)
 	}
+}
+
+// refused reports a server's rejection of the request itself ("too large
+// lease TTL", "request is too large", permission denied), as opposed to
+// a failure to answer.
+func refused(err error) bool {
+	var code codes.Code
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if st, ok := status.FromError(err); ok {
+		code = st.Code()
+		// The client's own refusal to send a message past its limit.
+		if code == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max") {
+			return true
+		}
+	}
+	switch code {
+	case codes.InvalidArgument, codes.OutOfRange, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
 }
 
 func isAuthErr(err error) bool {
@@ -394,14 +438,17 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 		return nil, err
 	}
 	r := &registration{d: d, key: d.Key(inst.Service, inst.ID), id: inst.ID, ttl: ttlSeconds(ttl)}
-	if err := r.grantAndPut(ctx, val); err != nil {
-		return nil, fmt.Errorf("etcd: register %s: %w", inst.ID, err)
+	if err := r.grantAndPut(ctx, "register "+inst.ID, val); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
 
 func ttlSeconds(ttl time.Duration) int64 {
-	s := int64((ttl + time.Second - 1) / time.Second)
+	s := int64(ttl / time.Second) // rounded up without ttl+1s-1, which overflows
+	if ttl%time.Second != 0 {
+		s++
+	}
 	return max(s, int64(limits.MinTTL/time.Second))
 }
 
@@ -462,7 +509,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// registration is one key and the lease it is attached to.
+// registration is one key, attached to the shared lease of its TTL.
 type registration struct {
 	d   *Driver
 	key string
@@ -470,60 +517,116 @@ type registration struct {
 	ttl int64 // seconds
 
 	mu    sync.Mutex
-	lease clientv3.LeaseID
+	lease *sharedLease // nil once released
 }
 
-func (r *registration) leaseID() clientv3.LeaseID {
+func (r *registration) current() *sharedLease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lease
 }
 
-// grantAndPut attaches the key to a new lease.
-func (r *registration) grantAndPut(ctx context.Context, val string) error {
-	d := r.d
-	c, cancel, err := d.op(ctx)
+// releaseLease takes the registration off its lease, once.
+func (r *registration) releaseLease(ctx context.Context) {
+	r.mu.Lock()
+	l := r.lease
+	r.lease = nil
+	r.mu.Unlock()
+	if l != nil {
+		l.leave(r)
+		r.d.release(ctx, l)
+	}
+}
+
+// expire deletes the key of a registration that stopped beating, as the
+// server would have expired a lease of its own, and takes it off the
+// shared lease.
+func (r *registration) expire(ctx context.Context) error {
+	c, cancel, err := r.d.op(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	g, err := d.cli.Grant(c, r.ttl)
-	if err != nil {
-		return d.wrap(ctx, "grant lease", err)
+	if _, err := r.d.cli.Delete(c, r.key); err != nil {
+		return r.d.wrap(ctx, "expire "+r.id, err)
 	}
-	if _, err := d.cli.Put(c, r.key, val, clientv3.WithLease(g.ID)); err != nil {
-		// The new lease carries no key; it expires by itself.
-		return d.wrap(ctx, "put", err)
-	}
-	r.mu.Lock()
-	r.lease = g.ID
-	r.mu.Unlock()
+	r.releaseLease(ctx)
 	return nil
 }
 
-// Heartbeat implements driver.Registration: one keep-alive, then a
-// check that the key is still there.
-func (r *registration) Heartbeat(ctx context.Context) error {
+// grantAndPut puts the key on the shared lease of its TTL (granted if
+// there is none). A lease the server lost is dropped and the put tried
+// once more, on a new one.
+func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 	d := r.d
+	for attempt := 0; ; attempt++ {
+		l, err := d.acquire(ctx, op, r.ttl)
+		if err != nil {
+			return err
+		}
+		err = d.put(ctx, r.key, val, l.id)
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				d.drop(l)
+			}
+			d.release(ctx, l)
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
+				continue
+			}
+			return d.wrap(ctx, op+": put", err)
+		}
+		r.releaseLease(ctx) // the old lease, on a re-grant by Update
+		r.mu.Lock()
+		r.lease = l
+		r.mu.Unlock()
+		l.beat(r)
+		return nil
+	}
+}
+
+func (d *Driver) put(ctx context.Context, key, val string, lease clientv3.LeaseID) error {
 	c, cancel, err := d.op(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	lease := r.leaseID()
-	if _, err := d.cli.KeepAliveOnce(c, lease); err != nil {
-		return fmt.Errorf("etcd: heartbeat %s: %w", r.id, d.wrap(ctx, "keep-alive", err))
+	_, err = d.cli.Put(c, key, val, clientv3.WithLease(lease))
+	return err
+}
+
+// Heartbeat implements driver.Registration: a keep-alive of the shared
+// lease (skipped when another registration renewed it within TTL/6), then
+// a check that the key is still there.
+func (r *registration) Heartbeat(ctx context.Context) error {
+	d := r.d
+	l := r.current()
+	if l == nil || !d.isCurrent(l) {
+		// The lease was lost (another heartbeat saw it) or revoked.
+		r.releaseLease(ctx)
+		return fmt.Errorf("etcd: heartbeat %s: %w: lease lost", r.id, driver.ErrNotFound)
 	}
+	if err := d.keepAlive(ctx, "heartbeat "+r.id, l); err != nil {
+		if errors.Is(err, driver.ErrNotFound) {
+			r.releaseLease(ctx)
+		}
+		return err
+	}
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
 	resp, err := d.cli.Get(c, r.key, clientv3.WithCountOnly())
 	if err != nil {
-		return fmt.Errorf("etcd: heartbeat %s: %w", r.id, d.wrap(ctx, "check key", err))
+		return d.wrap(ctx, "heartbeat "+r.id+": check key", err)
 	}
 	if resp.Count == 0 {
-		// Deleted behind our back. The lease has no other key: drop it now
-		// rather than let it run out, then let the engine register anew.
-		_, _ = d.cli.Revoke(c, lease)
+		// Deleted behind our back: the engine registers anew, on the
+		// same lease.
+		r.releaseLease(ctx)
 		return fmt.Errorf("etcd: heartbeat %s: %w: key %s was deleted", r.id, driver.ErrNotFound, r.key)
 	}
+	l.beat(r)
 	return nil
 }
 
@@ -535,27 +638,25 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 		return err
 	}
 	d := r.d
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
+	l := r.current()
+	if l != nil {
+		err = d.put(ctx, r.key, val, l.id)
 	}
-	defer cancel()
-	_, err = d.cli.Put(c, r.key, val, clientv3.WithLease(r.leaseID()))
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		err = r.grantAndPut(ctx, val)
-		if err != nil {
-			return fmt.Errorf("etcd: update %s: %w", r.id, err)
+	if l == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if l != nil {
+			d.drop(l)
 		}
-		return nil
+		return r.grantAndPut(ctx, "update "+r.id, val)
 	}
 	if err != nil {
-		return fmt.Errorf("etcd: update %s: %w", r.id, d.wrap(ctx, "put", err))
+		return d.wrap(ctx, "update "+r.id+": put", err)
 	}
 	return nil
 }
 
 // Deregister implements driver.Registration: delete the key (the change
-// watchers see), then revoke the lease.
+// watchers see), then leave the lease, which is revoked after its last
+// registration.
 func (r *registration) Deregister(ctx context.Context) error {
 	d := r.d
 	c, cancel, err := d.op(ctx)
@@ -564,9 +665,8 @@ func (r *registration) Deregister(ctx context.Context) error {
 	}
 	defer cancel()
 	if _, err := d.cli.Delete(c, r.key); err != nil {
-		return fmt.Errorf("etcd: deregister %s: %w", r.id, d.wrap(ctx, "delete", err))
+		return d.wrap(ctx, "deregister "+r.id+": delete", err)
 	}
-	// Best effort: the key is gone, and an unrevoked lease expires alone.
-	_, _ = d.cli.Revoke(c, r.leaseID())
+	r.releaseLease(ctx)
 	return nil
 }

@@ -31,15 +31,11 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("Lookup over TLS: %v %v", sn.Instances, err)
 	}
 
-	// Without the CA the server's certificate is not trusted.
+	// Without the CA the server's certificate is not trusted: Open says so.
 	hosts := u[len("etcds://"):strings.Index(u, "?")]
-	untrusted, err := registry.Open(ctx, "etcds://"+hosts+"?prefix=/tls&request_timeout=1s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer untrusted.Close()
-	if _, err := untrusted.Lookup(ctx, "svc"); !errors.Is(err, registry.ErrUnavailable) {
-		t.Fatalf("Lookup with an untrusted server certificate = %v, want ErrUnavailable", err)
+	_, err = registry.Open(ctx, "etcds://"+hosts+"?prefix=/tls&request_timeout=1s")
+	if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("Open with an untrusted server certificate = %v, want ErrInvalid on the unknown authority", err)
 	}
 }
 
@@ -48,4 +44,44 @@ func TestTLS(t *testing.T) {
 func writeCerts(t *testing.T, dir string) *etcdtest.TLSFiles {
 	f := testca.Write(t, dir)
 	return &etcdtest.TLSFiles{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}
+}
+
+// With client-certificate auth the servers let in only clients with a
+// certificate of their CA; every TLS misconfiguration fails the first
+// call with ErrInvalid naming its cause.
+func TestTLSMisconfigured(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := testca.WriteWithBad(t, dir, "etcd.test")
+	c := startCluster(t, etcdtest.Config{TLS: &etcdtest.TLSFiles{CertFile: good.Cert, KeyFile: good.Key, CAFile: good.CA, ClientCertAuth: true}})
+	u := c.URL("/tls", "request_timeout=2s")
+	if !strings.Contains(u, "cert_file=") {
+		t.Fatalf("URL of a cluster requiring client certificates = %s", u)
+	}
+	ctx := t.Context()
+	r, err := registry.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Register(ctx, registry.Instance{Service: "svc", Address: "127.0.0.1:80"}, registry.WithTTL(3*time.Second)); err != nil {
+		t.Fatalf("Register over mutual TLS: %v", err)
+	}
+	hosts := u[len("etcds://"):strings.Index(u, "?")]
+	at := func(opts string) string { return "etcds://" + hosts + "?prefix=/tls&request_timeout=2s" + opts }
+	for _, c := range testca.Misconfigs(good, bad) {
+		t.Run(c.Name, func(t *testing.T) {
+			r, err := registry.Open(ctx, at(c.Options))
+			if err == nil {
+				defer r.Close()
+				_, err = r.Lookup(ctx, "svc")
+			}
+			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.Cause) {
+				t.Fatalf("Open+Lookup = %v, want ErrInvalid saying %q", err, c.Cause)
+			}
+		})
+	}
+	expired := startCluster(t, etcdtest.Config{TLS: &etcdtest.TLSFiles{CertFile: bad.ExpiredCert, KeyFile: bad.ExpiredKey, CAFile: good.CA}})
+	if _, err := registry.Open(ctx, expired.URL("/tls")); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "has expired") {
+		t.Fatalf("Open on a server with an expired certificate = %v, want ErrInvalid saying it has expired", err)
+	}
 }

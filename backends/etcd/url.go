@@ -2,10 +2,15 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -34,18 +39,18 @@ func ParseURL(u *url.URL) (Options, error) {
 	var o Options
 	scheme := strings.ToLower(u.Scheme)
 	if scheme != Scheme && scheme != SchemeTLS {
-		return o, invalid(u, "scheme %q: want %s or %s", u.Scheme, Scheme, SchemeTLS)
+		return o, driver.InvalidURL("etcd", "scheme %q: want %s or %s", u.Scheme, Scheme, SchemeTLS)
 	}
 	q, err := driver.ParseQuery("etcd", u)
 	if err != nil {
 		return o, err
 	}
 	if u.Path != "" && u.Path != "/" {
-		return o, invalid(u, "a path has no meaning here: set the key prefix with ?prefix=")
+		return o, driver.InvalidURL("etcd", "a path has no meaning here: set the key prefix with ?prefix=")
 	}
 	q.String("prefix", &o.Prefix)
 	if q.Has("prefix") && strings.TrimRight(o.Prefix, "/") == "" {
-		return o, invalid(u, "option prefix must name a key prefix such as /roster")
+		return o, driver.InvalidURL("etcd", "option prefix must name a key prefix such as /roster")
 	}
 	q.Duration("dial_timeout", &o.Client.DialTimeout)
 	q.Duration("request_timeout", &o.RequestTimeout)
@@ -63,7 +68,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	if legacySkip {
 		if o.Client.TLS == nil {
-			return o, invalid(u, "option insecure_skip_verify given but TLS is off (use etcds:// or tls=true)")
+			return o, driver.InvalidURL("etcd", "option insecure_skip_verify given but TLS is off (use etcds:// or tls=true)")
 		}
 		o.Client.TLS.InsecureSkipVerify = true
 	}
@@ -71,38 +76,85 @@ func ParseURL(u *url.URL) (Options, error) {
 	return o, err
 }
 
-// invalid is an ErrInvalid in the form driver.Query gives its own, with
-// the URL redacted.
-func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("%w: etcd URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+// pinServerName makes server_name count: gRPC replaces a tls.Config's
+// ServerName with the endpoint's host, so the name is checked here, in
+// VerifyConnection, with the verification gRPC would have done.
+func pinServerName(c *tls.Config) {
+	if c == nil || c.ServerName == "" || c.InsecureSkipVerify {
+		return
+	}
+	name, roots := c.ServerName, c.RootCAs
+	c.InsecureSkipVerify = true // replaced by VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: the server sent no certificate")
+		}
+		inter := x509.NewCertPool()
+		for _, ic := range cs.PeerCertificates[1:] {
+			inter.AddCert(ic)
+		}
+		_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{DNSName: name, Roots: roots, Intermediates: inter})
+		return err
+	}
 }
+
+// checkTLS makes cfg's server_name count (pinServerName, on a copy) and
+// finds a TLS misconfiguration at Open, which gRPC would hide behind
+// retries until the request timeout: each endpoint is dialled once within
+// the dial timeout (an unreachable one is passed over).
+func checkTLS(cfg *clientv3.Config) error {
+	if cfg.TLS == nil {
+		return nil
+	}
+	cfg.TLS = cfg.TLS.Clone()
+	pinServerName(cfg.TLS)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
+	defer cancel()
+	for _, ep := range cfg.Endpoints {
+		_, host, _ := strings.Cut(ep, "://")
+		// A gRPC server speaks first (its HTTP/2 settings): a short wait
+		// tells an accepted client certificate from a refused one.
+		if _, err := driver.CheckTLS(ctx, host, cfg.TLS, time.Second); err != nil {
+			return fmt.Errorf("etcd: connect: %w", err)
+		}
+	}
+	return nil
+}
+
+// EnvPassword names the environment variable that holds the password of
+// a URL that names a user but gives no password (neither before the @ nor
+// with password or password_file). A URL without a user never reads it.
+const EnvPassword = "ROSTER_ETCD_PASSWORD"
 
 // credentials reads the user name and password from the URL's user info
 // or from the options username and password (or password_file), but not
-// the same one from both: which should win would be a guess.
+// the same one from both: which should win would be a guess. A user
+// without a password takes $ROSTER_ETCD_PASSWORD.
 //
-// The password is not read from the environment. ETCDCTL_PASSWORD belongs
-// to etcdctl and pairs with ETCDCTL_USER: honouring it would make one URL
-// mean different things in different shells, and turn every URL without a
-// user into an error wherever it is set. password_file keeps the password
-// out of the URL instead.
+// ETCDCTL_PASSWORD is not read: it belongs to etcdctl and pairs with
+// ETCDCTL_USER, so honouring it would make one URL mean different things
+// in different shells. Roster's own variable applies only where the URL
+// names the user.
 func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
 	q.String("username", &c.Username)
 	q.Secret("password", "", &c.Password)
 	if u.User != nil {
 		if q.Has("username") {
-			return invalid(u, "user name given twice: before the @ and as option username")
+			return driver.InvalidURL("etcd", "user name given twice: before the @ and as option username")
 		}
 		c.Username = u.User.Username()
 		if pw, ok := u.User.Password(); ok {
 			if q.Has("password") || q.Has("password_file") {
-				return invalid(u, "password given twice: before the @ and as option password or password_file")
+				return driver.InvalidURL("etcd", "password given twice: before the @ and as option password or password_file")
 			}
 			c.Password = pw
 		}
 	}
 	if c.Password != "" && c.Username == "" {
-		return invalid(u, "a password needs a user name")
+		return driver.InvalidURL("etcd", "a password needs a user name")
+	}
+	if c.Username != "" && c.Password == "" && !q.Has("password") && !q.Has("password_file") {
+		c.Password = os.Getenv(EnvPassword)
 	}
 	return nil
 }
@@ -115,7 +167,7 @@ func insecureSkipVerify(u *url.URL, q *driver.Query) (bool, error) {
 		return false, nil
 	}
 	if q.Has("skip_verify") {
-		return false, invalid(u, "options skip_verify and insecure_skip_verify (its deprecated name) both given: keep skip_verify")
+		return false, driver.InvalidURL("etcd", "options skip_verify and insecure_skip_verify (its deprecated name) both given: keep skip_verify")
 	}
 	var skip bool
 	q.Bool("insecure_skip_verify", &skip)
@@ -126,7 +178,7 @@ func insecureSkipVerify(u *url.URL, q *driver.Query) (bool, error) {
 // a host without a port gets etcd's 2379.
 func endpoints(u *url.URL, tlsOn bool) ([]string, error) {
 	if u.Host == "" {
-		return nil, invalid(u, "no host (etcd://host:2379[,host2:2379])")
+		return nil, driver.InvalidURL("etcd", "no host (etcd://host:2379[,host2:2379])")
 	}
 	scheme := "http://"
 	if tlsOn {
@@ -135,7 +187,7 @@ func endpoints(u *url.URL, tlsOn bool) ([]string, error) {
 	var eps []string
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return nil, invalid(u, "empty host in the endpoint list")
+			return nil, driver.InvalidURL("etcd", "empty host in the endpoint list")
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")

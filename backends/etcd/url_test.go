@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -138,6 +139,24 @@ func TestParseURLPasswordFile(t *testing.T) {
 	}
 }
 
+// $ROSTER_ETCD_PASSWORD is the password of a URL that names a user and
+// gives no password; it is never read for a URL without a user, nor
+// where the URL gives the password.
+func TestParseURLPasswordFromEnvironment(t *testing.T) {
+	t.Setenv(EnvPassword, "env-s3cret")
+	for raw, want := range map[string]string{
+		"etcd://alice@h1:2379":                     "env-s3cret",
+		"etcd://h1:2379?username=alice":            "env-s3cret",
+		"etcd://alice:url-pw@h1:2379":              "url-pw",
+		"etcd://h1:2379?username=alice&password=q": "q",
+		"etcd://h1:2379":                           "",
+	} {
+		if o, err := parse(t, raw); err != nil || o.Client.Password != want {
+			t.Errorf("%s: password %q, %v; want %q", raw, o.Client.Password, err, want)
+		}
+	}
+}
+
 // TestParseURLErrorsNameTheOption checks what the errors say: the option
 // at fault, and never the password.
 func TestParseURLErrorsNameTheOption(t *testing.T) {
@@ -224,23 +243,15 @@ func TestOpenByURL(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
-	c := startServer(t)
-	admin, err := c.Client()
+	// etcdtest enables auth with a root user (and cheap password hashing:
+	// bcrypt's default cost under -race on a loaded machine outlasts the
+	// dial timeout).
+	ctx := t.Context()
+	c, err := etcdtest.Start(ctx, etcdtest.Config{Dir: t.TempDir(), Auth: &etcdtest.Auth{RootPassword: "rootpw-0451"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
-	ctx := t.Context()
-	_, _ = admin.RoleAdd(ctx, "root")
-	for _, step := range []func() error{
-		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw-0451"); return err },
-		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := admin.AuthEnable(ctx); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatalf("enabling auth: %v", err)
-		}
-	}
+	t.Cleanup(func() { c.Close() })
 	hosts := strings.TrimPrefix(c.URL("/auth"), "etcd://")
 
 	_, err = registry.Open(ctx, "etcd://root:wrong-0451@"+hosts)

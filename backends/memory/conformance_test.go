@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,8 +15,19 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// harness runs the suite on one in-process server.
-type harness struct{ srv *memory.Server }
+// harness runs the suite on one in-process server; each tenant has a
+// server of its own (as mem://name gives).
+type harness struct {
+	srv     *memory.Server
+	tenants *sync.Map // tenant → *memory.Server
+}
+
+func (h harness) OpenTenant(_ context.Context, tenant string) (*registry.Registry, error) {
+	srv, _ := h.tenants.LoadOrStore(tenant, memory.NewServer())
+	return registry.New(memory.NewDriver(srv.(*memory.Server)), registry.WithResyncInterval(time.Second)), nil
+}
+
+func (h harness) TenantsShareNames() bool { return true }
 
 func (h harness) Open(context.Context) (*registry.Registry, error) {
 	return registry.New(memory.NewDriver(h.srv), registry.WithResyncInterval(time.Second)), nil
@@ -52,5 +64,5 @@ func (h harness) DeleteExternally(_ context.Context, in registry.Instance) error
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, harness{memory.NewServer()})
+	conformance.Run(t, harness{memory.NewServer(), new(sync.Map)})
 }

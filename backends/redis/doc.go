@@ -46,7 +46,12 @@
 // never listed even before it is swept.
 //
 // A watch takes a snapshot (instances, revision and the log's last ID in one
-// script), then reads the log with XREAD BLOCK on a connection of its own. A
+// script), then follows the log: the driver reads the logs of all its
+// watches with one XREAD BLOCK per 1,024 logs, each on a connection of its
+// own (on Cluster, one per hash slot, as a multi-key read must stay in one
+// slot), woken by an entry on a private stream <prefix>:mux:<token> when a
+// watch joins. Relists, sweeps and those wakes share one client of two
+// connections, so a process watching 1,000 services holds four. A
 // revision that does not follow the last one (a trimmed log, a FLUSHALL, a
 // failover that lost writes) makes it relist; so does a quiet period without
 // entries (option quiet, default 10s), and so does a broken read (if the
@@ -106,14 +111,18 @@
 // them within quiet. The registry keeps the revisions its Watchers see
 // monotonic across such a restart of the counter, as across a FLUSHALL.
 //
-// Options: prefix (default "roster"), sweep, quiet, maxlen, linger. TTLs
+// Options: prefix (default "roster"; no '{' or '}', so the prefix ends
+// where the service's hash tag starts and two prefixes, svc and
+// svc:staging say, never share a key), sweep, quiet, maxlen, linger. TTLs
 // have millisecond granularity, minimum 10ms.
 //
 // # Layout keys
 //
 // The layout of the widely copied "Redis as a service registry" article:
 // one String per instance, key service:<name>:<addr> (the "service" prefix
-// is option prefix), value JSON with string fields exactly as the article
+// is option prefix, which may not contain ':': a reader splits the key at
+// ':', so under prefix svc the keys of prefix svc:staging would read as a
+// service "staging"), value JSON with string fields exactly as the article
 // writes them:
 //
 //	{"addr":"10.0.0.1:8080","version":"1.2.0","weight":"100","metadata":"zone=hz-1"}

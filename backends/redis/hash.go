@@ -17,7 +17,10 @@ import (
 // hash tag {svc}: one Cluster slot, so one script can touch them all.
 // hashLayout stores each service under one hash tag, updated by atomic
 // scripts with a change log (the package doc, "Layout hash").
-type hashLayout struct{ *conn }
+type hashLayout struct {
+	*conn
+	mux *logMux // the change-log reads of all watches
+}
 
 // limits: PX TTLs, in milliseconds.
 func (h *hashLayout) limits() driver.Limits {
@@ -97,7 +100,7 @@ end
 // the record is gone: the lease then registers again.
 //
 // KEYS: inst, idx, rev, log. ARGV: id, data, ttl ms, log cap, mode, linger ms.
-var putScript = goredis.NewScript(luaNow + luaKeep + `
+var putScript = luaScript(luaNow + luaKeep + `
 local ttl = tonumber(ARGV[3])
 local old = redis.call('GET', KEYS[1])
 if not old and ARGV[5] == 'heartbeat' then return {0, 0} end
@@ -116,7 +119,7 @@ return {now + ttl, 0}
 // all a watcher needs to apply it.
 //
 // KEYS: inst, idx, rev, log. ARGV: id, log cap, linger ms.
-var delScript = goredis.NewScript(luaNow + luaKeep + `
+var delScript = luaScript(luaNow + luaKeep + `
 local a = redis.call('DEL', KEYS[1])
 local b = redis.call('ZREM', KEYS[2], ARGV[1])
 if a + b > 0 then
@@ -134,7 +137,7 @@ return a + b
 // cannot stop sweeps for good.
 //
 // KEYS: sweeper. ARGV: token, lease ms.
-var sweeperClaimScript = goredis.NewScript(`
+var sweeperClaimScript = luaScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
 local left = redis.call('PTTL', KEYS[1])
 if left == -1 then
@@ -155,7 +158,7 @@ return {0, left}
 //
 // KEYS: idx, rev, log, sweeper. ARGV: instance key prefix, log cap,
 // batch size, token, lease ms, linger ms.
-var sweepScript = goredis.NewScript(luaNow + luaKeep + `
+var sweepScript = luaScript(luaNow + luaKeep + `
 local holder = redis.call('GET', KEYS[4])
 if holder and holder ~= ARGV[4] then return {-1, redis.call('PTTL', KEYS[4])} end
 redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[5])
@@ -190,7 +193,7 @@ return {n, wait}
 // keeps the index itself until linger after the latest deadline written.
 //
 // KEYS: services. ARGV: service, deadline ms, linger ms.
-var servicesScript = goredis.NewScript(luaNow + `
+var servicesScript = luaScript(luaNow + `
 local deadline, linger = tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZADD', KEYS[1], 'GT', deadline, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - linger))
@@ -206,7 +209,7 @@ return 0
 // that point. Reply: {rev, lastID, id1, data1, id2, data2, …}.
 //
 // KEYS: idx, rev, log. ARGV: instance key prefix.
-var snapshotScript = goredis.NewScript(luaNow + `
+var snapshotScript = luaScript(luaNow + `
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
 local out = {redis.call('GET', KEYS[2]) or '0', '0-0'}
 local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
@@ -369,7 +372,7 @@ func (h *hashLayout) sweepLease() time.Duration { return sweepLeaseIntervals * h
 // claimSweeper takes the service's sweeper lease for token if nobody holds
 // it; otherwise it returns how long the holder's lease runs unless renewed.
 func (h *hashLayout) claimSweeper(ctx context.Context, service, token string) (ok bool, left time.Duration, err error) {
-	res, err := sweeperClaimScript.Run(ctx, h.c, []string{h.hkeys(service).sweeper}, token, h.sweepLease().Milliseconds()).Int64Slice()
+	res, err := sweeperClaimScript.Run(ctx, h.mux.client(), []string{h.hkeys(service).sweeper}, token, h.sweepLease().Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("reply of %d items", len(res))
 	}
@@ -384,7 +387,7 @@ func (h *hashLayout) claimSweeper(ctx context.Context, service, token string) (o
 // long the new holder's lease runs when another watch took it over.
 func (h *hashLayout) sweep(ctx context.Context, service, token string) (wait time.Duration, lost bool, err error) {
 	k := h.hkeys(service)
-	res, err := sweepScript.Run(ctx, h.c, []string{k.idx, k.rev, k.log, k.sweeper},
+	res, err := sweepScript.Run(ctx, h.mux.client(), []string{k.idx, k.rev, k.log, k.sweeper},
 		k.inst, h.o.MaxLen, sweepBatch, token, h.sweepLease().Milliseconds(), h.o.Linger.Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("reply of %d items", len(res))

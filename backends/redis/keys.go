@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -22,7 +23,10 @@ import (
 
 // keysLayout stores one String per instance, as the article does (the
 // package doc, "Layout keys").
-type keysLayout struct{ *conn }
+type keysLayout struct {
+	*conn
+	warnFlags sync.Once // the notify-keyspace-events warning, once per driver
+}
 
 // limits: SET EX and EXPIRE take whole seconds.
 func (ks *keysLayout) limits() driver.Limits {
@@ -224,7 +228,7 @@ end
 // Roster registration holds it. A record without roster_id (written by a
 // script following the article) is for the same address and is replaced.
 // KEYS: key. ARGV: id, value, ttl seconds. Returns 1 if written.
-var claimScript = goredis.NewScript(ownerLua + `
+var claimScript = luaScript(ownerLua + `
 local o = owner(redis.call('GET', KEYS[1]))
 if o == nil or o == '' or o == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
@@ -235,13 +239,13 @@ return 0
 
 // expireScript is the article's EXPIRE heartbeat, refusing to extend a
 // key that now belongs to someone else. KEYS: key. ARGV: id, ttl seconds.
-var expireScript = goredis.NewScript(ownerLua + `
+var expireScript = luaScript(ownerLua + `
 if owner(redis.call('GET', KEYS[1])) ~= ARGV[1] then return 0 end
 return redis.call('EXPIRE', KEYS[1], ARGV[2])
 `)
 
 // delOwnScript deletes the key if it still holds our record.
-var delOwnScript = goredis.NewScript(ownerLua + `
+var delOwnScript = luaScript(ownerLua + `
 if owner(redis.call('GET', KEYS[1])) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
 `)

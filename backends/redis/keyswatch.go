@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,7 +54,10 @@ func (ks *keysLayout) watch(ctx context.Context, service string) (driver.Stream,
 	return st, nil
 }
 
-// notifyEnabled decides whether to subscribe to keyspace events.
+// notifyEnabled decides whether to subscribe to keyspace events. When the
+// server publishes only some of the events a watch listens to, it warns
+// once (slog.Default), naming the missing flags and the delay that
+// results.
 func (ks *keysLayout) notifyEnabled(ctx context.Context) bool {
 	switch {
 	case ks.o.Notify == NotifyOff, ks.isCluster():
@@ -67,6 +71,9 @@ func (ks *keysLayout) notifyEnabled(ctx context.Context) bool {
 	if err != nil {
 		return true // CONFIG may be renamed away; subscribing costs little
 	}
+	if n := ks.partialNote(f); n != "" {
+		ks.warnFlags.Do(func() { slog.Default().Warn("roster: redis " + ks.name + ": " + n) })
+	}
 	return eventsUsable(f)
 }
 
@@ -79,10 +86,48 @@ func (ks *keysLayout) notifyFlags(ctx context.Context) (string, error) {
 	return cfg["notify-keyspace-events"], nil
 }
 
-// eventsUsable reports whether notify-keyspace-events flags f publish the
-// keyevent set, del and expired events a keys-layout watch listens to.
+// keyEvents are the keyevent notifications a keys-layout watch listens
+// to, each with the notify-keyspace-events flag that publishes it ('A'
+// stands for all of them).
+var keyEvents = []struct{ flag, what string }{
+	{"$", "registrations and updates (SET)"},
+	{"g", "deregistrations (DEL)"},
+	{"x", "expiries"},
+}
+
+// missingEvents returns the flags f lacks, and what goes unannounced
+// without them. Without 'E' (keyevent notifications) everything is.
+func missingEvents(f string) (flags, what []string) {
+	all := strings.Contains(f, "A")
+	for _, e := range keyEvents {
+		if !strings.Contains(f, "E") || !(all || strings.Contains(f, e.flag)) {
+			flags = append(flags, e.flag)
+			what = append(what, e.what)
+		}
+	}
+	if !strings.Contains(f, "E") {
+		flags = append([]string{"E"}, flags...)
+	}
+	return flags, what
+}
+
+// eventsUsable reports whether notify-keyspace-events flags f publish at
+// least one of the keyevents a keys-layout watch listens to.
 func eventsUsable(f string) bool {
-	return strings.Contains(f, "E") && (strings.Contains(f, "A") || strings.Contains(f, "g") || strings.Contains(f, "x"))
+	_, what := missingEvents(f)
+	return len(what) < len(keyEvents)
+}
+
+// partialNote describes a server that publishes some of the events a
+// watch needs but not all (the article's own "Ex" publishes expiries
+// only), or "" when it publishes all or none.
+func (ks *keysLayout) partialNote(f string) string {
+	flags, what := missingEvents(f)
+	if len(what) == 0 || len(what) == len(keyEvents) {
+		return ""
+	}
+	return fmt.Sprintf("notify-keyspace-events=%q lacks %s: %s reach watchers only by the poll relist, within %v (option poll); set it to KEA or Eg$x",
+		f, strings.Join(flags, ", "), strings.Join(what, " and "), ks.o.Poll)
 }
 
 // notes says when watches poll alone, one sentence each (Driver.Notes).
@@ -103,6 +148,8 @@ func (ks *keysLayout) notes(ctx context.Context) []string {
 			ks.wrap("config get", err), polled)}
 	case !eventsUsable(f):
 		return []string{fmt.Sprintf("keyspace notifications disabled (notify-keyspace-events=%q; set it to Eg$x or EA): %s", f, polled)}
+	case ks.partialNote(f) != "":
+		return []string{ks.partialNote(f)}
 	}
 	return nil
 }

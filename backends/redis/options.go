@@ -35,7 +35,10 @@ const MaxLinger = 7 * 24 * time.Hour
 type Options struct {
 	Layout Layout // default LayoutHash
 	// Prefix is the first key segment: "roster" (hash) or "service" (keys)
-	// by default. A ':' separates it from the rest.
+	// by default. A ':' separates it from the rest, so no two prefixes can
+	// share keys: the hash layout's prefix may not contain '{' or '}' (the
+	// service's hash tag ends it) and the keys layout's may not contain
+	// ':' (see the keys layout's key grammar in the package doc).
 	Prefix string
 
 	Sweep  time.Duration // hash: longest time between two sweeps (default 1s)
@@ -65,6 +68,14 @@ func (o *Options) defaults() error {
 	case LayoutKeys:
 		if o.Prefix == "" {
 			o.Prefix = "service"
+		}
+		// Keys are prefix:service:address, read back by splitting at ':'.
+		// A ':' inside the prefix would make two tenants' key spaces
+		// overlap: under prefix "svc", the keys of prefix "svc:staging"
+		// read as a service "staging", and a registration of "staging"
+		// at "api:443" lands in the other tenant's service "api".
+		if strings.Contains(o.Prefix, ":") {
+			return fmt.Errorf("%w: redis: prefix %q must not contain ':' with layout=keys (it separates prefix, service and address; prefixes such as svc and svc:staging would overlap)", driver.ErrInvalid, o.Prefix)
 		}
 	default:
 		return fmt.Errorf("%w: redis: layout %q (want hash or keys)", driver.ErrInvalid, o.Layout)

@@ -58,9 +58,11 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	name := strings.Join(cp.Addrs, ",")
 	cn := &conn{copts: &cp, c: goredis.NewUniversalClient(&cp), o: o, name: name}
 	if o.Layout == LayoutKeys {
-		return &Driver{cn, &keysLayout{cn}}, nil
+		return &Driver{cn, &keysLayout{conn: cn}}, nil
 	}
-	return &Driver{cn, &hashLayout{cn}}, nil
+	h := &hashLayout{conn: cn}
+	h.mux = &logMux{h: h}
+	return &Driver{cn, h}, nil
 }
 
 // Client returns the driver's client, for code that needs raw access.
@@ -90,6 +92,9 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
+	if h, ok := d.layout.(*hashLayout); ok {
+		h.mux.close()
+	}
 	if err := d.c.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
 		return d.wrap("close", err)
 	}
@@ -114,8 +119,8 @@ func (d *conn) isCluster() bool {
 	return ok
 }
 
-// watchClient opens a client with one connection, for one watch's
-// blocking reads: they must not hold a pooled connection, and closing this
+// watchClient opens a client with one connection, for one shard of
+// watch reads (logMux): they must not hold a pooled connection, and closing this
 // client is what interrupts a blocked read.
 func (d *conn) watchClient() goredis.UniversalClient {
 	cp := *d.copts
@@ -126,8 +131,11 @@ func (d *conn) watchClient() goredis.UniversalClient {
 	return goredis.NewUniversalClient(&cp)
 }
 
-// wrap maps a client error to the registry's sentinels. Server replies and
-// network errors are ErrUnavailable: transient from the caller's view.
+// wrap maps a client error to the registry's sentinels. A refusal no
+// retry can cure — an ACL that lacks a command or key (NOPERM), a wrong
+// password, a TLS certificate that does not verify — is ErrInvalid, with
+// the server's or handshake's own words. Other server replies and network
+// errors are ErrUnavailable: transient from the caller's view.
 func (d *conn) wrap(op string, err error) error {
 	switch {
 	case err == nil:
@@ -137,7 +145,11 @@ func (d *conn) wrap(op string, err error) error {
 	case errors.Is(err, goredis.ErrClosed):
 		return fmt.Errorf("redis %s: %s: %w", d.name, op, driver.ErrClosed)
 	}
-	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, driver.ErrUnavailable, redactErr(err, d.copts.Password))
+	kind := driver.ErrUnavailable
+	if refused(err) {
+		kind = driver.ErrInvalid
+	}
+	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, kind, redactErr(explain(err), d.copts.Password))
 }
 
 // redactErr returns err's text with the password (if any) removed; go-redis

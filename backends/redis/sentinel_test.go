@@ -2,6 +2,10 @@ package redis_test
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,3 +67,42 @@ func sentinelFailover(t *testing.T, f *redistest.Failover) {
 		t.Fatalf("lease state %v after failover", st)
 	}
 }
+
+// A Sentinel deployment over mutual TLS whose Sentinel requires a
+// password: the client reaches the master through the Sentinel with
+// sentinel_password (or sentinel_password_file) and the TLS options;
+// without the password, or with a wrong one, the first call fails with
+// ErrInvalid naming the refusal.
+func TestSentinelTLSAndPassword(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f := redistest.StartFailoverWith(t, redistest.FailoverOptions{TLS: ptr(writeCerts(t, dir)), SentinelPassword: "sentinel-s3cret"})
+	pwFile := filepath.Join(dir, "sentinel.pw")
+	if err := os.WriteFile(pwFile, []byte("sentinel-s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsOpts := "&ca_file=" + filepath.Join(dir, "ca.pem") + "&cert_file=" + filepath.Join(dir, "cert.pem") + "&key_file=" + filepath.Join(dir, "key.pem")
+	base := "rediss+sentinel://" + f.Sentinel.TLSAddr() + "/0?master=" + f.Name + "&dial_timeout=1s" + tlsOpts
+	ctx := t.Context()
+	for _, pw := range []string{"&sentinel_password=sentinel-s3cret", "&sentinel_password_file=" + pwFile} {
+		r := open(t, base+pw)
+		if _, err := r.Register(ctx, registry.Instance{Service: "sec", Address: "127.0.0.1:80"}); err != nil {
+			t.Fatalf("Register through a TLS Sentinel with its password: %v", err)
+		}
+		if s, err := r.Lookup(ctx, "sec"); err != nil || len(s.Instances) == 0 {
+			t.Fatalf("Lookup through a TLS Sentinel: %v, %v", s.Instances, err)
+		}
+	}
+	for name, u := range map[string]string{
+		"no password":    base,
+		"wrong password": base + "&sentinel_password=wrong",
+	} {
+		_, err := open(t, u).Lookup(ctx, "sec")
+		t.Logf("%s: %v", name, err)
+		if !errors.Is(err, registry.ErrInvalid) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Lookup with %s = %v, want ErrInvalid, the password not shown", name, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

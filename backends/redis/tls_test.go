@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/roster-go/roster/backends/redis/redistest"
@@ -10,8 +11,7 @@ import (
 )
 
 // Mutual TLS with a private CA: the server is trusted through ca_file and
-// the client is let in by its cert_file and key_file; without either,
-// the connection fails.
+// the client is let in by its cert_file and key_file.
 func TestMutualTLS(t *testing.T) {
 	t.Parallel()
 	f := writeCerts(t, t.TempDir())
@@ -25,13 +25,40 @@ func TestMutualTLS(t *testing.T) {
 	if s, err := r.Lookup(ctx, "tls"); err != nil || len(s.Instances) != 1 {
 		t.Fatalf("Lookup over mutual TLS: %v, %v", s.Instances, err)
 	}
-	for name, u := range map[string]string{
-		"without a client certificate": base + "&ca_file=" + f.CAFile,
-		"without the CA":               base + "&cert_file=" + f.CertFile + "&key_file=" + f.KeyFile,
-	} {
-		if _, err := open(t, u).Lookup(ctx, "tls"); !errors.Is(err, registry.ErrUnavailable) {
-			t.Errorf("Lookup %s = %v, want ErrUnavailable", name, err)
-		}
+}
+
+// Every TLS misconfiguration fails the first call with ErrInvalid naming
+// its cause: retrying would never cure it.
+func TestTLSMisconfigured(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good, bad := testca.WriteWithBad(t, dir, "redis.test")
+	srv := redistest.StartTLS(t, redistest.TLSFiles{CertFile: good.Cert, KeyFile: good.Key, CAFile: good.CA})
+	expired := redistest.StartTLS(t, redistest.TLSFiles{CertFile: bad.ExpiredCert, KeyFile: bad.ExpiredKey, CAFile: good.CA})
+	client := "&cert_file=" + good.Cert + "&key_file=" + good.Key
+	at := func(s *redistest.Server, opts string) string {
+		return "rediss://" + s.TLSAddr() + "/0?dial_timeout=1s" + opts
+	}
+	type tc struct{ name, url, cause string }
+	cases := []tc{
+		{"no ca_file", at(srv, client), "not signed by a CA in ca_file"},
+		{"expired server certificate", at(expired, "&ca_file="+good.CA+client), "has expired"},
+	}
+	for _, m := range testca.Misconfigs(good, bad) {
+		cases = append(cases, tc{m.Name, at(srv, m.Options), m.Cause})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := open(t, c.url)
+			_, err := r.Lookup(t.Context(), "tls")
+			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
+				t.Fatalf("Lookup = %v, want ErrInvalid saying %q", err, c.cause)
+			}
+			_, err = r.Register(t.Context(), registry.Instance{Service: "tls", Address: "127.0.0.1:80"})
+			if !errors.Is(err, registry.ErrInvalid) {
+				t.Fatalf("Register = %v, want ErrInvalid", err)
+			}
+		})
 	}
 }
 

@@ -59,7 +59,7 @@ func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
 	}
 	tlsOn, mode, ok := splitScheme(u.Scheme)
 	if !ok {
-		return nil, Options{}, invalid(u, "scheme %q (want redis or rediss, +cluster or +sentinel)", u.Scheme)
+		return nil, Options{}, driver.InvalidURL("redis", "scheme %q (want redis or rediss, +cluster or +sentinel)", u.Scheme)
 	}
 	copts := &goredis.UniversalOptions{TLSConfig: q.TLS(tlsOn)}
 	o, seeds := readOptions(q, copts)
@@ -71,14 +71,9 @@ func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
 		return nil, o, err
 	}
 	if err := o.defaults(); err != nil {
-		return nil, o, invalid(u, "%s", strings.TrimPrefix(err.Error(), driver.ErrInvalid.Error()+": redis: "))
+		return nil, o, driver.InvalidURL("redis", "%s", strings.TrimPrefix(err.Error(), driver.ErrInvalid.Error()+": redis: "))
 	}
 	return copts, o, nil
-}
-
-// invalid is a URL error in the shape driver.Query gives its own.
-func invalid(u *url.URL, format string, a ...any) error {
-	return fmt.Errorf("%w: redis URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, a...))
 }
 
 // splitScheme reads "redis[s][+cluster|+sentinel]".
@@ -132,9 +127,9 @@ func readPasswords(q *driver.Query, u *url.URL, c *goredis.UniversalOptions) err
 	q.Secret("sentinel_password", "", &c.SentinelPassword)
 	switch {
 	case q.Has("password"):
-		return invalid(u, "option password: give the password in the URL (redis://user:password@host) or in password_file")
+		return driver.InvalidURL("redis", "option password: give the password in the URL (redis://user:password@host) or in password_file")
 	case inUserinfo && q.Has("password_file"):
-		return invalid(u, "password given twice: in the URL and in password_file")
+		return driver.InvalidURL("redis", "password given twice: in the URL and in password_file")
 	}
 	return nil
 }
@@ -148,23 +143,23 @@ func setTopology(u *url.URL, c *goredis.UniversalOptions, mode, seeds string) er
 	}
 	var err error
 	if c.Addrs, err = hostPorts(u.Host, seeds, defPort); err != nil {
-		return invalid(u, "%v", err)
+		return driver.InvalidURL("redis", "%v", err)
 	}
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		if c.DB, err = strconv.Atoi(p); err != nil || c.DB < 0 {
-			return invalid(u, "the path must be a database number")
+			return driver.InvalidURL("redis", "the path must be a database number")
 		}
 	}
 	c.IsClusterMode = mode == "cluster" || mode == "" && len(c.Addrs) > 1
 	switch {
 	case mode == "sentinel" && c.MasterName == "":
-		return invalid(u, "redis+sentinel needs ?master=<name>")
+		return driver.InvalidURL("redis", "redis+sentinel needs ?master=<name>")
 	case mode != "sentinel" && c.MasterName != "":
-		return invalid(u, "option master is for redis+sentinel://")
+		return driver.InvalidURL("redis", "option master is for redis+sentinel://")
 	case mode != "sentinel" && (c.SentinelPassword != "" || c.SentinelUsername != ""):
-		return invalid(u, "sentinel credentials are for redis+sentinel://")
+		return driver.InvalidURL("redis", "sentinel credentials are for redis+sentinel://")
 	case c.IsClusterMode && c.DB != 0:
-		return invalid(u, "Redis Cluster has only database 0")
+		return driver.InvalidURL("redis", "Redis Cluster has only database 0")
 	}
 	return nil
 }

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
@@ -75,9 +78,11 @@ the results (on stderr with --json). The exit status is 1 if any check fails.`,
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&cr.cfg.TTL, "ttl", 0, "TTL of the liveness checks (default max(3s, the backend's minimum))")
-	f.DurationVar(&cr.cfg.ExpirySlack, "expiry-slack", 1500*time.Millisecond, "how late after its TTL a crashed instance may disappear")
-	f.DurationVar(&cr.cfg.Propagation, "propagation", 2*time.Second, "how long a write may take to reach another client")
+	durationVar(f, &cr.cfg.TTL, "ttl", 0, 0, maxTimeout, "TTL of the liveness checks, up to 1h and at least the backend's minimum (default max(3s, the backend's minimum))")
+	durationVar(f, &cr.cfg.ExpirySlack, "expiry-slack", 1500*time.Millisecond, 10*time.Millisecond, maxTimeout,
+		"how late after its TTL a crashed instance may disappear (10ms to 1h)")
+	durationVar(f, &cr.cfg.Propagation, "propagation", 2*time.Second, 10*time.Millisecond, maxTimeout,
+		"how long a write may take to reach another client (10ms to 1h)")
 	f.StringVar(&cr.filter, "run", "", "run only the checks matching this regular expression")
 	f.BoolVar(&cr.asJSON, "json", false, "print the results as JSON")
 	return cmd
@@ -91,12 +96,20 @@ type conformanceCmd struct {
 }
 
 func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
+	shown := u
+	u, shared := sharedMem(u)
 	notes, lim, err := probeRegistry(cmd.Context(), u)
 	if err != nil {
 		return err
 	}
+	if shared {
+		notes = append(notes, "mem:// is a server inside this roster process: the checks share one, "+
+			"so they test the memory backend, not a deployment")
+	}
 	if cr.cfg.TTL == 0 {
 		cr.cfg.TTL = max(3*time.Second, lim.MinTTL)
+	} else if _, err := registry.ValidateTTL(cr.cfg.TTL, lim); err != nil {
+		return fmt.Errorf("--ttl: %w", err)
 	}
 	names, err := selectChecks(cr.filter)
 	if err != nil {
@@ -105,18 +118,19 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 	out := cmd.OutOrStdout()
 	row := rowPrinter(out, names)
 	if !cr.asJSON {
-		fmt.Fprintf(out, "conformance of %s (ttl %v)\n", registry.Redact(u), cr.cfg.TTL)
+		fmt.Fprintf(out, "conformance of %s (ttl %v)\n", quote(registry.Redact(shown)), cr.cfg.TTL)
 		for _, n := range notes {
-			fmt.Fprintf(out, "note: %s\n", n)
+			fmt.Fprintf(out, "note: %s\n", escapeControls(n))
 		}
 		row("CHECK", "RESULT", "TIME", "REASON")
 	} else {
 		for _, n := range notes {
-			fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", escapeControls(n))
 		}
 	}
 	var passed, failed, notRun int
-	results := conformance.RunChecks(cmd.Context(), urlHarness{u, cr.cfg}, names, func(r conformance.Result) {
+	rows := []resultJSON{}
+	conformance.RunChecks(cmd.Context(), urlHarness{u, cr.cfg}, names, func(r conformance.Result) {
 		res := "pass"
 		switch {
 		case r.Skipped:
@@ -128,12 +142,14 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 		default:
 			passed++
 		}
+		rows = append(rows, resultJSON{Name: r.Name, Result: strings.ToLower(strings.ReplaceAll(res, " ", "_")),
+			Reason: r.Reason, DurationMS: milliseconds(r.Duration)})
 		if !cr.asJSON {
-			row(r.Name, res, fmt.Sprintf("%.1fs", r.Duration.Seconds()), r.Reason)
+			row(r.Name, res, fmt.Sprintf("%.1fs", r.Duration.Seconds()), escapeControls(r.Reason))
 		}
 	})
 	if cr.asJSON {
-		if err := json.NewEncoder(out).Encode(results); err != nil {
+		if err := json.NewEncoder(out).Encode(rows); err != nil {
 			return err
 		}
 	} else {
@@ -143,6 +159,32 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 		return exitError{1}
 	}
 	return nil
+}
+
+// sharedMem rewrites "mem://", which opens a private server for each
+// registry (so the suite's clients would never see each other's
+// writes), to a server of this process that they all share.
+func sharedMem(u string) (string, bool) {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Scheme != memory.Scheme || pu.Opaque != "" || pu.Host != "" {
+		return u, false
+	}
+	pu.Host = fmt.Sprintf("roster-conformance-%d", rand.Uint64())
+	return pu.String(), true
+}
+
+// resultJSON is one check in --json output: lower-case snake_case keys
+// and durations in milliseconds, as in every --json of roster.
+type resultJSON struct {
+	Name       string  `json:"name"`
+	Result     string  `json:"result"` // pass, fail or not_run
+	Reason     string  `json:"reason,omitempty"`
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// milliseconds is d in milliseconds, to the microsecond.
+func milliseconds(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1000
 }
 
 // probeRegistry checks reachability once, with a clear error, before 30

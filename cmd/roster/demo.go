@@ -53,9 +53,9 @@ ends with a summary and exits 0 if no call failed.`,
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), registryURL(cmd), duration, st, workers, live)
 		},
 	}
-	cmd.Flags().DurationVar(&duration, "duration", 20*time.Second, "how long the client runs")
+	durationVar(cmd.Flags(), &duration, "duration", 20*time.Second, time.Second, 24*time.Hour, "how long the client runs (1s to 24h)")
 	cmd.Flags().StringVar(&strategy, "strategy", string(selector.P2CEWMA), "selection strategy: "+strategyNames())
-	cmd.Flags().IntVar(&workers, "workers", 4, "concurrent callers")
+	intVar(cmd.Flags(), &workers, "workers", 4, 1, maxWorkers, fmt.Sprintf("concurrent callers (1 to %d)", maxWorkers))
 	cmd.Flags().BoolVar(&plain, "plain", false, "plain line output even on a terminal")
 	return cmd
 }
@@ -70,6 +70,9 @@ func isTerminal(w io.Writer) bool {
 }
 
 const demoService = "demo-api"
+
+// plainStatusEvery is how often the plain output prints a status line.
+var plainStatusEvery = 2 * time.Second
 
 // demoInstance is one HTTP instance of the demo service.
 type demoInstance struct {
@@ -162,18 +165,20 @@ func (d *demoInstance) stats() (picks, failures int, p50, p99 time.Duration) {
 }
 
 type demo struct {
-	out      io.Writer
-	live     bool
-	start    time.Time
-	insts    []*demoInstance
-	byAddr   map[string]*demoInstance
-	client   *middleware.Client
-	q        *middleware.Quarantine
-	httpc    *http.Client
-	calls    atomic.Int64
-	failed   atomic.Int64
-	attempts atomic.Int64
-	lastErr  atomic.Value
+	out    io.Writer
+	live   bool
+	start  time.Time
+	insts  []*demoInstance
+	byAddr map[string]*demoInstance
+	client *middleware.Client
+	q      *middleware.Quarantine
+	httpc  *http.Client
+	// Counted when a call finishes, retries included, so that every
+	// figure only grows and the summary is the sum of what was shown.
+	calls   atomic.Int64
+	failed  atomic.Int64
+	retries atomic.Int64 // attempts after a call's first, of finished calls
+	lastErr atomic.Value
 
 	mu     sync.Mutex
 	events []string
@@ -199,6 +204,9 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 		defer stop()
 		url = local
 	}
+	// The instances and the client open two registries; on "mem://" each
+	// would get a private server and the client would find nobody.
+	url, _ = sharedMem(url)
 	// Two registries, as two processes would have: one for the instances,
 	// one for the client.
 	servers, err := registry.Open(ctx, url)
@@ -218,14 +226,14 @@ func runDemo(ctx context.Context, out io.Writer, url string, duration time.Durat
 		return err
 	}
 	dm.start = time.Now()
-	dm.event("5 instances registered; %d callers, strategy %s, for %v", workers, st, duration)
+	dm.event("%s registered; %s, strategy %s, for %v", plural(len(dm.insts), "instance"), plural(workers, "caller"), st, duration)
 	if err := dm.run(ctx, clients, duration, workers); err != nil {
 		return err
 	}
 	dm.render(dm.q, true)
 	fmt.Fprintf(out, "\ntotal %.1fs including the registry's start\n", time.Since(began).Seconds())
 	if n := dm.failed.Load(); n > 0 {
-		fmt.Fprintf(out, "%d calls failed; last error: %v\n", n, dm.lastErr.Load())
+		fmt.Fprintf(out, "%s failed; last error: %s\n", plural(int(n), "call"), escapeControls(fmt.Sprint(dm.lastErr.Load())))
 		return exitError{1}
 	}
 	return nil
@@ -286,7 +294,6 @@ func (dm *demo) setUp(ctx context.Context, servers, clients *registry.Registry, 
 
 // call is one attempt: a GET to the picked instance.
 func (dm *demo) call(ctx context.Context, in registry.Instance) error {
-	dm.attempts.Add(1)
 	d := dm.byAddr[in.Address]
 	start := time.Now()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+in.Address+"/", nil)
@@ -315,7 +322,7 @@ func (dm *demo) run(ctx context.Context, clients *registry.Registry, duration ti
 	}
 	wg.Go(func() { dm.script(runCtx, duration) })
 	wg.Go(func() { dm.observe(runCtx, clients, dm.q) })
-	every := 2 * time.Second // a status line
+	every := plainStatusEvery
 	if dm.live {
 		every = 250 * time.Millisecond // a redraw
 	}
@@ -341,11 +348,16 @@ func (dm *demo) caller(ctx, runCtx context.Context) {
 		// before the end runs to completion (retries included) instead of
 		// being cut short and misread as a failure.
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		err := dm.client.Do(cctx, demoService, dm.call)
+		var attempts atomic.Int64
+		err := dm.client.Do(cctx, demoService, func(ctx context.Context, in registry.Instance) error {
+			attempts.Add(1)
+			return dm.call(ctx, in)
+		})
 		ccancel()
 		if ctx.Err() != nil {
 			return // interrupted
 		}
+		dm.retries.Add(max(0, attempts.Load()-1))
 		dm.calls.Add(1)
 		if err != nil {
 			dm.failed.Add(1)
@@ -424,7 +436,7 @@ func (dm *demo) observe(ctx context.Context, reg *registry.Registry, q *middlewa
 			if prev != nil {
 				for _, in := range prev.Instances {
 					if _, ok := s.Find(in.ID); !ok {
-						dm.event("%s left the registry (revision %d)", names[in.ID], s.Revision)
+						dm.event("%s left the registry (revision %d)", nameOf(names, in.ID), s.Revision)
 					}
 				}
 			}
@@ -434,12 +446,22 @@ func (dm *demo) observe(ctx context.Context, reg *registry.Registry, q *middlewa
 			for _, id := range q.Ejected(demoService) {
 				now[id] = true
 				if !ejected[id] {
-					dm.event("%s quarantined by the client after consecutive failures", names[id])
+					dm.event("%s quarantined by the client after consecutive failures", nameOf(names, id))
 				}
 			}
 			ejected = now
 		}
 	}
+}
+
+// nameOf names a demo instance by its ID; an instance of the service that
+// the demo did not start (another process's, on a shared --registry) is
+// shown by its ID, escaped.
+func nameOf(names map[string]string, id string) string {
+	if n, ok := names[id]; ok {
+		return n
+	}
+	return "instance " + quote(id)
 }
 
 // render draws the live view (or, on a plain output, one status line).
@@ -449,8 +471,7 @@ func (dm *demo) render(q *middleware.Quarantine, final bool) {
 	for _, id := range q.Ejected(demoService) {
 		ejected[id] = true
 	}
-	calls, failed, attempts := dm.calls.Load(), dm.failed.Load(), dm.attempts.Load()
-	retries := max(0, attempts-calls)
+	calls, failed, retries := dm.calls.Load(), dm.failed.Load(), dm.retries.Load()
 	elapsed := time.Since(dm.start).Seconds()
 	if !dm.live && !final {
 		fmt.Fprintf(dm.out, "%5.1fs  calls %d  failed %d  retries %d  revision %d  instances %d  quarantined %d\n",
@@ -499,7 +520,7 @@ func (dm *demo) render(q *middleware.Quarantine, final bool) {
 		}
 	}
 	if final {
-		fmt.Fprintf(&b, "\n%d calls, %d failed, %d retried on another instance\n", calls, failed, retries)
+		fmt.Fprintf(&b, "\n%s, %d failed, %s on another instance\n", plural(int(calls), "call"), failed, plural(int(retries), "retry"))
 	}
 	io.WriteString(dm.out, b.String())
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -39,46 +40,55 @@ func newLs() *cobra.Command {
 				printInstances(out, snap.Instances)
 				return nil
 			}
-			names, err := reg.Services(cmd.Context())
-			if err != nil {
-				return err
-			}
-			type row struct {
-				Service   string `json:"service"`
-				Instances int    `json:"instances"`
-			}
-			var rows []row
-			for _, n := range names {
-				snap, err := reg.Lookup(cmd.Context(), n)
-				if err != nil {
-					return err
-				}
-				rows = append(rows, row{n, len(snap.Instances)})
-			}
-			if asJSON {
-				if rows == nil {
-					rows = []row{}
-				}
-				return json.NewEncoder(out).Encode(rows)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SERVICE\tINSTANCES")
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%d\n", r.Service, r.Instances)
-			}
-			return tw.Flush()
+			return listServices(cmd, reg, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
+// listServices prints the services and their instance counts. A name
+// listed by the backend that no registration could have (written there
+// by someone else) is skipped with a warning, not a failure of the list.
+func listServices(cmd *cobra.Command, reg *registry.Registry, asJSON bool) error {
+	names, err := reg.Services(cmd.Context())
+	if err != nil {
+		return err
+	}
+	type row struct {
+		Service   string `json:"service"`
+		Instances int    `json:"instances"`
+	}
+	rows := []row{}
+	for _, n := range names {
+		snap, err := reg.Lookup(cmd.Context(), n)
+		if errors.Is(err, registry.ErrInvalid) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "roster: warning: skipped service %s listed by the registry: %s\n", quote(n), escapeControls(err.Error()))
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{n, len(snap.Instances)})
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		return json.NewEncoder(out).Encode(rows)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tINSTANCES")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\n", quote(r.Service), r.Instances)
+	}
+	return tw.Flush()
+}
+
 func printInstances(w io.Writer, ins []registry.Instance) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tADDRESS\tVERSION\tZONE\tWEIGHT\tTAGS\tMETADATA")
 	for _, in := range ins {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", in.ID, in.Address, dash(in.Version), dash(in.Zone),
-			in.Weight, dash(strings.Join(in.Tags, ",")), dash(metaString(in.Metadata)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", quote(in.ID), quote(in.Address), dash(quote(in.Version)), dash(quote(in.Zone)),
+			in.Weight, dash(tagString(in.Tags)), dash(metaString(in.Metadata)))
 	}
 	tw.Flush()
 }
@@ -90,12 +100,24 @@ func dash(s string) string {
 	return s
 }
 
+// metaString renders metadata as k=v,k=v; a key or value holding a
+// separator or an unprintable rune is quoted.
 func metaString(m map[string]string) string {
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, k+"="+m[k])
+		parts = append(parts, quoteUnless(k, ",=")+"="+quoteUnless(m[k], ",="))
 	}
 	return strings.Join(parts, ",")
+}
+
+// tagString renders tags as t,t; a tag holding a comma or an unprintable
+// rune is quoted.
+func tagString(tags []string) string {
+	q := make([]string, len(tags))
+	for i, t := range tags {
+		q[i] = quoteUnless(t, ",")
+	}
+	return strings.Join(q, ",")
 }
 
 func newWatch() *cobra.Command {
@@ -154,14 +176,14 @@ the revision, and +ID (added), -ID (removed) or ~ID (changed fields).
 // describeChange renders one watch delivery as a line.
 func describeChange(prev *registry.Snapshot, s registry.Snapshot, err error) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "rev %d  %d instances", s.Revision, len(s.Instances))
+	fmt.Fprintf(&b, "rev %d  %s", s.Revision, plural(len(s.Instances), "instance"))
 	if s.Stale {
-		fmt.Fprintf(&b, "  stale (%v)", err)
+		fmt.Fprintf(&b, "  stale (%s)", escapeControls(fmt.Sprint(err)))
 		return b.String()
 	}
 	if prev == nil {
 		for _, in := range s.Instances {
-			fmt.Fprintf(&b, "  +%s %s", in.ID, in.Address)
+			fmt.Fprintf(&b, "  +%s %s", quote(in.ID), quote(in.Address))
 		}
 		return b.String()
 	}
@@ -169,14 +191,14 @@ func describeChange(prev *registry.Snapshot, s registry.Snapshot, err error) str
 		old, ok := prev.Find(in.ID)
 		switch {
 		case !ok:
-			fmt.Fprintf(&b, "  +%s %s", in.ID, in.Address)
+			fmt.Fprintf(&b, "  +%s %s", quote(in.ID), quote(in.Address))
 		case !old.Equal(in):
-			fmt.Fprintf(&b, "  ~%s %s", in.ID, changedFields(old, in))
+			fmt.Fprintf(&b, "  ~%s %s", quote(in.ID), changedFields(old, in))
 		}
 	}
 	for _, in := range prev.Instances {
 		if _, ok := s.Find(in.ID); !ok {
-			fmt.Fprintf(&b, "  -%s", in.ID)
+			fmt.Fprintf(&b, "  -%s", quote(in.ID))
 		}
 	}
 	return b.String()
@@ -185,19 +207,19 @@ func describeChange(prev *registry.Snapshot, s registry.Snapshot, err error) str
 func changedFields(a, b registry.Instance) string {
 	var f []string
 	if a.Address != b.Address {
-		f = append(f, "address="+b.Address)
+		f = append(f, "address="+quote(b.Address))
 	}
 	if a.Version != b.Version {
-		f = append(f, "version="+b.Version)
+		f = append(f, "version="+quote(b.Version))
 	}
 	if a.Zone != b.Zone {
-		f = append(f, "zone="+b.Zone)
+		f = append(f, "zone="+quote(b.Zone))
 	}
 	if a.Weight != b.Weight {
 		f = append(f, fmt.Sprintf("weight=%d", b.Weight))
 	}
 	if !slices.Equal(a.Tags, b.Tags) {
-		f = append(f, "tags="+strings.Join(b.Tags, ","))
+		f = append(f, "tags="+tagString(b.Tags))
 	}
 	if !maps.Equal(a.Metadata, b.Metadata) {
 		f = append(f, "metadata="+metaString(b.Metadata))
@@ -263,14 +285,14 @@ func newPick() *cobra.Command {
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tADDRESS\tWEIGHT\tPICKS")
 			for _, in := range picked {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", in.ID, in.Address, in.Weight, counts[in.ID])
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", quote(in.ID), quote(in.Address), in.Weight, counts[in.ID])
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().StringVar(&strategy, "strategy", string(selector.P2CEWMA), "selection strategy: "+strategyNames())
 	cmd.Flags().StringVar(&key, "key", "", "affinity key for consistent_hash and maglev (a user ID, …)")
-	cmd.Flags().IntVar(&count, "count", 1, "number of picks")
+	intVar(cmd.Flags(), &count, "count", 1, 1, maxPicks, fmt.Sprintf("number of picks (1 to %d)", maxPicks))
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

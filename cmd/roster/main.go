@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,10 +25,12 @@ import (
 	"github.com/spf13/cobra"
 
 	_ "github.com/roster-go/roster/backends/consul"
+	_ "github.com/roster-go/roster/backends/dnssrv"
 	_ "github.com/roster-go/roster/backends/etcd"
 	_ "github.com/roster-go/roster/backends/kubernetes"
-	_ "github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/backends/memory"
 	_ "github.com/roster-go/roster/backends/redis"
+	_ "github.com/roster-go/roster/backends/zookeeper"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -45,7 +48,7 @@ func main() {
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "roster:", err)
+		fmt.Fprintln(os.Stderr, "roster:", escapeControls(err.Error()))
 		os.Exit(1)
 	}
 }
@@ -61,12 +64,14 @@ The registry is chosen by URL, from --registry or $ROSTER_REGISTRY:
   redis://[user:pass@]host:6379/0?layout=hash      Redis (rediss://, redis+sentinel://)
   consul://host:8500?token=…&dc=…                  Consul (consuls:// for TLS)
   k8s://?namespace=shop&kubeconfig=/path           Kubernetes (k8s://in-cluster in a pod)
+  zk://host:2181[,host2:2181]/roster               ZooKeeper
+  dns+srv://127.0.0.1:8600/{service}.service.consul  DNS SRV records (read-only)
   mem://name                                       in-process (this process only)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("registry", "", "registry URL (default $ROSTER_REGISTRY)")
-	root.AddCommand(newDemo(), newDev(), newRegister(), newLs(), newWatch(), newPick(), newConformance())
+	root.AddCommand(newDemo(), newDev(), newRegister(), newLs(), newWatch(), newPick(), newConformance(), newAgent(), newBench())
 	return root
 }
 
@@ -85,5 +90,16 @@ func openRegistry(cmd *cobra.Command) (*registry.Registry, error) {
 	if u == "" {
 		return nil, fmt.Errorf("no registry: set --registry or ROSTER_REGISTRY (schemes: %v)", registry.Schemes())
 	}
+	warnInProcess(cmd, u)
 	return registry.Open(cmd.Context(), u)
+}
+
+// warnInProcess warns on stderr when u names the in-process memory
+// backend: what this roster process registers or lists there, no other
+// process can see.
+func warnInProcess(cmd *cobra.Command, u string) {
+	if pu, err := url.Parse(u); err == nil && pu.Scheme == memory.Scheme {
+		fmt.Fprintf(cmd.ErrOrStderr(), "roster: warning: %s is a registry inside this roster process: no other process can see it, and it is gone when roster exits\n",
+			quote(registry.Redact(u)))
+	}
 }

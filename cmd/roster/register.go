@@ -69,7 +69,13 @@ Without CMD it keeps the registration alive until it is signalled.`,
 				return fmt.Errorf("%w: unexpected arguments %q (put the command after --)", registry.ErrInvalid, args)
 			}
 			opts := []registry.RegisterOption{registry.WithTTL(ttl)}
+			if in.Weight == 0 { // --weight 0: start drained, out of rotation
+				opts = append(opts, registry.Drained())
+			}
 			if checkURL != "" {
+				if err := checkHTTPURL(checkURL); err != nil {
+					return err
+				}
 				opts = append(opts, registry.WithHealthCheck(httpCheck(checkURL), checkInterval))
 			}
 			return runSidecar(cmd, in, ttl, opts, args, drain)
@@ -81,13 +87,14 @@ Without CMD it keeps the registration alive until it is signalled.`,
 	f.StringVar(&in.ID, "id", "", "instance ID (default <service>-<host>-<port>-<random>)")
 	f.StringVar(&in.Version, "version", "", "version, for canary routing")
 	f.StringVar(&in.Zone, "zone", "", "zone, for zone-aware routing")
-	f.Uint32Var(&in.Weight, "weight", registry.DefaultWeight, "relative weight")
+	f.Uint32Var(&in.Weight, "weight", registry.DefaultWeight, "relative weight, 0 to 65535; 0 starts the instance drained")
 	f.StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
 	f.StringArrayVar(&tags, "tag", nil, "tag (repeatable)")
-	f.DurationVar(&ttl, "ttl", registry.DefaultTTL, "registration TTL; heartbeats every TTL/3")
-	f.StringVar(&checkURL, "check-http", "", "health check URL: registered only while it answers 2xx")
-	f.DurationVar(&checkInterval, "check-interval", 2*time.Second, "health check interval")
-	f.DurationVar(&drain, "drain", 5*time.Second, "wait between deregistering and signalling CMD")
+	durationVar(f, &ttl, "ttl", registry.DefaultTTL, 10*time.Millisecond, 24*time.Hour,
+		"registration TTL, 10ms to 24h and at least the backend's minimum; heartbeats every TTL/3")
+	f.StringVar(&checkURL, "check-http", "", "health check URL (http or https): registered only while it answers 2xx")
+	durationVar(f, &checkInterval, "check-interval", 2*time.Second, 10*time.Millisecond, maxTimeout, "health check interval (10ms to 1h)")
+	durationVar(f, &drain, "drain", 5*time.Second, 0, maxTimeout, "wait between deregistering and signalling CMD (0 to 1h)")
 	cmd.MarkFlagRequired("service")
 	cmd.MarkFlagRequired("addr")
 	return cmd
@@ -167,11 +174,7 @@ func prepare(cmd *cobra.Command, in registry.Instance, ttl time.Duration) (regis
 	if err != nil {
 		return in, nil, err
 	}
-	url := registryURL(cmd)
-	if url == "" {
-		return in, nil, fmt.Errorf("no registry: set --registry or ROSTER_REGISTRY (schemes: %v)", registry.Schemes())
-	}
-	reg, err := registry.Open(cmd.Context(), url)
+	reg, err := openRegistry(cmd)
 	switch {
 	case errors.Is(err, registry.ErrUnavailable):
 		return in, nil, nil
@@ -180,7 +183,7 @@ func prepare(cmd *cobra.Command, in registry.Instance, ttl time.Duration) (regis
 	}
 	if _, err := registry.ValidateTTL(ttl, reg.Limits()); err != nil {
 		reg.Close()
-		return in, nil, err
+		return in, nil, fmt.Errorf("--ttl: %w", err)
 	}
 	return in, reg, nil
 }
@@ -197,8 +200,10 @@ type sidecar struct {
 	got     announced
 }
 
+// logf writes one line; what it quotes (IDs, addresses, errors naming
+// records) may come from the registry, so unprintable runes are escaped.
 func (s *sidecar) logf(format string, a ...any) {
-	fmt.Fprintf(s.out, "roster: "+format+"\n", a...)
+	fmt.Fprintln(s.out, "roster: "+escapeControls(fmt.Sprintf(format, a...)))
 }
 
 // startAnnouncing registers in, in the background.
@@ -244,7 +249,7 @@ func (s *sidecar) shutdown(sig os.Signal, sigs <-chan os.Signal) error {
 		return nil
 	}
 	if registered && s.drain > 0 {
-		s.logf("draining for %v before forwarding %v", s.drain, sig)
+		s.logf("draining for %v before forwarding %s", s.drain, signalName(sig))
 		t := time.NewTimer(s.drain)
 		select {
 		case <-t.C:
@@ -257,7 +262,7 @@ func (s *sidecar) shutdown(sig os.Signal, sigs <-chan os.Signal) error {
 		}
 	}
 	if err := signalGroup(s.child.Process, sig); err != nil {
-		s.logf("forward %v: %v", sig, err)
+		s.logf("forward %s: %v", signalName(sig), err)
 	}
 	return exitCode(<-s.exited)
 }
@@ -293,9 +298,11 @@ func withID(in registry.Instance) (registry.Instance, error) {
 	if err := registry.ValidateService(in.Service); err != nil {
 		return in, err
 	}
-	if err := registry.ValidateAddress(in.Address); err != nil {
+	addr, err := registry.CanonicalAddress(in.Address)
+	if err != nil {
 		return in, err
 	}
+	in.Address = addr
 	if in.ID == "" {
 		in.ID = registry.NewID(in.Service, in.Address)
 	}

@@ -343,8 +343,30 @@ func TestSidecarSecondSignalCutsTheDrain(t *testing.T) {
 	s.line(t, "running", 20*time.Second)
 	s.logged(t, "registered impatient-", 20*time.Second)
 	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGINT)
-	s.logged(t, "draining for 10m0s", 20*time.Second)
+	s.logged(t, "draining for 10m0s before forwarding SIGINT", 20*time.Second) // not "interrupt"
 	syscall.Kill(-s.cmd.Process.Pid, syscall.SIGINT)
+	if code := s.exitCode(t, 20*time.Second); code != 7 {
+		t.Fatalf("roster exited %d, want CMD's 7\n%s", code, s.stderr.String())
+	}
+}
+
+// --weight 0 starts the instance drained (registered, weight 0), and the
+// address is stored in its canonical form, the one other clients compare.
+func TestSidecarWeightZeroStartsDrained(t *testing.T) {
+	reg, url := openReg(t, "/cli-drained")
+	w, err := reg.Watch(context.Background(), "drained")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s := startSidecar(t, []string{childEnv + "=wait"},
+		"--registry", url, "--service", "drained", "--addr", "LOCALHOST:8092", "--weight", "0", "--ttl", "3s", "--drain", "0s")
+	s.line(t, "running", 20*time.Second)
+	snap := waitListed(t, w, 1, 20*time.Second)
+	if in := snap.Instances[0]; in.Weight != 0 || in.Address != "localhost:8092" {
+		t.Fatalf("registered weight %d at %s, want weight 0 at localhost:8092", in.Weight, in.Address)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
 	if code := s.exitCode(t, 20*time.Second); code != 7 {
 		t.Fatalf("roster exited %d, want CMD's 7\n%s", code, s.stderr.String())
 	}

@@ -104,6 +104,7 @@ func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error
 		return err
 	}
 	b.syncConns(s.ResolverState)
+	b.baseline()
 	if len(b.conns) == 0 {
 		b.resolverErr = fmt.Errorf("rostergrpc: service %s has no instances", b.service)
 		b.publish()
@@ -180,6 +181,17 @@ func (b *rosterBalancer) syncConns(rs resolver.State) {
 			delete(b.conns, addr)
 		}
 	}
+}
+
+// baseline gives the selector the instances the service has when the
+// balancer first hears of them: their connections become ready one by
+// one, and they must not be slow-started as if they had just joined.
+func (b *rosterBalancer) baseline() {
+	snap := registry.Snapshot{Service: b.service}
+	for _, c := range b.conns {
+		snap.Instances = append(snap.Instances, c.inst)
+	}
+	b.sel.Baseline(snap)
 }
 
 func endpointsOf(s resolver.State) []resolver.Endpoint {
@@ -279,6 +291,7 @@ func (b *rosterBalancer) publish() {
 		b.state = connectivity.Ready
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: &picker{
 			service: b.service, view: b.sel.Picker(), byID: byID, set: b.set, total: len(ready),
+			connecting: connecting,
 		}})
 	case connecting:
 		b.state = connectivity.Connecting
@@ -320,6 +333,9 @@ type picker struct {
 	byID    map[string]balancer.SubConn
 	set     *settings
 	total   int
+	// connecting: some instances are still connecting, so an RPC routed
+	// to instances none of which is ready waits for the next picker.
+	connecting bool
 }
 
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
@@ -331,10 +347,14 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	// tried one it admits, then any.
 	in, done, err := p.view.Pick(ctx, selector.PickOptions{
 		Key:   keyFrom(ctx),
+		Route: routeFrom(ctx),
 		Tried: func(in *registry.Instance) bool { return tr.has(in.ID) },
 		Avoid: func(in *registry.Instance) bool { return !q.Admit(p.service, in.ID, p.total) },
 	})
 	if err != nil {
+		if p.connecting && errors.Is(err, selector.ErrNoInstances) {
+			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+		}
 		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "rostergrpc: %s: %v", p.service, err)
 	}
 	sc, ok := p.byID[in.ID]

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 
@@ -205,9 +206,34 @@ func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyCtx{}, key)
 }
 
+// The outgoing metadata keys that route one RPC (see the package doc).
+const (
+	MetadataVersion = "x-roster-version"
+	MetadataZone    = "x-roster-zone"
+	MetadataHashKey = "x-roster-hash-key"
+)
+
+// keyFrom returns the RPC's affinity key: WithKey's, else the
+// x-roster-hash-key metadata.
 func keyFrom(ctx context.Context) string {
-	k, _ := ctx.Value(keyCtx{}).(string)
-	return k
+	if k, ok := ctx.Value(keyCtx{}).(string); ok {
+		return k
+	}
+	return firstValue(ctx, MetadataHashKey)
+}
+
+// routeFrom returns the Route of the RPC's x-roster-version and
+// x-roster-zone metadata; a selector.WithRoute in the context applies
+// when they are absent.
+func routeFrom(ctx context.Context) selector.Route {
+	return selector.Route{Version: firstValue(ctx, MetadataVersion), Zone: firstValue(ctx, MetadataZone)}
+}
+
+func firstValue(ctx context.Context, key string) string {
+	if v := metadata.ValueFromOutgoingContext(ctx, key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // tried is the set of instances the attempts of one RPC failed on; the

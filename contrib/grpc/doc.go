@@ -33,6 +33,16 @@
 // then any. Done reports the latency and error to the selector and the
 // classified outcome (Classifier) to the quarantine.
 //
+// # Routing one RPC
+//
+// Outgoing metadata routes one RPC: x-roster-version and x-roster-zone
+// keep it to the instances of that version or zone (a selector.Route:
+// when none is deployed the RPC fails with Unavailable; while
+// connections are still being made it waits for them), x-roster-hash-key
+// is its affinity key for the consistent-hash strategies and canary
+// splits (WithKey wins over it). A selector.WithRoute in the RPC's
+// context routes it too.
+//
 // # Retries
 //
 // DialOptions installs gRPC's own retry policy (3 attempts on UNAVAILABLE

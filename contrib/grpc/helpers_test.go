@@ -56,6 +56,12 @@ func (s *server) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testp
 
 func startServer(t *testing.T, reg *registry.Registry, service, name string, delay time.Duration, opts ...registry.RegisterOption) *server {
 	t.Helper()
+	return startInstance(t, reg, registry.Instance{Service: service}, name, delay, opts...)
+}
+
+// startInstance is startServer for an instance with more fields set.
+func startInstance(t *testing.T, reg *registry.Registry, in registry.Instance, name string, delay time.Duration, opts ...registry.RegisterOption) *server {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +71,8 @@ func startServer(t *testing.T, reg *registry.Registry, service, name string, del
 	go func() { defer close(s.done); _ = s.srv.Serve(ln) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s.lease, err = reg.Register(ctx, registry.Instance{Service: service, Address: ln.Addr().String(), Metadata: map[string]string{"name": name}}, opts...)
+	in.Address, in.Metadata = ln.Addr().String(), map[string]string{"name": name}
+	s.lease, err = reg.Register(ctx, in, opts...)
 	if err != nil {
 		s.srv.Stop()
 		t.Fatal(err)

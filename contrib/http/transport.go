@@ -17,6 +17,15 @@
 // verify the service's certificate name (tls.Config.ServerName), since the
 // connection goes to an address.
 //
+// Three request headers route one request (they are sent on unchanged,
+// so the next hop can route by them too):
+//   - X-Roster-Version: only instances of this version (selector.Route;
+//     none deployed: the request fails with selector.ErrNoInstances);
+//   - X-Roster-Zone: only instances of this zone;
+//   - X-Roster-Hash-Key: the affinity key, for the consistent-hash
+//     strategies and to keep a user on one side of a canary split
+//     (selector.WithSplit).
+//
 // # Retries
 //
 // An attempt fails on a transport error (refused, reset, timeout) or on a
@@ -65,6 +74,7 @@ import (
 
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
 )
 
 // Transport is an http.RoundTripper over a middleware.Client. Its fields
@@ -122,8 +132,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// never.
 		ctx = middleware.NoHedge(ctx)
 	}
-	err := t.Client.Do(ctx, service, rt.attempt)
+	ctx, key := routeFromHeader(ctx, req.Header)
+	err := t.Client.DoKey(ctx, service, key, rt.attempt)
 	return rt.finish(service, err)
+}
+
+// The routing headers a request may carry (see the package doc).
+const (
+	HeaderVersion = "X-Roster-Version"
+	HeaderZone    = "X-Roster-Zone"
+	HeaderHashKey = "X-Roster-Hash-Key"
+)
+
+// routeFromHeader returns ctx routed by the request's routing headers,
+// and its affinity key.
+func routeFromHeader(ctx context.Context, h http.Header) (context.Context, string) {
+	r := selector.Route{Version: h.Get(HeaderVersion), Zone: h.Get(HeaderZone)}
+	if !r.IsZero() {
+		ctx = selector.WithRoute(ctx, r)
+	}
+	return ctx, h.Get(HeaderHashKey)
 }
 
 // roundTrip is one RoundTrip, shared by its attempts. They may run

@@ -11,7 +11,10 @@ import (
 //
 // Drivers return errors that wrap ErrNotFound, ErrUnavailable, ErrInvalid or
 // ErrClosed (or a context error), never a raw client error alone, and never
-// include credentials in error text.
+// include credentials in error text. An error names the backend, the
+// server where useful, and the operation, once: "redis 10.0.0.1:6379:
+// register api/api-1: registry: backend unavailable: …". Registry adds no
+// second prefix to a driver's error, so none of it is repeated.
 type Driver interface {
 	// Register writes inst (already validated, ID set) so that it expires
 	// unless renewed within ttl. It is an idempotent upsert keyed by
@@ -73,4 +76,7 @@ type Stream interface {
 type Limits struct {
 	MinTTL         time.Duration // requested TTLs below this are rejected
 	TTLGranularity time.Duration // effective TTLs are rounded up to a multiple
+	// MaxTTL, when set, is the largest TTL the backend's server accepts
+	// (etcd: 9,000,000,000s); a larger one is rejected before any write.
+	MaxTTL time.Duration
 }

@@ -25,9 +25,8 @@ import (
 //   - a secret is given in the URL, in a file (name_file) or in an
 //     environment variable, and its value never appears in an error
 //     (see Secret);
-//   - every error wraps ErrInvalid and names the option; the URL in it is
-//     redacted, and only public values (strings, numbers, durations) are
-//     quoted.
+//   - every error wraps ErrInvalid and names the option (see InvalidURL);
+//     only public values (strings, numbers, durations) are quoted.
 //
 // Read each option with one method call, then call Err once: it returns
 // the first error met, or the unknown parameters.
@@ -71,9 +70,17 @@ func ParseQuery(backend string, u *url.URL) (*Query, error) {
 	return q, nil
 }
 
-// fail builds an ErrInvalid naming the backend and the redacted URL.
+// fail builds an ErrInvalid naming the backend's URL.
 func (q *Query) fail(format string, args ...any) error {
-	return fmt.Errorf("%w: %s URL %s: %s", ErrInvalid, q.backend, Redact(q.u.String()), fmt.Sprintf(format, args...))
+	return InvalidURL(q.backend, format, args...)
+}
+
+// InvalidURL is the error of a backend's URL that cannot work:
+// "registry: invalid argument: redis URL: reason". It does not repeat the
+// URL: registry.Open names it once, redacted, in front ("open URL: …").
+// The reason must quote only public values, never a secret.
+func InvalidURL(backend, format string, args ...any) error {
+	return fmt.Errorf("%w: %s URL: %s", ErrInvalid, backend, fmt.Sprintf(format, args...))
 }
 
 // take returns the raw value of name and marks name known.

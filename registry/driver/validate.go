@@ -3,19 +3,25 @@ package driver
 import (
 	"encoding/json"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 )
 
-// Limits every backend enforces identically (Consul's limits, applied
-// everywhere so a registration valid on one backend is valid on all).
+// Limits every backend enforces identically, so that a registration valid
+// on one backend is valid on all: Consul's, the tightest, applied
+// everywhere. The conformance suite registers at each limit and one past
+// it on every backend (conformance/limits.go).
 const (
-	MaxServiceLen     = 128
-	MaxIDLen          = 256
-	MaxMetadataPairs  = 64
+	MaxServiceLen = 128
+	MaxIDLen      = 256
+	// MaxWeight is the largest weight: Consul's agent rejects a larger
+	// Weights.Passing, and DNS SRV weights are 16 bits too.
+	MaxWeight = 65535
+	// MaxMetadataPairs is Consul's 64 Meta pairs less the one where the
+	// Consul driver keeps Roster's own fields (weight, version, zone).
+	MaxMetadataPairs  = 63
 	MaxMetadataKeyLen = 128
 	MaxMetadataValLen = 512
 	MaxTags           = 64
@@ -68,24 +74,17 @@ func alnum(c byte) bool {
 
 func idChar(c byte) bool { return alnum(c) || c == '.' || c == '_' || c == '-' }
 
-// ValidateAddress checks a host:port address with a non-empty host and a
-// port in 1..65535.
+// ValidateAddress checks that addr is a host:port address in its
+// canonical form (see CanonicalAddress). Registry.Register canonicalises
+// before validating; an address read back from a backend must already be
+// canonical.
 func ValidateAddress(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
+	c, err := CanonicalAddress(addr)
 	if err != nil {
-		return invalid("address", "%q is not host:port", addr)
+		return err
 	}
-	if host == "" {
-		return invalid("address", "%q has no host", addr)
-	}
-	for _, r := range host {
-		if r <= ' ' || r == '/' || r == '@' || r == '?' || r == '#' || r > 0x7e {
-			return invalid("address", "host %q contains %q", host, r)
-		}
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return invalid("address", "port %q out of range 1-65535", port)
+	if c != addr {
+		return invalid("address", "%q is not in canonical form %q", addr, c)
 	}
 	return nil
 }
@@ -93,6 +92,23 @@ func ValidateAddress(addr string) error {
 // Validate checks every field of an instance against the limits above.
 // The error is a *FieldError naming the first offending field.
 func (i Instance) Validate() error {
+	if err := i.ValidateFields(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(i)
+	if err != nil {
+		return invalid("instance", "cannot encode: %v", err)
+	}
+	if len(b) > MaxEncodedSize {
+		return invalid("instance", "encodes to %d bytes, at most %d allowed", len(b), MaxEncodedSize)
+	}
+	return nil
+}
+
+// ValidateFields is Validate without the encoded-size check, which costs
+// an encoding: it is what a reader checks on every record it reads back
+// (the field limits bound the size already).
+func (i Instance) ValidateFields() error {
 	if err := ValidateService(i.Service); err != nil {
 		return err
 	}
@@ -101,6 +117,9 @@ func (i Instance) Validate() error {
 	}
 	if err := ValidateAddress(i.Address); err != nil {
 		return err
+	}
+	if i.Weight > MaxWeight {
+		return invalid("weight", "%d exceeds %d", i.Weight, MaxWeight)
 	}
 	if err := printable("version", i.Version, MaxVersionLen); err != nil {
 		return err
@@ -134,13 +153,6 @@ func (i Instance) Validate() error {
 		if err := printable("metadata["+k+"]", v, MaxMetadataValLen); err != nil {
 			return err
 		}
-	}
-	b, err := json.Marshal(i)
-	if err != nil {
-		return invalid("instance", "cannot encode: %v", err)
-	}
-	if len(b) > MaxEncodedSize {
-		return invalid("instance", "encodes to %d bytes, at most %d allowed", len(b), MaxEncodedSize)
 	}
 	return nil
 }
@@ -183,7 +195,8 @@ func printable(field, s string, max int) error {
 
 // ValidateTTL checks a requested TTL against a backend's limits and returns
 // the effective TTL: rounded up to the backend's granularity. A TTL below
-// the backend's minimum is rejected, naming the minimum.
+// the backend's minimum, or above its maximum, is rejected, naming the
+// bound.
 func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
 	if ttl <= 0 {
 		return 0, invalid("ttl", "%v must be positive", ttl)
@@ -196,6 +209,9 @@ func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
 			return 0, invalid("ttl", "%v is too large to round up to this backend's granularity of %v", ttl, g)
 		}
 		ttl = (ttl/g + 1) * g
+	}
+	if lim.MaxTTL > 0 && ttl > lim.MaxTTL {
+		return 0, invalid("ttl", "%v exceeds this backend's maximum of %v", ttl, lim.MaxTTL)
 	}
 	return ttl, nil
 }

@@ -31,10 +31,60 @@ func TestValidateAddress(t *testing.T) {
 			t.Errorf("ValidateAddress(%q) = %v", a, err)
 		}
 	}
-	for _, a := range []string{"", "h", ":80", "h:0", "h:65536", "h:x", "a b:80", "h/x:80", "u@h:80"} {
+	for _, a := range []string{"", "h", ":80", "h:0", "h:65536", "h:x", "a b:80", "h/x:80", "u@h:80",
+		"H:80", "[0:0::1]:80"} { // valid, but not canonical: Register rewrites them
 		if err := ValidateAddress(a); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ValidateAddress(%q) = %v, want ErrInvalid", a, err)
 		}
+	}
+}
+
+// One endpoint has one spelling: the forms people type are rewritten to
+// it, and the ones that could mean two things are rejected.
+func TestCanonicalAddress(t *testing.T) {
+	same := map[string]string{
+		"10.0.0.1:8080":         "10.0.0.1:8080",
+		"API.Example.COM:443":   "api.example.com:443",
+		"[0:0:0:0:0:0:0:1]:80":  "[::1]:80",
+		"[2001:DB8::0001]:9000": "[2001:db8::1]:9000",
+		"my_host-1:65535":       "my_host-1:65535",
+		"[::ffff:1.2.3.4]:1":    "[::ffff:1.2.3.4]:1",
+	}
+	for in, want := range same {
+		if got, err := CanonicalAddress(in); err != nil || got != want {
+			t.Errorf("CanonicalAddress(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	bad := map[string]string{
+		"h:+80":               "port",
+		"x:00080":             "leading zeros",
+		"h:-1":                "port",
+		"h:0":                 "port",
+		"h:65536":             "out of range",
+		"h: 80":               "port",
+		"[h]:80":              "IPv6 address only",
+		"[10.0.0.1]:80":       "IPv6 address only",
+		"[fe80::1%25eth0]:80": "zone",
+		"010.0.0.1:80":        "neither an IPv4",
+		"1.2.3:80":            "neither an IPv4",
+		"h..x:80":             "empty label",
+		".h:80":               "empty label",
+		"h.:80":               "empty label",
+		"hä:80":               "'ä'",
+		"h\x00:80":            "not allowed",
+		":80":                 "no host",
+		"h":                   "not host:port",
+	}
+	for in, want := range bad {
+		_, err := CanonicalAddress(in)
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != "address" || !strings.Contains(err.Error(), want) {
+			t.Errorf("CanonicalAddress(%q) = %v, want an error on address saying %q", in, err, want)
+		}
+	}
+	long := strings.Repeat("a", MaxHostLen+1) + ":80"
+	if _, err := CanonicalAddress(long); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a host of %d bytes: %v, want ErrInvalid", MaxHostLen+1, err)
 	}
 }
 
@@ -62,7 +112,7 @@ func TestNewID(t *testing.T) {
 }
 
 func TestValidateTTL(t *testing.T) {
-	etcd := Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+	etcd := Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: 9e9 * time.Second}
 	for _, c := range []struct {
 		in, want time.Duration
 		lim      Limits
@@ -74,6 +124,8 @@ func TestValidateTTL(t *testing.T) {
 		{0, 0, etcd, false},
 		{-time.Second, 0, Limits{}, false},
 		{1500 * time.Microsecond, 2 * time.Millisecond, Limits{TTLGranularity: time.Millisecond}, true},
+		{9e9 * time.Second, 9e9 * time.Second, etcd, true},
+		{9e9*time.Second + 1, 0, etcd, false}, // rounds up past the maximum
 	} {
 		got, err := ValidateTTL(c.in, c.lim)
 		if c.ok && (err != nil || got != c.want) {

@@ -69,8 +69,11 @@ type Agent struct {
 	dir    string
 	ownDir bool
 	addr   string // 127.0.0.1:port of the HTTP API
-	ports  []int  // http, server, serf-lan, serf-wan
+	ports  []int  // http, server, serf-lan, serf-wan, dns
 	args   []string
+	token  string // management token with ACLs (StartACL), else ""
+
+	tokens []tokenSpec // made by CreateToken, made again after each start
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -96,17 +99,19 @@ func Start(tb testing.TB, args ...string) *Agent {
 // waits until it has a leader and lists itself as passing. The caller
 // closes it.
 //
-// Besides -dev on loopback ports (no gRPC, no DNS) the agent runs with
+// Besides -dev on loopback ports (no gRPC; DNS on DNSAddr) the agent runs with
 // limits { http_max_conns_per_client = 4096 }: Consul answers 429 past 200
 // concurrent HTTP connections from one IP, and every client of a test
 // suite comes from 127.0.0.1, which production clients (one process per
 // host, or per pod IP) do not.
-func NewAgent(dir string, args ...string) (*Agent, error) {
+func NewAgent(dir string, args ...string) (*Agent, error) { return newAgent(dir, "", args) }
+
+func newAgent(dir, token string, args []string) (*Agent, error) {
 	bin, err := FindBinary()
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{bin: bin, dir: dir, args: args}
+	a := &Agent{bin: bin, dir: dir, args: args, token: token}
 	if a.dir == "" {
 		if a.dir, err = os.MkdirTemp("", "roster-consul-"); err != nil {
 			return nil, fmt.Errorf("consultest: %w", err)
@@ -116,7 +121,7 @@ func NewAgent(dir string, args ...string) (*Agent, error) {
 	var lastErr error
 	for range 3 { // a free port may be taken by someone else before the agent binds it
 		a.ports = a.ports[:0]
-		for range 4 {
+		for range 5 {
 			p, err := loopback.FreePort()
 			if err != nil {
 				a.removeDir()
@@ -135,6 +140,10 @@ func NewAgent(dir string, args ...string) (*Agent, error) {
 
 // Addr is the host:port of the agent's HTTP API.
 func (a *Agent) Addr() string { return a.addr }
+
+// DNSAddr is the host:port of the agent's DNS interface (UDP and TCP),
+// which answers <service>.service.consul SRV queries.
+func (a *Agent) DNSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(a.ports[4])) }
 
 // URL returns the registry URL of the agent, consul://127.0.0.1:<port>,
 // followed by ?query if query is not empty (for example "wait=5s").
@@ -175,7 +184,7 @@ func (a *Agent) start() error {
 		"-client", "127.0.0.1", "-bind", "127.0.0.1",
 		"-http-port", strconv.Itoa(a.ports[0]), "-server-port", strconv.Itoa(a.ports[1]),
 		"-serf-lan-port", strconv.Itoa(a.ports[2]), "-serf-wan-port", strconv.Itoa(a.ports[3]),
-		"-grpc-port", "-1", "-dns-port", "-1",
+		"-grpc-port", "-1", "-dns-port", strconv.Itoa(a.ports[4]),
 		"-data-dir", filepath.Join(a.dir, "data"),
 		"-hcl", "limits { http_max_conns_per_client = 4096 }",
 		"-log-level", "warn"}, a.args...)
@@ -193,7 +202,7 @@ func (a *Agent) start() error {
 		a.killLocked()
 		return fmt.Errorf("consultest: consul agent on %s: %w\n%s", a.addr, err, a.LogTail(6000))
 	}
-	return nil
+	return a.remakeTokens()
 }
 
 // waitReady polls until the agent has a leader and its own node is in the
@@ -212,8 +221,8 @@ func (a *Agent) waitReady(exited chan struct{}) error {
 		if time.Now().After(deadline) {
 			return errors.New("no leader within 30s")
 		}
-		if body, ok := get(c, "http://"+a.addr+"/v1/status/leader"); ok && len(body) > 2 && body != `""` {
-			if body, ok := get(c, "http://"+a.addr+"/v1/health/service/consul?passing"); ok && strings.Contains(body, `"Service"`) {
+		if body, ok := get(c, "http://"+a.addr+"/v1/status/leader", a.token); ok && len(body) > 2 && body != `""` {
+			if body, ok := get(c, "http://"+a.addr+"/v1/health/service/consul?passing", a.token); ok && strings.Contains(body, `"Service"`) {
 				return nil
 			}
 		}
@@ -221,8 +230,15 @@ func (a *Agent) waitReady(exited chan struct{}) error {
 	}
 }
 
-func get(c *http.Client, url string) (string, bool) {
-	resp, err := c.Get(url)
+func get(c *http.Client, url, token string) (string, bool) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return "", false
+	}
+	if token != "" {
+		req.Header.Set("X-Consul-Token", token)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return "", false
 	}

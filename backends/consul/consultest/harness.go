@@ -31,14 +31,55 @@ import (
 // registration while the agent runs, so WipeReregistersAndResyncs is
 // declared skipped; its equivalent, an agent restarted without its data,
 // is RestartLosingData.
-func NewHarness(tb testing.TB, a *Agent) conformance.Harness {
-	h := &harness{a: a}
+func NewHarness(tb testing.TB, a *Agent) conformance.Harness { return NewHarnessAs(tb, a, "") }
+
+// NewHarnessAs is NewHarness with registries that use the ACL token
+// (from CreateToken on a StartACL agent); the fault hooks use the
+// agent's management token. On a StartACL agent it also has tenants
+// (conformance.Tenants): Consul OSS has no namespaces, so a tenant is an
+// ACL token that may write only the services named "<tenant>-…".
+func NewHarnessAs(tb testing.TB, a *Agent, token string) conformance.Harness {
+	h := &harness{a: a, token: token}
 	tb.Cleanup(h.closeProxies)
-	return h
+	if a.ManagementToken() == "" {
+		return h
+	}
+	return &aclHarness{harness: h, tokens: map[string]string{}}
 }
 
+// TenantPolicy is the ACL policy of a tenant that owns the services named
+// "<tenant>-…" and sees no others.
+func TenantPolicy(tenant string) string {
+	return fmt.Sprintf("service_prefix %q {\n  policy = \"write\"\n}\nnode_prefix \"\" {\n  policy = \"read\"\n}\n", tenant+"-")
+}
+
+// aclHarness is a harness on an agent with ACLs, whose tenants are tokens.
+type aclHarness struct {
+	*harness
+	mu     sync.Mutex
+	tokens map[string]string // tenant → token
+}
+
+func (h *aclHarness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	token, ok := h.tokens[tenant]
+	if !ok {
+		var err error
+		if token, err = h.a.CreateToken(ctx, "tenant-"+tenant, TenantPolicy(tenant)); err != nil {
+			return nil, err
+		}
+		h.tokens[tenant] = token
+	}
+	return h.openAs(h.a.Addr(), token)
+}
+
+// TenantsShareNames is false: tenants split one catalog by service name.
+func (h *aclHarness) TenantsShareNames() bool { return false }
+
 type harness struct {
-	a *Agent
+	a     *Agent
+	token string
 
 	mu      sync.Mutex
 	proxies []*loopback.Proxy
@@ -50,8 +91,10 @@ func (h *harness) Open(context.Context) (*registry.Registry, error) { return h.o
 // default (10s): the agent registers one service at a time, each a Raft
 // apply, so a hundred concurrent registrations on a loaded 2-core machine
 // take seconds.
-func (h *harness) open(addr string) (*registry.Registry, error) {
-	d, err := consul.NewDriver(consul.Options{Address: addr, Wait: 5 * time.Second})
+func (h *harness) open(addr string) (*registry.Registry, error) { return h.openAs(addr, h.token) }
+
+func (h *harness) openAs(addr, token string) (*registry.Registry, error) {
+	d, err := consul.NewDriver(consul.Options{Address: addr, Wait: 5 * time.Second, Token: token})
 	if err != nil {
 		return nil, err
 	}
@@ -107,13 +150,16 @@ func (h *harness) Restart(ctx context.Context, keepData bool) error {
 }
 
 // DeleteExternally deregisters the instance through the agent's HTTP API
-// (PUT /v1/agent/service/deregister/<id>), with no token: -dev agents run
-// without ACLs.
+// (PUT /v1/agent/service/deregister/<id>), with the management token
+// when the agent has ACLs.
 func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) error {
 	u := "http://" + h.a.Addr() + "/v1/agent/service/deregister/" + url.PathEscape(in.ID)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, nil)
 	if err != nil {
 		return err
+	}
+	if t := h.a.ManagementToken(); t != "" {
+		req.Header.Set("X-Consul-Token", t)
 	}
 	c := &http.Client{Transport: &http.Transport{}}
 	defer c.CloseIdleConnections()

@@ -65,11 +65,17 @@ type Config struct {
 	// (PEM files; the certificate must be valid for 127.0.0.1). CAFile is
 	// the CA that signed it: Client and URL use it to verify the server.
 	TLS *TLSFiles
+	// Auth, when set, turns authentication on (see Auth).
+	Auth *Auth
 }
 
 // TLSFiles names the PEM files of a server certificate.
 type TLSFiles struct {
 	CertFile, KeyFile, CAFile string
+	// ClientCertAuth makes the servers require a client certificate signed
+	// by CAFile; Client and URL present CertFile (testca's certificates
+	// serve both ends).
+	ClientCertAuth bool
 }
 
 // Cluster is a running etcd cluster. Its methods are safe for concurrent
@@ -79,6 +85,8 @@ type Cluster struct {
 	dir    string
 	ownDir bool
 	token  string
+	// authGen is gen+1 once Config.Auth is set up on generation gen.
+	authGen int
 
 	mu      sync.Mutex
 	gen     int // data generation: bumped by Wipe
@@ -189,10 +197,14 @@ func (c *Cluster) spec(i int) embedded.Spec {
 		InitialCluster: strings.Join(ic, ","),
 		Token:          c.token,
 		NoFsync:        true, // test data: speed over durability
+		CheapPasswords: c.cfg.Auth != nil,
 		Logger:         c.cfg.Logger.Named(m.name),
 	}
 	if c.cfg.TLS != nil {
 		s.ClientTLS = transport.TLSInfo{CertFile: c.cfg.TLS.CertFile, KeyFile: c.cfg.TLS.KeyFile}
+		if c.cfg.TLS.ClientCertAuth {
+			s.ClientTLS.ClientCertAuth, s.ClientTLS.TrustedCAFile = true, c.cfg.TLS.CAFile
+		}
 	}
 	return s
 }
@@ -214,7 +226,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return c.enableAuth(ctx)
 }
 
 func (c *Cluster) waitReady(ctx context.Context, m *member) error {
@@ -295,14 +307,23 @@ func (c *Cluster) registryURL(hosts []string, prefix string, options []string) s
 	var caFile string
 	if c.cfg.TLS != nil {
 		caFile = c.cfg.TLS.CAFile
+		if c.cfg.TLS.ClientCertAuth {
+			options = append([]string{"cert_file=" + url.QueryEscape(c.cfg.TLS.CertFile),
+				"key_file=" + url.QueryEscape(c.cfg.TLS.KeyFile)}, options...)
+		}
 	}
 	return embedded.RegistryURL(hosts, c.cfg.TLS != nil, caFile, prefix, options)
 }
 
-// Client returns a new client of the cluster; the caller closes it
-// (before closing the Cluster).
-func (c *Cluster) Client() (*clientv3.Client, error) {
+// Client returns a new client of the cluster, logged in as root under
+// Config.Auth; the caller closes it (before closing the Cluster).
+func (c *Cluster) Client() (*clientv3.Client, error) { return c.client(true) }
+
+func (c *Cluster) client(asRoot bool) (*clientv3.Client, error) {
 	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if a := c.cfg.Auth; a != nil && asRoot {
+		cfg.Username, cfg.Password = "root", a.RootPassword
+	}
 	if c.cfg.TLS != nil {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.cfg.TLS.CAFile != "" {
@@ -312,6 +333,13 @@ func (c *Cluster) Client() (*clientv3.Client, error) {
 			}
 			tc.RootCAs = x509.NewCertPool()
 			tc.RootCAs.AppendCertsFromPEM(pem)
+		}
+		if c.cfg.TLS.ClientCertAuth {
+			pair, err := tls.LoadX509KeyPair(c.cfg.TLS.CertFile, c.cfg.TLS.KeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("etcdtest: client: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{pair}
 		}
 		cfg.TLS = tc
 	}

@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"net/url"
 	"testing"
 	"time"
 
@@ -49,11 +50,28 @@ func NewHarness(t testing.TB, cfg Config) conformance.Harness {
 	return &harness{c: c}
 }
 
+// HarnessPrefix is the key prefix the harness's registries work under:
+// a user of NewHarnessAs needs a role on HarnessPrefix + "/".
+const HarnessPrefix = harnessPrefix
+
+// NewHarnessAs is NewHarness with registries that log in as user (one of
+// cfg.Auth's); the fault hooks log in as root.
+func NewHarnessAs(t testing.TB, cfg Config, user, password string) conformance.Harness {
+	h := NewHarness(t, cfg).(*harness)
+	h.login = []string{"username=" + url.QueryEscape(user), "password=" + url.QueryEscape(password)}
+	return h
+}
+
 // harness runs the conformance suite on a Cluster.
-type harness struct{ c *Cluster }
+type harness struct {
+	c     *Cluster
+	login []string // URL options: username and password
+}
+
+func (h *harness) options() []string { return append([]string{harnessProgress}, h.login...) }
 
 func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
-	return registry.Open(ctx, h.c.URL(harnessPrefix, harnessProgress), registry.WithResyncInterval(5*time.Second))
+	return registry.Open(ctx, h.c.URL(harnessPrefix, h.options()...), registry.WithResyncInterval(5*time.Second))
 }
 
 // Config sizes the bounds for a 2-core machine shared with other test
@@ -75,8 +93,27 @@ func (h *harness) Config() conformance.Config {
 		// (2,000 Raft proposals) overrun the 5s request timeout. Without
 		// -race one member holds 1,000 (docs/reliability.md).
 		ManyLeases: 300,
+		Skip:       h.skip(),
 	}
 }
+
+// skip declares TenantIsolation skipped for a user of NewHarnessAs, whose
+// role holds the harness's prefix only.
+func (h *harness) skip() map[string]string {
+	if h.login == nil {
+		return nil
+	}
+	return map[string]string{"TenantIsolation": "the user's role holds one prefix; tenants are other prefixes"}
+}
+
+// OpenTenant opens a registry under the key prefix /tenant: the prefix is
+// the etcd backend's namespace.
+func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+	return registry.Open(ctx, h.c.URL("/"+tenant, h.options()...), registry.WithResyncInterval(5*time.Second))
+}
+
+// TenantsShareNames is true: each prefix is a namespace of its own.
+func (h *harness) TenantsShareNames() bool { return true }
 
 // OpenLinked opens a Registry through a Link of its own. The Link is
 // closed with the Cluster.
@@ -85,7 +122,7 @@ func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conforman
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := registry.Open(ctx, l.URL(harnessPrefix, harnessProgress), registry.WithResyncInterval(5*time.Second))
+	r, err := registry.Open(ctx, l.URL(harnessPrefix, h.options()...), registry.WithResyncInterval(5*time.Second))
 	if err != nil {
 		l.Close()
 		return nil, nil, err

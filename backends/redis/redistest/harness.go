@@ -53,7 +53,8 @@ func (f *Failover) Harness(t testing.TB, query string, cfg conformance.Config) c
 	}
 	return newHarness(t, "redis+sentinel://"+f.Sentinel.Addr()+"/0?master="+f.Name+"&"+query, cfg,
 		func() redis.UniversalClient {
-			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: f.Name, SentinelAddrs: []string{f.Sentinel.Addr()}})
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: f.Name, SentinelAddrs: []string{f.Sentinel.Addr()},
+				SentinelPassword: f.Sentinel.pass})
 		})
 }
 
@@ -88,6 +89,22 @@ func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
 }
 
 func (h *harness) Config() conformance.Config { return h.cfg }
+
+// OpenTenant opens a registry whose keys start with the prefix tenant:
+// the key prefix is the Redis backend's namespace.
+func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+	u, err := url.Parse(h.url)
+	if err != nil {
+		return nil, err
+	}
+	q := u.Query()
+	q.Set("prefix", tenant)
+	u.RawQuery = q.Encode()
+	return registry.Open(ctx, u.String(), registry.WithResyncInterval(time.Second))
+}
+
+// TenantsShareNames is true: each prefix is a namespace of its own.
+func (h *harness) TenantsShareNames() bool { return true }
 
 // OpenLinked opens a registry whose every connection — to a server, a
 // cluster node or a Sentinel, whichever address the client learns — goes

@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 )
 
@@ -34,7 +35,10 @@ type Spec struct {
 	InitialCluster string
 	Token          string // initial cluster token
 	ClientTLS      transport.TLSInfo
-	NoFsync        bool        // speed over durability (test data)
+	NoFsync        bool // speed over durability (test data)
+	// CheapPasswords hashes user passwords at bcrypt's least cost: logins
+	// of test users then take microseconds, not tens of milliseconds each.
+	CheapPasswords bool
 	Logger         *zap.Logger // nil: none
 }
 
@@ -79,6 +83,9 @@ func (s Spec) config(register func(*grpc.Server)) *embed.Config {
 	cfg.InitialClusterToken = s.Token
 	cfg.ClusterState = embed.ClusterStateFlagNew // ignored when the data dir exists
 	cfg.UnsafeNoFsync = s.NoFsync
+	if s.CheapPasswords {
+		cfg.BcryptCost = uint(bcrypt.MinCost)
+	}
 	lg := s.Logger
 	if lg == nil {
 		lg = zap.NewNop()

@@ -1,0 +1,17 @@
+package dnssrv_test
+
+import (
+	"testing"
+
+	"github.com/roster-go/roster/backends/consul/consultest"
+	_ "github.com/roster-go/roster/backends/dnssrv" // dns+srv:// for the harness
+	"github.com/roster-go/roster/backends/dnssrv/dnssrvtest"
+	"github.com/roster-go/roster/conformance"
+)
+
+// TestConformance runs the suite on a Consul agent's DNS interface: the
+// checks that only read run, with instances published through the
+// agent's HTTP API; the others are reported "n/a: read-only".
+func TestConformance(t *testing.T) {
+	conformance.Run(t, dnssrvtest.NewHarness(t, consultest.Start(t)))
+}

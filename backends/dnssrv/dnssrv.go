@@ -1,0 +1,389 @@
+// Package dnssrv is Roster's read-only backend on DNS SRV records, with
+// github.com/miekg/dns: discovery from Consul's DNS interface, Kubernetes
+// headless services, or any zone with SRV records.
+//
+// Import it for its side effect and open a registry by URL:
+//
+//	import _ "github.com/roster-go/roster/backends/dnssrv"
+//
+//	r, err := registry.Open(ctx, "dns+srv://127.0.0.1:8600/{service}.service.consul")
+//
+// # URLs
+//
+//	dns+srv://[resolver[:port]]/<name>[?options]
+//
+// The resolver is the DNS server asked (port 53 if none); without one, the
+// first nameserver of /etc/resolv.conf. The path is the SRV name of a
+// service, with {service} standing for the service's name:
+//
+//	dns+srv://127.0.0.1:8600/{service}.service.consul            Consul
+//	dns+srv://127.0.0.1:8600/_{service}._tcp.service.consul      Consul, RFC 2782 form
+//	dns+srv://10.96.0.10/_http._tcp.{service}.prod.svc.cluster.local  Kubernetes, port "http"
+//
+// A path without {service} is a domain appended to the service's name
+// (dns+srv://127.0.0.1:8600/service.consul asks for <service>.service.consul).
+// Options:
+//
+//	min_poll   shortest wait between two queries of a service, default 1s
+//	max_poll   longest, default 30s
+//	timeout    bound on one query, default 2s
+//	udp        true: query over UDP (a truncated answer is asked again over
+//	           TCP); TCP by default, see below
+//
+// # What it reads
+//
+// Each SRV record of the name is one instance: its address is the target's
+// A or AAAA record (from the answer's additional section, else asked for),
+// its port the record's port, its weight the record's weight (SRV weight 0,
+// "use only when nothing else is left", is Roster's draining weight 0). Its
+// ID is the address, host:port, so two records for one address are one
+// instance. Metadata carries srv_target and srv_priority. A target of "."
+// (the service is decidedly not available) is no instance; a name that
+// does not exist (NXDOMAIN) or has no SRV records is an empty snapshot.
+//
+// # TCP by default
+//
+// Questions go over TCP unless udp=true. A UDP answer holds what fits in
+// one datagram, and Consul trims a longer one silently, without the
+// truncation bit that would make a client ask again over TCP (unless its
+// dns_config.enable_truncate is set): a service of 100 instances came back
+// as 67 in the tests. TCP answers are whole. Use udp=true with servers
+// that set the bit (CoreDNS does) when the cost of a connection per
+// question matters.
+//
+// # Polling
+//
+// A watch queries the name again after the smallest TTL of the records it
+// got, bounded to [min_poll, max_poll], and delivers a new snapshot when
+// the instances changed. Consul answers with TTL 0 by default (see its
+// dns_config.service_ttl), so Consul is polled every min_poll. A query that
+// fails (timeout, SERVFAIL, REFUSED) fails the stream with
+// driver.ErrUnavailable: the registry serves the last snapshot marked stale
+// and reopens the stream with backoff.
+//
+// # Read-only
+//
+// Register returns driver.ErrInvalid: instances are registered through the
+// server that owns the records (the Consul agent, the Kubernetes Service).
+// Services returns driver.ErrInvalid too: DNS cannot list the services of
+// a zone. docs/backends/dns.md has the guarantees and figures.
+package dnssrv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// Scheme is the URL scheme of this backend.
+const Scheme = "dns+srv"
+
+// Defaults of Options.
+const (
+	DefaultMinPoll = time.Second
+	DefaultMaxPoll = 30 * time.Second
+	DefaultTimeout = 2 * time.Second
+)
+
+func init() {
+	driver.Register(Scheme, openURL, publicOptions...)
+}
+
+// Options configure a Driver opened with New.
+type Options struct {
+	Resolver string // host:port of the DNS server
+	// Name is the SRV name of a service, with {service} standing for the
+	// service's name.
+	Name             string
+	MinPoll, MaxPoll time.Duration // bounds of the wait between queries
+	Timeout          time.Duration // bound on one query
+	UDP              bool          // query over UDP instead of TCP
+}
+
+// Driver is a read-only driver.Driver on DNS SRV records.
+type Driver struct {
+	opts   Options
+	udp    *dns.Client
+	tcp    *dns.Client
+	rev    atomic.Uint64 // orders the snapshots of every query
+	closed atomic.Bool
+}
+
+// ErrReadOnly is the error of Register: it wraps driver.ErrInvalid.
+var ErrReadOnly = fmt.Errorf("%w: dns+srv is read-only: register through the server that owns the SRV records (Consul agent, Kubernetes Service)", driver.ErrInvalid)
+
+// New returns a Driver. Nothing is asked until the first List or Watch.
+func New(opts Options) (*Driver, error) {
+	if _, _, err := net.SplitHostPort(opts.Resolver); err != nil {
+		return nil, driver.Invalid("resolver", "%q: want host:port", opts.Resolver)
+	}
+	if !strings.Contains(opts.Name, "{service}") {
+		return nil, driver.Invalid("name", "%q has no {service}", opts.Name)
+	}
+	if opts.MinPoll <= 0 {
+		opts.MinPoll = DefaultMinPoll
+	}
+	if opts.MaxPoll <= 0 {
+		opts.MaxPoll = max(DefaultMaxPoll, opts.MinPoll)
+	}
+	if opts.MaxPoll < opts.MinPoll {
+		return nil, driver.Invalid("max_poll", "%v is below min_poll %v", opts.MaxPoll, opts.MinPoll)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return &Driver{opts: opts,
+		udp: &dns.Client{Net: "udp", Timeout: opts.Timeout, UDPSize: dns.DefaultMsgSize},
+		tcp: &dns.Client{Net: "tcp", Timeout: opts.Timeout}}, nil
+}
+
+// NameOf returns the SRV name asked for service.
+func (d *Driver) NameOf(service string) string {
+	return dns.Fqdn(strings.ReplaceAll(d.opts.Name, "{service}", service))
+}
+
+// Register implements driver.Driver: always ErrReadOnly.
+func (d *Driver) Register(context.Context, driver.Instance, time.Duration) (driver.Registration, error) {
+	return nil, ErrReadOnly
+}
+
+// Services implements driver.Driver: DNS cannot list a zone's services.
+func (d *Driver) Services(context.Context) ([]string, error) {
+	return nil, fmt.Errorf("%w: dns+srv cannot list services: DNS has no such query", driver.ErrInvalid)
+}
+
+// Limits implements driver.Driver. Nothing registers here; the values
+// only keep the registry's TTL checks meaningful.
+func (d *Driver) Limits() driver.Limits {
+	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
+}
+
+// Close implements driver.Driver. Streams end at their next wait.
+func (d *Driver) Close() error {
+	d.closed.Store(true)
+	return nil
+}
+
+// List implements driver.Driver with one SRV query (and address queries
+// for targets the answer did not resolve).
+func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
+	snap, _, err := d.lookup(ctx, service)
+	return snap, err
+}
+
+// lookup asks for the service's records and returns the snapshot and the
+// smallest TTL of the records used.
+func (d *Driver) lookup(ctx context.Context, service string) (driver.Snapshot, time.Duration, error) {
+	if d.closed.Load() {
+		return driver.Snapshot{}, 0, fmt.Errorf("dnssrv: %w", driver.ErrClosed)
+	}
+	name := d.NameOf(service)
+	resp, err := d.exchange(ctx, name, dns.TypeSRV)
+	if err != nil {
+		return driver.Snapshot{}, 0, err
+	}
+	snap := driver.Snapshot{Service: service, Instances: []driver.Instance{}}
+	ttl := time.Duration(-1)
+	seen := map[string]bool{}
+	for _, rr := range resp.Answer {
+		srv, ok := rr.(*dns.SRV)
+		if !ok || srv.Target == "." {
+			continue
+		}
+		ttl = minTTL(ttl, srv.Hdr.Ttl)
+		ips, ipTTL, err := d.addresses(ctx, resp, srv.Target)
+		if err != nil {
+			return driver.Snapshot{}, 0, err
+		}
+		ttl = minTTL(ttl, ipTTL)
+		for _, ip := range ips {
+			addr := net.JoinHostPort(ip, strconv.Itoa(int(srv.Port)))
+			if seen[addr] {
+				continue
+			}
+			seen[addr] = true
+			snap.Instances = append(snap.Instances, driver.Instance{ID: InstanceID(addr), Service: service, Address: addr,
+				Weight: uint32(srv.Weight), Metadata: map[string]string{
+					"srv_target": strings.TrimSuffix(srv.Target, "."), "srv_priority": strconv.Itoa(int(srv.Priority))}})
+		}
+	}
+	driver.SortInstances(snap.Instances)
+	snap.Revision, snap.At = d.rev.Add(1), time.Now()
+	return snap, max(ttl, 0), nil
+}
+
+// InstanceID is the ID under which an SRV answer's address host:port is
+// listed: the address with every character an ID cannot hold (':', '[',
+// ']') made '-', so "10.0.0.7:8080" is "10.0.0.7-8080" and
+// "[2001:db8::2]:9090" is "2001-db8--2--9090". DNS has no instance IDs;
+// this one is stable for as long as the address is.
+func InstanceID(addr string) string {
+	id := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, addr)
+	return strings.TrimLeft(id, "-._")
+}
+
+func minTTL(cur time.Duration, ttl uint32) time.Duration {
+	t := time.Duration(ttl) * time.Second
+	if cur < 0 || t < cur {
+		return t
+	}
+	return cur
+}
+
+// addresses returns the target's IPv4 and IPv6 addresses: from the
+// answer's additional section when it has them, else asked for.
+func (d *Driver) addresses(ctx context.Context, resp *dns.Msg, target string) ([]string, uint32, error) {
+	if ips, ttl := addressesIn(resp.Extra, target); len(ips) > 0 {
+		return ips, ttl, nil
+	}
+	if ip := net.ParseIP(strings.TrimSuffix(target, ".")); ip != nil {
+		return []string{ip.String()}, 0, nil
+	}
+	var ips []string
+	var ttl uint32
+	for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		r, err := d.exchange(ctx, target, t)
+		if err != nil {
+			return nil, 0, err
+		}
+		got, gotTTL := addressesIn(r.Answer, target)
+		if len(got) > 0 && (len(ips) == 0 || gotTTL < ttl) {
+			ttl = gotTTL
+		}
+		ips = append(ips, got...)
+	}
+	return ips, ttl, nil
+}
+
+// addressesIn returns the A and AAAA records of name in rrs (following
+// one CNAME), with their smallest TTL.
+func addressesIn(rrs []dns.RR, name string) ([]string, uint32) {
+	var ips []string
+	var ttl uint32
+	for _, rr := range rrs {
+		if c, ok := rr.(*dns.CNAME); ok && strings.EqualFold(c.Hdr.Name, name) {
+			name = c.Target
+		}
+	}
+	for _, rr := range rrs {
+		if !strings.EqualFold(rr.Header().Name, name) {
+			continue
+		}
+		var ip net.IP
+		switch a := rr.(type) {
+		case *dns.A:
+			ip = a.A
+		case *dns.AAAA:
+			ip = a.AAAA
+		default:
+			continue
+		}
+		if len(ips) == 0 || rr.Header().Ttl < ttl {
+			ttl = rr.Header().Ttl
+		}
+		ips = append(ips, ip.String())
+	}
+	return ips, ttl
+}
+
+// exchange asks one question, over TCP when asked to or when the UDP
+// answer was truncated. A name that does not exist is an empty answer.
+func (d *Driver) exchange(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	m.SetEdns0(dns.DefaultMsgSize, false)
+	c := d.tcp
+	if d.opts.UDP {
+		c = d.udp
+	}
+	r, _, err := c.ExchangeContext(ctx, m, d.opts.Resolver)
+	if err == nil && r.Truncated && c == d.udp {
+		r, _, err = d.tcp.ExchangeContext(ctx, m, d.opts.Resolver)
+	}
+	q := dns.TypeToString[qtype] + " " + name
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("dnssrv: %s: %w", q, ctx.Err())
+	case err != nil:
+		return nil, fmt.Errorf("dnssrv: %s: %w: %v", q, driver.ErrUnavailable, err)
+	case r.Rcode == dns.RcodeNameError:
+		return &dns.Msg{}, nil
+	case r.Rcode != dns.RcodeSuccess:
+		return nil, fmt.Errorf("dnssrv: %s: %w: %s from %s", q, driver.ErrUnavailable, dns.RcodeToString[r.Rcode], d.opts.Resolver)
+	}
+	return r, nil
+}
+
+// Watch implements driver.Driver: a stream that polls.
+func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if d.closed.Load() {
+		return nil, fmt.Errorf("dnssrv: watch: %w", driver.ErrClosed)
+	}
+	return &stream{d: d, service: service, closed: make(chan struct{})}, nil
+}
+
+type stream struct {
+	d       *Driver
+	service string
+	closed  chan struct{}
+	once    sync.Once
+	last    *driver.Snapshot
+	wait    time.Duration
+}
+
+// Next implements driver.Stream: the first call queries at once, later
+// ones after the records' TTL (bounded), until the instances change.
+func (s *stream) Next(ctx context.Context) (driver.Snapshot, error) {
+	for {
+		if s.last != nil {
+			t := time.NewTimer(s.wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return driver.Snapshot{}, ctx.Err()
+			case <-s.closed:
+				t.Stop()
+				return driver.Snapshot{}, fmt.Errorf("dnssrv: watch %s: %w", s.service, driver.ErrClosed)
+			case <-t.C:
+			}
+		}
+		c, cancel := context.WithTimeout(ctx, 2*s.d.opts.Timeout)
+		snap, ttl, err := s.d.lookup(c, s.service)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return driver.Snapshot{}, ctx.Err()
+			}
+			return driver.Snapshot{}, err
+		}
+		s.wait = min(max(ttl, s.d.opts.MinPoll), s.d.opts.MaxPoll)
+		if s.last == nil || !s.last.SameInstances(snap) {
+			s.last = &snap
+			return snap, nil
+		}
+	}
+}
+
+// Close implements driver.Stream.
+func (s *stream) Close() error {
+	s.once.Do(func() { close(s.closed) })
+	return nil
+}

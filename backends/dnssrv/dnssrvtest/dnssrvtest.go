@@ -1,0 +1,103 @@
+// Package dnssrvtest is the conformance harness of the read-only dns+srv
+// backend on a real Consul agent's DNS interface
+// (backends/consul/consultest): instances are published through the
+// agent's HTTP API, and read back through DNS.
+//
+//	a := consultest.Start(t)
+//	conformance.Run(t, dnssrvtest.NewHarness(t, a))
+package dnssrvtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/backends/dnssrv"
+	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// URL returns the dns+srv:// URL that reads Consul's <service>.service.consul
+// records from the agent's DNS interface, with query appended if not empty.
+func URL(a *consultest.Agent, query string) string {
+	u := "dns+srv://" + a.DNSAddr() + "/{service}.service.consul"
+	if query != "" {
+		u += "?" + query
+	}
+	return u
+}
+
+// harnessQuery polls every 100ms: Consul answers with TTL 0, so the
+// propagation delay is the poll interval.
+const harnessQuery = "min_poll=100ms"
+
+// NewHarness returns a conformance.ReadOnly harness on agent a. Registries
+// are opened by dns+srv:// URL, so the caller imports backends/dnssrv.
+func NewHarness(tb testing.TB, a *consultest.Agent) conformance.Harness {
+	tb.Helper()
+	if _, ok := driver.Lookup("dns+srv"); !ok {
+		tb.Fatal(`dnssrvtest: the dns+srv:// scheme is not registered: import _ "github.com/roster-go/roster/backends/dnssrv"`)
+	}
+	c, err := api.NewClient(&api.Config{Address: a.Addr()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &harness{a: a, c: c}
+}
+
+type harness struct {
+	a *consultest.Agent
+	c *api.Client
+}
+
+func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
+	return registry.Open(ctx, URL(h.a, harnessQuery))
+}
+
+func (h *harness) Config() conformance.Config {
+	// An agent registration reaches the agent's DNS answers at once
+	// (-dev: the catalog is in the agent); the rest is the 100ms poll and
+	// a loaded machine.
+	return conformance.Config{Propagation: 3 * time.Second}
+}
+
+// serviceID is the Consul service ID of a published instance: one per
+// service and address, so that publishing again updates it.
+func serviceID(in registry.Instance) string { return in.Service + "@" + in.Address }
+
+// Publish registers in with the agent, with its weight as Consul's passing
+// weight (0 becomes Consul's default, 1).
+func (h *harness) Publish(ctx context.Context, in registry.Instance) (string, error) {
+	host, port, err := net.SplitHostPort(in.Address)
+	if err != nil {
+		return "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return "", err
+	}
+	reg := &api.AgentServiceRegistration{ID: serviceID(in), Name: in.Service, Address: host, Port: p}
+	if in.Weight > 0 {
+		reg.Weights = &api.AgentWeights{Passing: int(in.Weight), Warning: 1}
+	}
+	if err := h.c.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{}.WithContext(ctx)); err != nil {
+		return "", fmt.Errorf("dnssrvtest: publish %s: %w", in.Address, err)
+	}
+	return dnssrv.InstanceID(in.Address), nil
+}
+
+// Unpublish deregisters the instance from the agent.
+func (h *harness) Unpublish(ctx context.Context, in registry.Instance) error {
+	opts := (&api.QueryOptions{}).WithContext(ctx)
+	if err := h.c.Agent().ServiceDeregisterOpts(serviceID(in), opts); err != nil {
+		return fmt.Errorf("dnssrvtest: unpublish %s: %w", in.Address, err)
+	}
+	return nil
+}

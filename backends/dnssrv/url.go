@@ -1,0 +1,100 @@
+package dnssrv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// publicOptions are the URL options: none is secret.
+var publicOptions = []string{"min_poll", "max_poll", "timeout", "udp"}
+
+// resolvConf is where the system's resolvers are read from when the URL
+// names none.
+var resolvConf = "/etc/resolv.conf"
+
+func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
+	opts, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return New(opts)
+}
+
+// ParseURL turns a dns+srv:// URL into Options (see the package
+// documentation for the form and options). Errors wrap driver.ErrInvalid
+// and name the option.
+func ParseURL(u *url.URL) (Options, error) {
+	var o Options
+	if !strings.EqualFold(u.Scheme, Scheme) {
+		return o, invalid(u, "scheme %q: want %s", u.Scheme, Scheme)
+	}
+	q, err := driver.ParseQuery("dns+srv", u)
+	if err != nil {
+		return o, err
+	}
+	q.Duration("min_poll", &o.MinPoll)
+	q.Duration("max_poll", &o.MaxPoll)
+	q.Duration("timeout", &o.Timeout)
+	q.Bool("udp", &o.UDP)
+	if err := q.Err(); err != nil {
+		return o, err
+	}
+	if u.User != nil {
+		return o, invalid(u, "DNS has no credentials: remove the user info before the @")
+	}
+	if o.Name, err = name(u); err != nil {
+		return o, err
+	}
+	o.Resolver, err = resolver(u)
+	return o, err
+}
+
+func invalid(u *url.URL, format string, args ...any) error {
+	return fmt.Errorf("%w: dns+srv URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+}
+
+// name reads the SRV name template from the path: {service} stands for
+// the service; a path without it is a domain after the service's name.
+func name(u *url.URL) (string, error) {
+	n := strings.Trim(u.Path, "/")
+	if n == "" {
+		return "", invalid(u, "no SRV name: want a path such as /{service}.service.consul")
+	}
+	if !strings.Contains(n, "{service}") {
+		n = "{service}." + n
+	}
+	if strings.Count(n, "{service}") > 1 || strings.Contains(n, "/") {
+		return "", invalid(u, "SRV name %q: one {service}, no /", n)
+	}
+	if _, ok := dns.IsDomainName(strings.ReplaceAll(n, "{service}", "svc")); !ok {
+		return "", invalid(u, "SRV name %q is not a domain name", n)
+	}
+	return n, nil
+}
+
+// resolver is the URL's host (port 53 if none), else the first
+// nameserver of the system's resolver configuration.
+func resolver(u *url.URL) (string, error) {
+	h := u.Host
+	if h == "" {
+		cfg, err := dns.ClientConfigFromFile(resolvConf)
+		if err != nil || len(cfg.Servers) == 0 {
+			return "", invalid(u, "no resolver in the URL and none in %s", resolvConf)
+		}
+		return net.JoinHostPort(cfg.Servers[0], cfg.Port), nil
+	}
+	if strings.Contains(h, ",") {
+		return "", invalid(u, "one resolver only")
+	}
+	if _, _, err := net.SplitHostPort(h); err != nil {
+		h = net.JoinHostPort(strings.Trim(h, "[]"), "53")
+	}
+	return h, nil
+}

@@ -1,0 +1,68 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/registry"
+)
+
+// authConfig has two users: "roster" with the documented role (readwrite
+// on the prefix and nothing else) and "reader", whose role may only read.
+var authConfig = etcdtest.Auth{RootPassword: "root-pw", Users: []etcdtest.User{
+	{Name: "roster", Password: "roster-pw", Prefix: etcdtest.HarnessPrefix + "/"},
+	{Name: "reader", Password: "reader-pw", Prefix: etcdtest.HarnessPrefix + "/", ReadOnly: true},
+	{Name: "elsewhere", Password: "elsewhere-pw", Prefix: "/other/"},
+}}
+
+// A user whose role holds only the prefix's key range passes the suite.
+func TestConformanceLeastPrivilege(t *testing.T) {
+	conformance.Run(t, etcdtest.NewHarnessAs(t, etcdtest.Config{Auth: &authConfig}, "roster", "roster-pw"))
+}
+
+// A role without write, or without the prefix's range, fails the first
+// call with ErrInvalid saying permission denied: no retry grants it.
+func TestRoleWithoutThePrefix(t *testing.T) {
+	cl := startCluster(t, etcdtest.Config{Auth: &authConfig})
+	ctx := t.Context()
+	for _, u := range []struct{ user, pass string }{{"reader", "reader-pw"}, {"elsewhere", "elsewhere-pw"}} {
+		r, err := registry.Open(ctx, cl.URL(etcdtest.HarnessPrefix, "username="+u.user, "password="+u.pass))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		_, err = r.Register(ctx, registry.Instance{Service: "svc", Address: "127.0.0.1:80"})
+		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("Register as %s = %v, want ErrInvalid saying permission denied", u.user, err)
+		}
+	}
+	r, err := registry.Open(ctx, cl.URL(etcdtest.HarnessPrefix, "username=elsewhere", "password=elsewhere-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for name, call := range map[string]func() error{
+		"Lookup":   func() error { _, err := r.Lookup(ctx, "svc"); return err },
+		"Services": func() error { _, err := r.Services(ctx); return err },
+		"Watch": func() error {
+			w, err := r.Watch(ctx, "svc")
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_, err = w.Next(nctx)
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("%s outside the role's range = %v, want ErrInvalid saying permission denied", name, err)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package zookeeper
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// publicOptions are the URL options whose values are not secrets.
+var publicOptions = []string{"session_timeout", "request_timeout"}
+
+func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
+	opts, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return New(opts)
+}
+
+// ParseURL turns a zk:// URL into Options (see the package documentation
+// for the form and options). Errors wrap driver.ErrInvalid, name the
+// option and never quote the password.
+func ParseURL(u *url.URL) (Options, error) {
+	var o Options
+	if !strings.EqualFold(u.Scheme, Scheme) {
+		return o, invalid(u, "scheme %q: want %s", u.Scheme, Scheme)
+	}
+	q, err := driver.ParseQuery("zookeeper", u)
+	if err != nil {
+		return o, err
+	}
+	q.Duration("session_timeout", &o.SessionTimeout)
+	q.Duration("request_timeout", &o.RequestTimeout)
+	if err := q.Err(); err != nil {
+		return o, err
+	}
+	if o.Root, err = root(u); err != nil {
+		return o, err
+	}
+	if u.User != nil {
+		o.User = u.User.Username()
+		o.Password, _ = u.User.Password()
+		if o.User == "" || o.Password == "" {
+			return o, invalid(u, "digest credentials need both a user and a password (zk://user:password@host)")
+		}
+	}
+	o.Servers, err = servers(u)
+	return o, err
+}
+
+// invalid is an ErrInvalid in the form driver.Query gives its own, with
+// the URL redacted.
+func invalid(u *url.URL, format string, args ...any) error {
+	return fmt.Errorf("%w: zookeeper URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+}
+
+// root reads the root znode from the URL's path: /roster when empty.
+func root(u *url.URL) (string, error) {
+	p := strings.TrimRight(u.Path, "/")
+	if p == "" {
+		return DefaultRoot, nil
+	}
+	if path.Clean(p) != p || strings.ContainsAny(p, "\x00") {
+		return "", invalid(u, "root %q is not a clean znode path (no //, . or .. segments)", p)
+	}
+	if p == "/zookeeper" || strings.HasPrefix(p, "/zookeeper/") {
+		return "", invalid(u, "root %s is inside /zookeeper, which ZooKeeper reserves", p)
+	}
+	return p, nil
+}
+
+// servers turns the URL's comma-separated hosts into host:port pairs; a
+// host without a port gets ZooKeeper's 2181.
+func servers(u *url.URL) ([]string, error) {
+	if u.Host == "" {
+		return nil, invalid(u, "no host (zk://host:2181[,host2:2181]/root)")
+	}
+	var out []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return nil, invalid(u, "empty host in the server list")
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "2181")
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}

@@ -1,0 +1,185 @@
+package zktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// HarnessRoot is the root znode the conformance suite works under.
+const HarnessRoot = "/roster-conformance"
+
+// harnessQuery: a 3s reading session, so that a client stuck on a server
+// that lost its data is replaced within the suite's bounds.
+const harnessQuery = "session_timeout=3s"
+
+// NewHarness returns the conformance harness of the ZooKeeper backend on
+// server s, with every fault hook:
+//
+//   - conformance.Partitioner: a TCP proxy between the registry and the
+//     server (closed when tb ends);
+//   - conformance.Restarter: Server.Restart, a kill and a start, with or
+//     without the data directory;
+//   - conformance.Wiper: a recursive delete of the root by a client of its
+//     own, ephemeral znodes included;
+//   - conformance.ExternalDeleter: a delete of the instance's znode, as
+//     zkCli.sh's delete would.
+//
+// Registries are opened by zk:// URL, so the caller imports
+// backends/zookeeper, which registers the scheme.
+func NewHarness(tb testing.TB, s *Server) conformance.Harness {
+	tb.Helper()
+	if _, ok := driver.Lookup("zk"); !ok {
+		tb.Fatal(`zktest: the zk:// scheme is not registered: import _ "github.com/roster-go/roster/backends/zookeeper"`)
+	}
+	h := &harness{s: s}
+	tb.Cleanup(h.closeProxies)
+	return h
+}
+
+type harness struct {
+	s *Server
+
+	mu      sync.Mutex
+	proxies []*loopback.Proxy
+}
+
+func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
+	return h.open(ctx, h.s.Addr())
+}
+
+func (h *harness) open(ctx context.Context, addr string) (*registry.Registry, error) {
+	return registry.Open(ctx, url([]string{addr}, HarnessRoot, harnessQuery), registry.WithResyncInterval(5*time.Second))
+}
+
+// Config sizes the bounds for a 2-core machine shared with other test runs
+// under -race; ZooKeeper itself propagates in milliseconds.
+func (h *harness) Config() conformance.Config {
+	return conformance.Config{
+		// 3s, as on the other backends: one slow heartbeat round on a
+		// loaded machine must not lose the lease.
+		TTL: 3 * time.Second,
+		// Sessions expire on tick boundaries (0.5s), and the watchdog of an
+		// abandoned lease fires a TTL after its last heartbeat; the rest is
+		// headroom for the JVM under load.
+		ExpirySlack: 1500 * time.Millisecond,
+		Propagation: 2 * time.Second,
+		StaleDetect: 6 * time.Second,
+		// One session per TTL: a thousand leases are a thousand znodes in
+		// one session, cheap for the server; 300 keeps the race-detector
+		// run short, as on etcd.
+		ManyLeases: 300,
+	}
+}
+
+// OpenLinked puts a TCP proxy between the registry and the server.
+func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
+	p, err := loopback.NewProxy(h.s.Addr())
+	if err != nil {
+		return nil, nil, err
+	}
+	h.mu.Lock()
+	h.proxies = append(h.proxies, p)
+	h.mu.Unlock()
+	r, err := h.open(ctx, p.Addr())
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, p, nil
+}
+
+func (h *harness) Restart(ctx context.Context, keepData bool) error {
+	return h.s.Restart(ctx, keepData)
+}
+
+// Wipe deletes the root and everything under it.
+func (h *harness) Wipe(ctx context.Context) error {
+	return h.withConn(ctx, func(c *zk.Conn) error { return deleteTree(c, HarnessRoot) })
+}
+
+// DeleteExternally deletes the instance's znode.
+func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) error {
+	p := HarnessRoot + "/" + in.Service + "/" + in.ID
+	return h.withConn(ctx, func(c *zk.Conn) error { return c.Delete(p, -1) })
+}
+
+// withConn runs fn on a client of its own, connected to the server.
+func (h *harness) withConn(ctx context.Context, fn func(*zk.Conn) error) error {
+	c, err := Connect(ctx, h.s.Addr())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
+// Connect returns a client with a session on the servers, for tests that
+// act behind the driver's back. The caller closes it.
+func Connect(ctx context.Context, addrs ...string) (*zk.Conn, error) {
+	c, events, err := zk.Connect(addrs, 10*time.Second, zk.WithLogger(quiet{}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("zktest: %w", err)
+	}
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				go drain(events)
+				return c, nil
+			}
+		case <-ctx.Done():
+			c.Close()
+			return nil, fmt.Errorf("zktest: connect %v: %w", addrs, ctx.Err())
+		}
+	}
+}
+
+// drain reads the client's events until it closes them (Close), so that
+// the client never blocks on a full channel.
+func drain(events <-chan zk.Event) {
+	for range events {
+	}
+}
+
+// deleteTree deletes p and everything under it.
+func deleteTree(c *zk.Conn, p string) error {
+	kids, _, err := c.Children(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, k := range kids {
+		if err := deleteTree(c, p+"/"+k); err != nil {
+			return err
+		}
+	}
+	if err := c.Delete(p, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	return nil
+}
+
+func (h *harness) closeProxies() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range h.proxies {
+		p.Close()
+	}
+	h.proxies = nil
+}
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}

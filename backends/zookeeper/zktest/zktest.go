@@ -1,0 +1,348 @@
+// Package zktest starts private ZooKeeper servers for tests: Debian's
+// zookeeper package (ZooKeeper 3.8, Apache-2.0) run as a standalone server
+// or as an ensemble, on free loopback ports, with its configuration, data
+// and log in a temporary directory. It never skips: a missing server is an
+// error that says how to get one.
+//
+// NewHarness is the ZooKeeper backend's conformance harness on such a
+// server, so that a conformance test is one line:
+//
+//	conformance.Run(t, zktest.NewHarness(t, zktest.Start(t)))
+//
+// The server runs on the JVM found as $JAVA_HOME/bin/java or java on PATH,
+// with the class path $ROSTER_ZOOKEEPER_CLASSPATH if set, else Debian's
+// /usr/share/java/zookeeper.jar (whose manifest names its dependencies)
+// and slf4j-simple for its log. scripts/test.sh installs the package.
+package zktest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/internal/childproc"
+	"github.com/roster-go/roster/internal/loopback"
+)
+
+// EnvClasspath names the environment variable that overrides the server's
+// Java class path.
+const EnvClasspath = "ROSTER_ZOOKEEPER_CLASSPATH"
+
+// DefaultClasspath is where Debian's zookeeper package puts the server.
+const DefaultClasspath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+
+// TickTime is the servers' tick: sessions expire on tick boundaries, and
+// the session timeouts they grant lie in [1s, 60s].
+const TickTime = 500 * time.Millisecond
+
+// findJava returns the java binary and the class path, checking that the
+// class path's files exist.
+func findJava() (string, string, error) {
+	cp := os.Getenv(EnvClasspath)
+	if cp == "" {
+		cp = DefaultClasspath
+	}
+	for _, f := range filepath.SplitList(cp) {
+		if _, err := os.Stat(f); err != nil {
+			return "", "", fmt.Errorf("zktest: class path %s: %v; install Debian's zookeeper and libslf4j-java packages "+
+				"(apt-get install -y zookeeper; scripts/test.sh does this) or set %s", cp, err, EnvClasspath)
+		}
+	}
+	java := "java"
+	if h := os.Getenv("JAVA_HOME"); h != "" {
+		java = filepath.Join(h, "bin", "java")
+	}
+	p, err := exec.LookPath(java)
+	if err != nil {
+		return "", "", fmt.Errorf("zktest: no Java runtime (%v): apt-get install -y zookeeper pulls one in", err)
+	}
+	return p, cp, nil
+}
+
+// Server is one ZooKeeper server process, standalone or a member of an
+// Ensemble. Its methods are safe for concurrent use.
+type Server struct {
+	java, classpath string
+	dir             string
+	ownDir          bool
+	id              int
+	clientPort      int
+	peers           string // the ensemble's server.N lines, empty when standalone
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *os.File
+}
+
+// Start starts a standalone server and stops it, removing its directory,
+// when the test ends. It fails the test if the server cannot start.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	s, err := NewServer("")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// NewServer starts a standalone server in dir (a new temporary directory
+// if dir is empty, removed by Close) and waits until it serves. The caller
+// closes it.
+func NewServer(dir string) (*Server, error) {
+	s, err := newServer(dir, 1)
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 3 { // a free port may be taken by someone else before the server binds it
+		if s.clientPort, lastErr = loopback.FreePort(); lastErr != nil {
+			break
+		}
+		if lastErr = s.launch(); lastErr == nil {
+			if lastErr = s.waitReady(30 * time.Second); lastErr == nil {
+				return s, nil
+			}
+			s.Stop()
+		}
+	}
+	s.removeDir()
+	return nil, lastErr
+}
+
+func newServer(dir string, id int) (*Server, error) {
+	java, cp, err := findJava()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{java: java, classpath: cp, dir: dir, id: id}
+	if s.dir == "" {
+		if s.dir, err = os.MkdirTemp("", "roster-zk-"); err != nil {
+			return nil, fmt.Errorf("zktest: %w", err)
+		}
+		s.ownDir = true
+	}
+	return s, nil
+}
+
+// Addr is the host:port clients connect to.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.clientPort)) }
+
+// URL returns the registry URL of the server, zk://127.0.0.1:<port><root>,
+// followed by ?query if query is not empty (for example "session_timeout=3s").
+func (s *Server) URL(root, query string) string { return url([]string{s.Addr()}, root, query) }
+
+func url(addrs []string, root, query string) string {
+	u := "zk://" + strings.Join(addrs, ",") + root
+	if query != "" {
+		u += "?" + strings.TrimPrefix(query, "?")
+	}
+	return u
+}
+
+// Dir is the server's directory: its configuration, data ("data") and log.
+func (s *Server) Dir() string { return s.dir }
+
+// LogPath is the file the server writes its log to (level warn).
+func (s *Server) LogPath() string { return filepath.Join(s.dir, "server.log") }
+
+// LogTail returns the last n bytes of the server's log.
+func (s *Server) LogTail(n int) string {
+	b, _ := os.ReadFile(s.LogPath())
+	if n >= 0 && len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
+
+// writeConfig writes zoo.cfg and, in an ensemble, the data dir's myid.
+// forceSync=no: a killed process loses nothing the kernel already has,
+// which is all Restart(keepData) needs, and fsync per write would make the
+// suite's writes crawl on a shared disk.
+func (s *Server) writeConfig() (string, error) {
+	if err := os.MkdirAll(s.dataDir(), 0o755); err != nil {
+		return "", fmt.Errorf("zktest: %w", err)
+	}
+	cfg := fmt.Sprintf(`tickTime=%d
+initLimit=20
+syncLimit=10
+dataDir=%s
+clientPort=%d
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+minSessionTimeout=%d
+maxSessionTimeout=60000
+forceSync=no
+admin.enableServer=false
+4lw.commands.whitelist=srvr,ruok,mntr
+`, TickTime.Milliseconds(), s.dataDir(), s.clientPort, 2*TickTime.Milliseconds())
+	if s.peers != "" {
+		cfg += s.peers
+		if err := os.WriteFile(filepath.Join(s.dataDir(), "myid"), []byte(strconv.Itoa(s.id)+"\n"), 0o644); err != nil {
+			return "", fmt.Errorf("zktest: %w", err)
+		}
+	}
+	p := filepath.Join(s.dir, "zoo.cfg")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		return "", fmt.Errorf("zktest: %w", err)
+	}
+	return p, nil
+}
+
+// launch starts the JVM; it does not wait for the server to serve.
+func (s *Server) launch() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("zktest: server already running")
+	}
+	cfg, err := s.writeConfig()
+	if err != nil {
+		return err
+	}
+	log, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("zktest: %w", err)
+	}
+	// A small serial-GC heap and the client compiler: the JVM starts in
+	// well under a second and a test server needs nothing more.
+	cmd := exec.Command(s.java, "-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dzookeeper.jmx.log4j.disable=true",
+		// Empty service (container) znodes go within a second, not a minute,
+		// so that the tests see the driver live with their removal.
+		"-Dznode.container.checkIntervalMs=1000",
+		"-cp", s.classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg)
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = log, log
+	childproc.OrphanProof(cmd)
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("zktest: start %s: %w", s.java, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	s.cmd, s.done, s.log = cmd, done, log
+	return nil
+}
+
+// waitReady polls the srvr command until the server reports its mode
+// (standalone, leader or follower): it then serves clients.
+func (s *Server) waitReady(limit time.Duration) error {
+	s.mu.Lock()
+	exited := s.done
+	s.mu.Unlock()
+	deadline := time.Now().Add(limit)
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("zktest: server %d on %s exited during start\n%s", s.id, s.Addr(), s.LogTail(4000))
+		default:
+		}
+		if strings.Contains(s.fourLetter("srvr"), "Mode: ") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("zktest: server %d on %s not serving within %v\n%s", s.id, s.Addr(), limit, s.LogTail(4000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// fourLetter sends one of ZooKeeper's four-letter commands and returns the
+// answer, empty on error.
+func (s *Server) fourLetter(cmd string) string {
+	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(cmd)); err != nil {
+		return ""
+	}
+	var b strings.Builder
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	return b.String()
+}
+
+// Mode is the server's role as srvr reports it: standalone, leader or
+// follower; empty while it does not serve.
+func (s *Server) Mode() string {
+	for _, line := range strings.Split(s.fourLetter("srvr"), "\n") {
+		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
+			return m
+		}
+	}
+	return ""
+}
+
+// Stop kills the server (SIGKILL, as a crash would), keeping its
+// directory; Start or Restart starts it again. It is safe to call twice.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+	s.log.Close()
+}
+
+// Start starts a stopped server again on the same ports and waits until
+// it serves. keepData false deletes its data first: it comes back empty,
+// its transaction counter back at zero. A member of an ensemble serves
+// only once a quorum is up.
+func (s *Server) Start(ctx context.Context, keepData bool) error {
+	if !keepData {
+		if err := os.RemoveAll(s.dataDir()); err != nil {
+			return err
+		}
+	}
+	if err := s.launch(); err != nil {
+		return err
+	}
+	limit := 30 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		limit = time.Until(d)
+	}
+	return s.waitReady(limit)
+}
+
+// Restart kills the server (as a crash would) and starts it again on the
+// same ports, with or without its data.
+func (s *Server) Restart(ctx context.Context, keepData bool) error {
+	s.Stop()
+	return s.Start(ctx, keepData)
+}
+
+// Close stops the server and removes its directory if NewServer created
+// it. It is safe to call twice.
+func (s *Server) Close() error {
+	s.Stop()
+	return s.removeDir()
+}
+
+func (s *Server) removeDir() error {
+	if !s.ownDir {
+		return nil
+	}
+	return os.RemoveAll(s.dir)
+}

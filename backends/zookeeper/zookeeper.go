@@ -1,0 +1,427 @@
+// Package zookeeper is the ZooKeeper backend of Roster, on
+// github.com/go-zookeeper/zk. It needs ZooKeeper 3.5 or newer (container
+// nodes).
+//
+// Import it for its side effect and open a registry by URL:
+//
+//	import _ "github.com/roster-go/roster/backends/zookeeper"
+//
+//	r, err := registry.Open(ctx, "zk://10.0.0.1:2181,10.0.0.2:2181/roster")
+//
+// # URLs
+//
+//	zk://[user:password@]host1:2181[,host2:2181…][/root][?options]
+//
+// Give every host its port, or none (2181 for all). The path is the root
+// znode under which services live (default /roster): the driver prefixes
+// its paths with it, as a chroot would. User and password, when given, are
+// added to every session as digest credentials; the password never
+// appears in an error or in driver.Redact's output. Options:
+//
+//	session_timeout   timeout of the session that reads and watches, default 10s
+//	request_timeout   bound on every call, default 5s
+//
+// # Data model
+//
+// Each registration is an ephemeral znode <root>/<service>/<instance-id>
+// holding the instance as JSON. Service znodes are container nodes, which
+// the server deletes some time (containerCheckIntervalMs, 60s by default)
+// after their last child went. With credentials, znodes are created with
+// the ACL auth:all + world:read, so that every client can discover and
+// only the owner's identity can change them; without, world:all.
+//
+// # TTLs and sessions
+//
+// An ephemeral znode lives as long as the session that created it. The
+// driver keeps one session per distinct TTL (TTLs are whole seconds,
+// Limits: MinTTL 2s, TTLGranularity 1s), whose session timeout is that TTL,
+// and creates each registration's znode in the session of its TTL. So when
+// the process dies, the server expires the session after the TTL and
+// deletes its znodes, as the TTL promises. The server bounds session
+// timeouts to [minSessionTimeout, maxSessionTimeout] (by default 2 and 20
+// ticks, 4s and 40s with tickTime=2000): configure it so that your TTLs
+// fall inside, or crashed instances live for the bound instead of the TTL.
+//
+// The client library keeps a session alive by itself, so a lease whose
+// owner stopped heartbeating while the process runs (a hung loop,
+// Lease.Abandon) would never expire. Each registration therefore has a
+// watchdog: a TTL without a Heartbeat call deletes its znode, as expiry
+// would.
+//
+// Heartbeat reads the znode's stat: a znode that is missing or owned by
+// another session (the session expired during an outage and the client
+// opened a new one, or it was deleted behind our back) is driver.ErrNotFound,
+// and the registry's lease engine registers again in the current session.
+// A session that stayed disconnected for longer than its timeout is
+// replaced by a new client: the server expired it anyway, and a server
+// that lost its data refuses clients that saw newer transactions than its
+// own, so the old client would never reconnect.
+//
+// # Watch
+//
+// ZooKeeper 3.6's persistent recursive watches are not in the client
+// library, so a stream uses one-shot watches: a child watch on the service
+// znode (or an exists watch while it does not exist) and a data watch per
+// instance znode, each re-armed with the read that follows its event. A
+// stream fails with driver.ErrUnavailable as soon as its session
+// disconnects or expires, even when the client library would resume the
+// watches silently; the registry reopens it with backoff and the new stream
+// relists. Revisions are ZooKeeper zxids (the highest of the service
+// znode's pzxid and its children's mzxid).
+//
+// # Guarantees and limits
+//
+// Writes are linearizable; reads are served by the server the client is
+// connected to, which may lag the leader by a few milliseconds (ZooKeeper's
+// sequential consistency). A crashed process's instances disappear within
+// the session timeout (the TTL) plus the server's tick; an abandoned lease
+// within the TTL. docs/backends/zookeeper.md has the details and figures.
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// Scheme is the URL scheme of this backend.
+const Scheme = "zk"
+
+// Defaults of Options.
+const (
+	DefaultRoot           = "/roster"
+	DefaultSessionTimeout = 10 * time.Second
+	DefaultRequestTimeout = 5 * time.Second
+)
+
+// limits: TTLs are session timeouts, which the driver keeps in whole
+// seconds so that the number of sessions stays small; below 2s the
+// client's ping interval (a third of the timeout) leaves no margin for a
+// loaded machine.
+var limits = driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}
+
+func init() {
+	driver.Register(Scheme, openURL, publicOptions...)
+}
+
+// Options configure a Driver opened with New.
+type Options struct {
+	Servers        []string      // host:port of each server
+	Root           string        // root znode, default DefaultRoot
+	SessionTimeout time.Duration // of the reading session, default DefaultSessionTimeout
+	RequestTimeout time.Duration // bound on every call, default DefaultRequestTimeout
+	User, Password string        // digest credentials, optional
+}
+
+// Driver is a driver.Driver on a ZooKeeper ensemble. Wrap it with
+// registry.New, or get one through registry.Open with a zk:// URL.
+type Driver struct {
+	opts   Options
+	root   string
+	acl    []zk.ACL
+	read   *session // List, Services, Watch
+	closed atomic.Bool
+
+	mu       sync.Mutex
+	sessions map[time.Duration]*session // registrations' sessions, by TTL
+}
+
+// New returns a Driver. Sessions connect in the background: an unreachable
+// ensemble shows as ErrUnavailable on the first calls, not here.
+func New(opts Options) (*Driver, error) {
+	if len(opts.Servers) == 0 {
+		return nil, fmt.Errorf("zookeeper: %w: no servers", driver.ErrInvalid)
+	}
+	if opts.Root == "" {
+		opts.Root = DefaultRoot
+	}
+	root := path.Clean(opts.Root)
+	if root == "/" || root[0] != '/' {
+		return nil, driver.Invalid("root", "%q: want an absolute znode path below /, such as /roster", opts.Root)
+	}
+	if opts.SessionTimeout <= 0 {
+		opts.SessionTimeout = DefaultSessionTimeout
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	d := &Driver{opts: opts, root: root, acl: zk.WorldACL(zk.PermAll), sessions: map[time.Duration]*session{}}
+	if opts.User != "" {
+		d.acl = append(zk.AuthACL(zk.PermAll), zk.WorldACL(zk.PermRead)...)
+	}
+	var err error
+	if d.read, err = d.newSession(opts.SessionTimeout); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Root returns the root znode.
+func (d *Driver) Root() string { return d.root }
+
+// Path returns the znode of an instance: <root>/<service>/<id>.
+func (d *Driver) Path(service, id string) string { return d.servicePath(service) + "/" + id }
+
+func (d *Driver) servicePath(service string) string { return d.root + "/" + service }
+
+// Limits implements driver.Driver: TTLs of at least 2s, in whole seconds.
+func (d *Driver) Limits() driver.Limits { return limits }
+
+// Close implements driver.Driver: it closes every session, which deletes
+// the znodes still registered in them.
+func (d *Driver) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.mu.Lock()
+	all := append([]*session{d.read}, mapValues(d.sessions)...)
+	d.sessions = nil
+	d.mu.Unlock()
+	for _, s := range all {
+		s.close()
+	}
+	return nil
+}
+
+func mapValues[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// sessionFor returns the registrations' session of ttl, opening it once.
+func (d *Driver) sessionFor(ttl time.Duration) (*session, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sessions == nil {
+		return nil, fmt.Errorf("zookeeper: %w", driver.ErrClosed)
+	}
+	if s, ok := d.sessions[ttl]; ok {
+		return s, nil
+	}
+	s, err := d.newSession(ttl)
+	if err != nil {
+		return nil, err
+	}
+	d.sessions[ttl] = s
+	return s, nil
+}
+
+// call runs fn, a blocking client call, bounded by ctx and the request
+// timeout. The client's calls take no context; one that outlives the bound
+// finishes in the background when the client answers or fails it (it
+// fails queued calls within about a second while no server is reachable).
+func (d *Driver) call(ctx context.Context, what string, fn func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.closed.Load() {
+		return fmt.Errorf("zookeeper: %s: %w", what, driver.ErrClosed)
+	}
+	c, cancel := context.WithTimeout(ctx, d.opts.RequestTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return d.wrap(ctx, what, err)
+	case <-c.Done():
+		return d.wrap(ctx, what, c.Err())
+	}
+}
+
+// wrap maps a client error to the registry's sentinels. parent is the
+// caller's context: when it ended, its error is what the caller gets.
+func (d *Driver) wrap(parent context.Context, what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrNotFound, err)
+	case parent.Err() != nil:
+		return fmt.Errorf("zookeeper: %s: %w", what, parent.Err())
+	case d.closed.Load():
+		return fmt.Errorf("zookeeper: %s: %w", what, driver.ErrClosed)
+	case rejected(err):
+		// The server refused the input or the identity: retrying the same
+		// call cannot help.
+		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrInvalid, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("zookeeper: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.opts.RequestTimeout)
+	default:
+		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrUnavailable, err)
+	}
+}
+
+func rejected(err error) bool {
+	for _, e := range []error{zk.ErrNoAuth, zk.ErrAuthFailed, zk.ErrBadArguments, zk.ErrInvalidACL,
+		zk.ErrInvalidPath, zk.ErrNoChildrenForEphemerals, zk.ErrBadVersion} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func encode(in driver.Instance) ([]byte, error) {
+	b, err := json.Marshal(in) // driver.Instance's JSON form is the stored one
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: encode %s: %w: %v", in.ID, driver.ErrInvalid, err)
+	}
+	return b, nil
+}
+
+// decode reads a stored value. The znode's path is the truth for service
+// and ID.
+func decode(service, id string, val []byte) (driver.Instance, bool) {
+	var in driver.Instance
+	if err := json.Unmarshal(val, &in); err != nil || in.Address == "" {
+		return driver.Instance{}, false
+	}
+	in.ID, in.Service = id, service
+	return in, true
+}
+
+// List implements driver.Driver: the service znode's children, then each
+// child's data.
+func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
+	snap := driver.Snapshot{Service: service, Instances: []driver.Instance{}}
+	conn := d.read.current()
+	var kids []string
+	err := d.call(ctx, "list "+service, func() error {
+		var st *zk.Stat
+		var err error
+		kids, st, err = conn.Children(d.servicePath(service))
+		if err == nil {
+			snap.Revision = uint64(st.Pzxid)
+		}
+		return err
+	})
+	if errors.Is(err, driver.ErrNotFound) {
+		snap.At = time.Now()
+		return snap, nil
+	}
+	if err != nil {
+		return driver.Snapshot{}, err
+	}
+	ins, rev, err := d.getAll(ctx, conn, service, kids)
+	if err != nil {
+		return driver.Snapshot{}, err
+	}
+	snap.Instances, snap.Revision = ins, max(snap.Revision, rev)
+	driver.SortInstances(snap.Instances)
+	snap.At = time.Now()
+	return snap, nil
+}
+
+// listParallel is how many reads List keeps in flight: the client
+// pipelines them on its one connection, so a large service costs a few
+// round trips rather than one per instance.
+const listParallel = 16
+
+// getAll reads the instance znodes ids, listParallel at a time, and
+// returns the instances that decode and the highest mzxid.
+func (d *Driver) getAll(ctx context.Context, conn *zk.Conn, service string, ids []string) ([]driver.Instance, uint64, error) {
+	got := make([]*driver.Instance, len(ids))
+	mz := make([]int64, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for w := range min(listParallel, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(ids); i += listParallel {
+				var st *zk.Stat
+				got[i], st, errs[i] = d.get(ctx, conn, service, ids[i])
+				if errs[i] == nil {
+					mz[i] = st.Mzxid
+				} else if errors.Is(errs[i], driver.ErrNotFound) {
+					errs[i] = nil // gone since the children were read
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	ins := make([]driver.Instance, 0, len(ids))
+	var rev uint64
+	for i, in := range got {
+		rev = max(rev, uint64(mz[i]))
+		if in != nil {
+			ins = append(ins, *in)
+		}
+	}
+	return ins, rev, nil
+}
+
+// get reads one instance znode; a value that does not decode is nil.
+func (d *Driver) get(ctx context.Context, conn *zk.Conn, service, id string) (*driver.Instance, *zk.Stat, error) {
+	var val []byte
+	var st *zk.Stat
+	err := d.call(ctx, "get "+service+"/"+id, func() error {
+		var err error
+		val, st, err = conn.Get(d.Path(service, id))
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if in, ok := decode(service, id, val); ok {
+		return &in, st, nil
+	}
+	return nil, st, nil
+}
+
+// Services implements driver.Driver: the root's children that have
+// children of their own.
+func (d *Driver) Services(ctx context.Context) ([]string, error) {
+	conn := d.read.current()
+	var names []string
+	err := d.call(ctx, "services", func() error {
+		var err error
+		names, _, err = conn.Children(d.root)
+		return err
+	})
+	if errors.Is(err, driver.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, svc := range names {
+		if driver.ValidateService(svc) != nil {
+			continue
+		}
+		var st *zk.Stat
+		err := d.call(ctx, "services", func() error {
+			var err error
+			_, st, err = conn.Exists(d.servicePath(svc))
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if st != nil && st.NumChildren > 0 {
+			out = append(out, svc)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// The limits of the numeric and duration flags. A value outside is
+// rejected when the flag is parsed, before anything runs, with an error
+// naming the flag and the range (pflag words it as `invalid argument "0"
+// for "--count" flag: …`). docs/cli.md lists them.
+const (
+	maxPicks   = 1_000_000
+	maxWorkers = 256
+	maxTimeout = time.Hour // --drain, --check-interval, conformance timings
+)
+
+// durationFlag is a time.Duration flag bounded to [min, max].
+type durationFlag struct {
+	p        *time.Duration
+	min, max time.Duration
+}
+
+// durationVar defines a duration flag whose value must lie in [min, max].
+func durationVar(f *pflag.FlagSet, p *time.Duration, name string, value, min, max time.Duration, usage string) {
+	*p = value
+	f.Var(&durationFlag{p, min, max}, name, usage)
+}
+
+func (f *durationFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (write it like 500ms, 3s or 1m)")
+	}
+	if d < f.min || d > f.max {
+		return fmt.Errorf("must be from %s to %s", shortDuration(f.min), shortDuration(f.max))
+	}
+	*f.p = d
+	return nil
+}
+
+func (f *durationFlag) String() string { return shortDuration(*f.p) }
+func (f *durationFlag) Type() string   { return "duration" }
+
+// intFlag is an int flag bounded to [min, max].
+type intFlag struct {
+	p        *int
+	min, max int
+}
+
+// intVar defines an int flag whose value must lie in [min, max].
+func intVar(f *pflag.FlagSet, p *int, name string, value, min, max int, usage string) {
+	*p = value
+	f.Var(&intFlag{p, min, max}, name, usage)
+}
+
+func (f *intFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < f.min || n > f.max {
+		return fmt.Errorf("must be a whole number from %d to %d", f.min, f.max)
+	}
+	*f.p = n
+	return nil
+}
+
+func (f *intFlag) String() string { return strconv.Itoa(*f.p) }
+func (f *intFlag) Type() string   { return "int" }
+
+// shortDuration prints d without the zero units time.Duration.String
+// appends ("1h", not "1h0m0s").
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// checkHTTPURL validates --check-http: an absolute http or https URL.
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("invalid --check-http: want an http:// or https:// URL with a host")
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+// Package logbuf is a log destination for tests: a buffer safe to write
+// from many goroutines, with an slog.Logger writing to it.
+package logbuf
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+)
+
+// Buffer collects log output; its methods are safe for concurrent use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (l *Buffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns what was written so far.
+func (l *Buffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Logger returns a text logger writing to l at every level, debug
+// included.
+func (l *Buffer) Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

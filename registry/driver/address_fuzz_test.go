@@ -1,0 +1,43 @@
+package driver_test
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// FuzzCanonicalAddress: any input either fails with a FieldError on
+// "address" (never a panic), or yields an address that is its own
+// canonical form, that ValidateAddress accepts, and whose port is a
+// number from 1 to 65535. The corpus in testdata/fuzz/FuzzCanonicalAddress
+// holds the forms people type: signs, leading zeros, brackets, zones,
+// upper case, IPv4-in-IPv6.
+func FuzzCanonicalAddress(f *testing.F) {
+	for _, s := range []string{"10.0.0.1:8080", "[::1]:80", "h:+80", "x:00080", "[h]:80", "H:80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		c, err := driver.CanonicalAddress(addr)
+		if err != nil {
+			var fe *driver.FieldError
+			if !errors.As(err, &fe) || fe.Field != "address" || !errors.Is(err, driver.ErrInvalid) {
+				t.Fatalf("CanonicalAddress(%q) = %v, want a FieldError on address", addr, err)
+			}
+			return
+		}
+		if again, err := driver.CanonicalAddress(c); err != nil || again != c {
+			t.Fatalf("CanonicalAddress(%q) = %q, which canonicalises to %q, %v", addr, c, again, err)
+		}
+		if err := driver.ValidateAddress(c); err != nil {
+			t.Fatalf("ValidateAddress(%q) (canonical form of %q) = %v", c, addr, err)
+		}
+		host, port, err := net.SplitHostPort(c)
+		n, perr := strconv.Atoi(port)
+		if err != nil || host == "" || perr != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			t.Fatalf("canonical form %q of %q: host %q port %q", c, addr, host, port)
+		}
+	})
+}
