@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -11,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -94,10 +97,21 @@ func (r *registration) slice() (*discoveryv1.EndpointSlice, error) {
 				Name: r.name, UID: r.leaseUID, Controller: &ctrl}},
 		},
 		AddressType: addressType(host),
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host},
-			Conditions: discoveryv1.EndpointConditions{Ready: &ready}, Zone: zone(r.inst.Zone)}},
-		Ports: []discoveryv1.EndpointPort{{Port: &p}},
+		Endpoints:   endpoints(host, ready, r.inst.Zone),
+		Ports:       []discoveryv1.EndpointPort{{Port: &p}},
 	}, nil
+}
+
+// endpoints is the slice's one endpoint, or none for a host name the
+// apiserver refuses in an endpoint (one label, over 253 characters…):
+// Roster still reads the instance from the annotation, other clients of
+// the Service see nothing they could not resolve anyway.
+func endpoints(host string, ready bool, z string) []discoveryv1.Endpoint {
+	if net.ParseIP(host) == nil && len(validation.IsFullyQualifiedDomainName(field.NewPath("address"), host)) > 0 {
+		return nil
+	}
+	return []discoveryv1.Endpoint{{Addresses: []string{host},
+		Conditions: discoveryv1.EndpointConditions{Ready: &ready}, Zone: zone(z)}}
 }
 
 func zone(z string) *string {

@@ -60,9 +60,12 @@ func (h *harness) Config() conformance.Config {
 		ExpirySlack: 1500 * time.Millisecond,
 		Propagation: 2 * time.Second,
 		StaleDetect: 6 * time.Second,
-		// Each registration is two objects and each heartbeat three calls
-		// to one apiserver shared with the rest of the package.
-		ManyLeases: 200,
+		// Each registration is two to four calls, within the lease engine's
+		// 1s call bound at TTL 3s, to one apiserver on a loaded 2-core
+		// machine: 200 at once overran it under -race there.
+		ManyLeases: 100,
+		Skip: map[string]string{"LimitsAtAndPast": "a service name is the label kubernetes.io/service-name, " +
+			"whose values Kubernetes caps at 63 characters; Roster allows 128 (docs/backends/kubernetes.md)"},
 	}
 }
 
