@@ -70,6 +70,16 @@ func ParseQuery(backend string, u *url.URL) (*Query, error) {
 	return q, nil
 }
 
+// ParseSchemeQuery is ParseQuery for a URL whose scheme must be one of
+// schemes (compared without case), the first check of every backend's
+// ParseURL.
+func ParseSchemeQuery(backend string, u *url.URL, schemes ...string) (*Query, error) {
+	if !slices.ContainsFunc(schemes, func(s string) bool { return strings.EqualFold(s, u.Scheme) }) {
+		return nil, InvalidURL(backend, "scheme %q: want %s", u.Scheme, strings.Join(schemes, " or "))
+	}
+	return ParseQuery(backend, u)
+}
+
 // fail builds an ErrInvalid naming the backend's URL.
 func (q *Query) fail(format string, args ...any) error {
 	return InvalidURL(q.backend, format, args...)
