@@ -7,6 +7,9 @@
 // Done to learn that it exited, Kill it (as a crash would) to end it.
 // Kill is safe to call twice and on a Process never started, so cleanup
 // code needs no state of its own.
+//
+// Proxies is the OpenLinked of a conformance harness on a one-address
+// server: a loopback TCP proxy per registry, all closed together.
 package testserver
 
 import (
