@@ -4,6 +4,8 @@
 #   - redis-server from Debian's packages (apt-get) when it is missing;
 #   - ZooKeeper 3.8 from Debian's zookeeper package (apt-get, with its Java
 #     runtime) when it is missing; tests run it as a plain JVM process;
+#   - php-cli, php-curl, python3 and chromium likewise (roster agent's
+#     example clients and dashboard test);
 #   - a Consul agent (v1.13.9, MPL-2.0) built once from the Go module proxy
 #     into $ROSTER_CACHE (default ~/.cache/roster), reused afterwards;
 #   - etcd runs embedded in the test processes (go.etcd.io/etcd/server/v3/embed).
@@ -20,6 +22,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
 	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+# roster agent's example clients run under real interpreters (php-cli with
+# curl, python3) and its dashboard in real headless Chromium.
+if ! command -v php >/dev/null 2>&1 || ! php -r 'exit(function_exists("curl_init") ? 0 : 1);' \
+	|| ! command -v python3 >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
+	echo "== installing php-cli, php-curl, python3, chromium (apt)"
+	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq php-cli php-curl python3 chromium >/dev/null
 fi
 # Tests start their own redis-server processes; a packaged one is not needed.
 export ROSTER_REDIS_SERVER="${ROSTER_REDIS_SERVER:-$(command -v redis-server)}"
@@ -62,6 +73,8 @@ go test -count=1 -run 'DoesNotAllocate' ./selector ./middleware
 echo "== fuzz (bounded)"
 go test -run '^$' -fuzz FuzzRedact -fuzztime 20s ./registry/driver
 go test -run '^$' -fuzz FuzzCanonicalAddress -fuzztime 10s ./registry/driver
+# roster agent's HTTP API: any body or query is answered, never a 500.
+go test -run '^$' -fuzz FuzzAPI -fuzztime 15s ./agent
 
 echo "== bench module (kratos/go-kit comparison) compiles"
 (cd bench && go vet ./...)

@@ -211,7 +211,7 @@ func (d *Driver) lookup(ctx context.Context, service string) (driver.Snapshot, t
 				continue
 			}
 			seen[addr] = true
-			snap.Instances = append(snap.Instances, driver.Instance{ID: addr, Service: service, Address: addr,
+			snap.Instances = append(snap.Instances, driver.Instance{ID: InstanceID(addr), Service: service, Address: addr,
 				Weight: uint32(srv.Weight), Metadata: map[string]string{
 					"srv_target": strings.TrimSuffix(srv.Target, "."), "srv_priority": strconv.Itoa(int(srv.Priority))}})
 		}
@@ -219,6 +219,22 @@ func (d *Driver) lookup(ctx context.Context, service string) (driver.Snapshot, t
 	driver.SortInstances(snap.Instances)
 	snap.Revision, snap.At = d.rev.Add(1), time.Now()
 	return snap, max(ttl, 0), nil
+}
+
+// InstanceID is the ID under which an SRV answer's address host:port is
+// listed: the address with every character an ID cannot hold (':', '[',
+// ']') made '-', so "10.0.0.7:8080" is "10.0.0.7-8080" and
+// "[2001:db8::2]:9090" is "2001-db8--2--9090". DNS has no instance IDs;
+// this one is stable for as long as the address is.
+func InstanceID(addr string) string {
+	id := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
+			return r
+		}
+		return '-'
+	}, addr)
+	return strings.TrimLeft(id, "-._")
 }
 
 func minTTL(cur time.Duration, ttl uint32) time.Duration {

@@ -160,7 +160,7 @@ func TestRecordsToInstances(t *testing.T) {
 	for _, in := range snap.Instances {
 		got = append(got, in.ID+" "+in.Address+" "+in.Metadata["srv_target"]+" "+string(rune('0'+in.Weight/5)))
 	}
-	want := []string{"10.0.0.1:8080 10.0.0.1:8080 a.test 2", "[2001:db8::2]:9090 [2001:db8::2]:9090 b.test 0"}
+	want := []string{"10.0.0.1-8080 10.0.0.1:8080 a.test 2", "2001-db8--2--9090 [2001:db8::2]:9090 b.test 0"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("instances:\n got  %v\n want %v", got, want)
 	}

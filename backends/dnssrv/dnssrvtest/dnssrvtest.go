@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/backends/dnssrv"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
@@ -89,7 +90,7 @@ func (h *harness) Publish(ctx context.Context, in registry.Instance) (string, er
 	if err := h.c.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{}.WithContext(ctx)); err != nil {
 		return "", fmt.Errorf("dnssrvtest: publish %s: %w", in.Address, err)
 	}
-	return in.Address, nil
+	return dnssrv.InstanceID(in.Address), nil
 }
 
 // Unpublish deregisters the instance from the agent.

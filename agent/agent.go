@@ -1,0 +1,178 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// Config configures an Agent. Zero fields take the defaults.
+type Config struct {
+	// Registry is where the agent discovers and registers. Required; the
+	// agent does not own it (close the Agent first, then the Registry).
+	Registry *registry.Registry
+	// Strategy is the strategy of picks that name none (default: the
+	// selector package's default).
+	Strategy selector.Strategy
+	// Quarantine tunes local outlier ejection, per strategy in use.
+	Quarantine middleware.QuarantineConfig
+	// MaxStaleness bounds how long picks are served from a stale list
+	// while the registry fails (default 10 minutes, as middleware.Client).
+	MaxStaleness time.Duration
+	// SnapshotDir persists each service's last good list, so an agent
+	// that starts during an outage still answers (default: none).
+	SnapshotDir string
+	// TokenTTL is how long a pick's token waits for its report; an
+	// unreported token then counts as an aborted call (default 1 minute).
+	TokenTTL time.Duration
+	// MaxTokens bounds the tokens waiting for a report; past it the
+	// oldest expires early (default 65536).
+	MaxTokens int
+	// MaxServices bounds the services the agent follows for its clients
+	// (default 1024); a request for one more fails with 429.
+	MaxServices int
+}
+
+func (c Config) withDefaults() Config {
+	if c.TokenTTL <= 0 {
+		c.TokenTTL = time.Minute
+	}
+	if c.MaxTokens <= 0 {
+		c.MaxTokens = 1 << 16
+	}
+	if c.MaxServices <= 0 {
+		c.MaxServices = 1024
+	}
+	if c.MaxStaleness == 0 {
+		c.MaxStaleness = 10 * time.Minute
+	}
+	return c
+}
+
+// Agent serves discovery, picks and local registrations over HTTP. It is
+// an http.Handler; see the package documentation for the API.
+type Agent struct {
+	cfg     Config
+	reg     *registry.Registry
+	mux     *http.ServeMux
+	metrics *metrics
+	tokens  *tokens
+	stats   *stats
+	events  *broadcast
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	clients map[selector.Strategy]*middleware.Client
+	views   map[string]*view
+	locals  map[string]*local
+	svcList []string // last answer of the registry's service list
+}
+
+// ErrTooMany is returned when a bound of the Config is reached.
+var ErrTooMany = errors.New("agent: too many")
+
+// New returns an Agent over cfg.Registry. Close it to stop following
+// services, expire pending tokens and deregister local processes.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Registry == nil {
+		return nil, fmt.Errorf("%w: agent: Config.Registry is nil", registry.ErrInvalid)
+	}
+	cfg = cfg.withDefaults()
+	if cfg.Strategy == "" {
+		cfg.Strategy = selector.DefaultStrategy
+	}
+	if _, err := selector.New(selector.WithStrategy(cfg.Strategy)); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Agent{cfg: cfg, reg: cfg.Registry, metrics: m, stats: newStats(), events: newBroadcast(),
+		ctx: ctx, cancel: cancel,
+		clients: map[selector.Strategy]*middleware.Client{}, views: map[string]*view{}, locals: map[string]*local{}}
+	a.tokens = newTokens(cfg.TokenTTL, cfg.MaxTokens, a.expire)
+	m.observe(a)
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.tokens.sweep(ctx) }()
+	a.routes()
+	return a, nil
+}
+
+// Registry returns the registry the agent uses.
+func (a *Agent) Registry() *registry.Registry { return a.reg }
+
+// ServeHTTP serves the agent's API, metrics and dashboard.
+func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+// Close deregisters the local processes, expires every pending token,
+// stops following services and ends open long polls and event streams.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	locals, views, clients := a.locals, a.views, a.clients
+	a.locals, a.views, a.clients = map[string]*local{}, map[string]*view{}, map[selector.Strategy]*middleware.Client{}
+	a.mu.Unlock()
+	var errs []error
+	for _, l := range locals {
+		errs = append(errs, l.stop(context.Background()))
+	}
+	a.cancel()
+	a.wg.Wait()
+	a.tokens.expireAll()
+	for _, v := range views {
+		v.stop()
+	}
+	for _, c := range clients {
+		errs = append(errs, c.Close())
+	}
+	a.events.close()
+	errs = append(errs, a.metrics.close())
+	return errors.Join(errs...)
+}
+
+// client returns the middleware.Client serving picks with strategy s,
+// creating it on first use. There is at most one per strategy.
+func (a *Agent) client(s selector.Strategy) (*middleware.Client, error) {
+	if s == "" {
+		s = a.cfg.Strategy
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, fmt.Errorf("agent: %w", registry.ErrClosed)
+	}
+	if c, ok := a.clients[s]; ok {
+		return c, nil
+	}
+	opts := []middleware.Option{
+		middleware.WithSelector(selector.WithStrategy(s)),
+		middleware.WithQuarantine(middleware.NewQuarantine(a.cfg.Quarantine)),
+		middleware.WithMaxStaleness(a.cfg.MaxStaleness),
+		middleware.WithMeterProvider(a.metrics.provider),
+	}
+	if a.cfg.SnapshotDir != "" {
+		opts = append(opts, middleware.WithSnapshotDir(a.cfg.SnapshotDir))
+	}
+	c, err := middleware.NewClient(a.reg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	a.clients[s] = c
+	return c, nil
+}

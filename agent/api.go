@@ -1,0 +1,295 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/roster-go/roster/internal/dashboard"
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// Bounds of the HTTP API.
+const (
+	maxBody        = 64 << 10         // a request body, JSON
+	maxWait        = 10 * time.Minute // a long poll's ?wait=
+	defaultWait    = 5 * time.Minute  // a long poll without ?wait=, as Consul
+	firstAnswerMax = 10 * time.Second // waiting for a service's first list
+)
+
+func (a *Agent) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /v1/services", a.handleServices)
+	m.HandleFunc("GET /v1/services/{service}", a.handleInstances)
+	m.HandleFunc("POST /v1/pick", a.handlePick)
+	m.HandleFunc("POST /v1/report", a.handleReport)
+	m.HandleFunc("POST /v1/register", a.handleRegister)
+	m.HandleFunc("GET /v1/register", a.handleLocals)
+	m.HandleFunc("DELETE /v1/register/{id}", a.handleDeregister)
+	m.HandleFunc("GET /v1/state", a.handleState)
+	m.HandleFunc("GET /v1/events", a.handleEvents)
+	m.Handle("GET /metrics", a.metrics.handler)
+	m.Handle("GET /{$}", dashboard.Handler("roster agent", "v1/state", "v1/events"))
+	a.mux = m
+}
+
+// Services is the answer of GET /v1/services.
+type Services struct {
+	Services []string `json:"services"`
+	Stale    bool     `json:"stale"` // the registry fails: the last list it gave
+}
+
+func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
+	names, err := a.reg.Services(r.Context())
+	a.mu.Lock()
+	if err == nil {
+		a.svcList = names
+	}
+	last := a.svcList
+	a.mu.Unlock()
+	if err != nil && last == nil {
+		writeError(w, err)
+		return
+	}
+	if last == nil {
+		last = []string{}
+	}
+	writeJSON(w, http.StatusOK, Services{Services: last, Stale: err != nil})
+}
+
+func (a *Agent) handleInstances(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	index, wait, err := pollParams(q.Get("index"), q.Get("wait"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	v, err := a.view(r.PathValue("service"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	inst, err := v.wait(ctx, index)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("X-Roster-Index", strconv.FormatUint(inst.Index, 10))
+	writeJSON(w, http.StatusOK, inst)
+}
+
+// pollParams parses ?index= and ?wait=: without an index the request
+// waits only for the service's first list.
+func pollParams(index, wait string) (uint64, time.Duration, error) {
+	if index == "" {
+		return 0, firstAnswerMax, nil
+	}
+	n, err := strconv.ParseUint(index, 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w: index %q is not a non-negative integer", registry.ErrInvalid, index)
+	}
+	d := defaultWait
+	if wait != "" {
+		if d, err = time.ParseDuration(wait); err != nil || d <= 0 {
+			return 0, 0, fmt.Errorf("%w: wait %q is not a positive duration such as 30s", registry.ErrInvalid, wait)
+		}
+	}
+	return n, min(d, maxWait), nil
+}
+
+// PickRequest is the body of POST /v1/pick.
+type PickRequest struct {
+	Service  string   `json:"service"`
+	Strategy string   `json:"strategy,omitempty"` // default: the agent's
+	Key      string   `json:"key,omitempty"`      // affinity key for consistent_hash and maglev
+	Version  string   `json:"version,omitempty"`  // only instances of this version
+	Zone     string   `json:"zone,omitempty"`     // only instances in this zone
+	Tags     []string `json:"tags,omitempty"`     // only instances with all of these tags
+}
+
+// PickResponse is the answer of POST /v1/pick.
+type PickResponse struct {
+	Token    string            `json:"token"` // give it back in the report
+	Instance registry.Instance `json:"instance"`
+	Stale    bool              `json:"stale"` // picked from the last good list while the registry fails
+}
+
+func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
+	var req PickRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	resp, err := a.Pick(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// Pick picks an instance as POST /v1/pick does.
+func (a *Agent) Pick(ctx context.Context, req PickRequest) (PickResponse, error) {
+	strategy := a.cfg.Strategy
+	if req.Strategy != "" {
+		s, err := selector.ParseStrategy(req.Strategy)
+		if err != nil {
+			return PickResponse{}, fmt.Errorf("%w: strategy: %w", registry.ErrInvalid, err)
+		}
+		strategy = s
+	}
+	if err := registry.ValidateService(req.Service); err != nil {
+		return PickResponse{}, err
+	}
+	if _, err := a.view(req.Service); err != nil { // the dashboard and metrics show what is picked from
+		return PickResponse{}, err
+	}
+	c, err := a.client(strategy)
+	if err != nil {
+		return PickResponse{}, err
+	}
+	p, err := c.Pick(ctx, req.Service, middleware.PickOptions{Key: req.Key, Exclude: req.excludes()})
+	if err != nil {
+		return PickResponse{}, err
+	}
+	a.stats.picked(req.Service, p.Instance.ID)
+	tok := a.tokens.issue(&pending{p: p, service: req.Service, issued: time.Now()})
+	return PickResponse{Token: tok, Instance: p.Instance, Stale: p.Stale}, nil
+}
+
+// excludes returns the routing filter of a pick request, or nil.
+func (req *PickRequest) excludes() func(*registry.Instance) bool {
+	if req.Version == "" && req.Zone == "" && len(req.Tags) == 0 {
+		return nil
+	}
+	return func(in *registry.Instance) bool {
+		if req.Version != "" && in.Version != req.Version || req.Zone != "" && in.Zone != req.Zone {
+			return true
+		}
+		for _, t := range req.Tags {
+			if !slices.Contains(in.Tags, t) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// ReportRequest is the body of POST /v1/report.
+type ReportRequest struct {
+	Token string `json:"token"`
+	// Outcome is success, business (the instance answered with an error
+	// of the application: not counted against it), failure (the instance
+	// failed: refused, reset, 5xx, timed out), fatal (failed, and a retry
+	// cannot help) or abort (the caller gave up).
+	Outcome   string  `json:"outcome"`
+	LatencyMS float64 `json:"latency_ms"` // the call's duration as the caller measured it
+}
+
+// ErrUnknownToken is returned by Report for a token that expired, was
+// reported already, or was never issued.
+var ErrUnknownToken = fmt.Errorf("%w: unknown token (expired, reported already, or not issued by this agent)", registry.ErrNotFound)
+
+var outcomes = map[string]middleware.Class{
+	"success": middleware.Success, "business": middleware.Business, "failure": middleware.Retryable,
+	"retryable": middleware.Retryable, "fatal": middleware.Fatal, "abort": middleware.Abort,
+}
+
+func (a *Agent) handleReport(w http.ResponseWriter, r *http.Request) {
+	var req ReportRequest
+	if err := readJSON(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.Report(r.Context(), req); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Report reports a picked call's outcome as POST /v1/report does.
+func (a *Agent) Report(ctx context.Context, req ReportRequest) error {
+	class, ok := outcomes[req.Outcome]
+	if !ok {
+		return fmt.Errorf("%w: outcome %q is not one of success, business, failure, fatal, abort", registry.ErrInvalid, req.Outcome)
+	}
+	if req.LatencyMS < 0 || req.LatencyMS > float64(time.Hour/time.Millisecond) {
+		return fmt.Errorf("%w: latency_ms %v is not between 0 and one hour", registry.ErrInvalid, req.LatencyMS)
+	}
+	p, ok := a.tokens.take(req.Token)
+	if !ok {
+		return ErrUnknownToken
+	}
+	a.finish(ctx, p, class, time.Duration(req.LatencyMS*float64(time.Millisecond)))
+	return nil
+}
+
+// expire ends a pick whose token was never reported: an aborted call,
+// which releases the in-flight count and counts against no one.
+func (a *Agent) expire(p *pending) {
+	a.finish(context.Background(), p, middleware.Abort, time.Since(p.issued))
+}
+
+func (a *Agent) finish(ctx context.Context, p *pending, class middleware.Class, latency time.Duration) {
+	p.p.Report(ctx, class, latency)
+	failed := class == middleware.Retryable || class == middleware.Fatal
+	a.stats.reported(p.service, p.p.Instance.ID, failed, class == middleware.Abort, latency)
+}
+
+func readJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: request body: %v", registry.ErrInvalid, err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Error is the body of every error answer.
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"` // invalid, not_found, unavailable, stale, no_instances, too_many, closed, internal
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, code := classify(err)
+	writeJSON(w, status, Error{Error: err.Error(), Code: code})
+}
+
+func classify(err error) (int, string) {
+	switch {
+	case errors.Is(err, registry.ErrInvalid):
+		return http.StatusBadRequest, "invalid"
+	case errors.Is(err, registry.ErrNotFound):
+		return http.StatusNotFound, "not_found"
+	case errors.Is(err, ErrTooMany):
+		return http.StatusTooManyRequests, "too_many"
+	case errors.Is(err, selector.ErrNoInstances), errors.Is(err, selector.ErrAllExcluded):
+		return http.StatusServiceUnavailable, "no_instances"
+	case errors.Is(err, middleware.ErrStale):
+		return http.StatusServiceUnavailable, "stale"
+	case errors.Is(err, registry.ErrUnavailable):
+		return http.StatusServiceUnavailable, "unavailable"
+	case errors.Is(err, registry.ErrClosed):
+		return http.StatusServiceUnavailable, "closed"
+	}
+	return http.StatusInternalServerError, "internal"
+}

@@ -1,0 +1,122 @@
+package agent
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// window is how many recent latencies an instance keeps for its p50/p99.
+const window = 256
+
+// ewmaWeight is the weight of a new latency in the dashboard's moving
+// average (about the last 10 reports).
+const ewmaWeight = 0.1
+
+// instStats is what the agent's clients did with one instance: the
+// dashboard's picks, failures, p50/p99 and moving average.
+type instStats struct {
+	picks, failures uint64
+	inflight        int64
+	lat             [window]time.Duration
+	n               int // reports so far (lat is a ring once n ≥ window)
+	ewma            float64
+}
+
+// InstanceStats is an instance's figures on the dashboard and in the
+// state endpoint. Latencies are in milliseconds, as the clients reported.
+type InstanceStats struct {
+	Picks    uint64  `json:"picks"`
+	Failures uint64  `json:"failures"`
+	Inflight int64   `json:"inflight"`
+	P50      float64 `json:"p50_ms"`
+	P99      float64 `json:"p99_ms"`
+	EWMA     float64 `json:"ewma_ms"`
+}
+
+// stats keeps instStats per service and instance ID, for the instances
+// the services have now (prune drops the others).
+type stats struct {
+	mu  sync.Mutex
+	by  map[string]map[string]*instStats
+	buf []time.Duration
+}
+
+func newStats() *stats { return &stats{by: map[string]map[string]*instStats{}} }
+
+func (s *stats) get(service, id string) *instStats {
+	m := s.by[service]
+	if m == nil {
+		m = map[string]*instStats{}
+		s.by[service] = m
+	}
+	st := m[id]
+	if st == nil {
+		st = &instStats{}
+		m[id] = st
+	}
+	return st
+}
+
+func (s *stats) picked(service, id string) {
+	s.mu.Lock()
+	st := s.get(service, id)
+	st.picks++
+	st.inflight++
+	s.mu.Unlock()
+}
+
+// reported ends a pick: failed counts it as a failure, aborted (an
+// expired token, a caller that gave up) leaves the latencies alone.
+func (s *stats) reported(service, id string, failed, aborted bool, latency time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.get(service, id)
+	st.inflight = max(0, st.inflight-1)
+	if failed {
+		st.failures++
+	}
+	if aborted {
+		return
+	}
+	st.lat[st.n%window] = latency
+	v := ms(latency)
+	if st.n == 0 {
+		st.ewma = v
+	} else {
+		st.ewma += ewmaWeight * (v - st.ewma)
+	}
+	st.n++
+}
+
+// prune forgets the instances of service that keep rejects.
+func (s *stats) prune(service string, keep func(id string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.by[service] {
+		if !keep(id) {
+			delete(s.by[service], id)
+		}
+	}
+}
+
+// snapshot returns an instance's figures (zero if it was never picked).
+func (s *stats) snapshot(service, id string) InstanceStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.by[service][id]
+	if st == nil {
+		return InstanceStats{}
+	}
+	out := InstanceStats{Picks: st.picks, Failures: st.failures, Inflight: st.inflight, EWMA: st.ewma}
+	n := min(st.n, window)
+	if n > 0 {
+		s.buf = append(s.buf[:0], st.lat[:n]...)
+		slices.Sort(s.buf)
+		out.P50 = ms(s.buf[(n-1)*50/100])
+		out.P99 = ms(s.buf[(n-1)*99/100])
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

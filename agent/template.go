@@ -1,0 +1,191 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"text/template"
+	"time"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// Template is one file of template mode: In, a text/template, rendered
+// to Out.
+type Template struct {
+	In, Out string
+}
+
+// TemplateConfig configures RunTemplates.
+type TemplateConfig struct {
+	Templates []Template
+	// Exec is run with sh -c after a render changed an output file (as
+	// consul-template's command: "nginx -s reload"). Default: nothing.
+	Exec string
+	// Debounce is the quiet time after a change before re-rendering, so
+	// that a burst of changes costs one render (default 200ms).
+	Debounce time.Duration
+	// Log receives render and command errors after the first render
+	// (default: discarded).
+	Log io.Writer
+}
+
+// RunTemplates renders the templates, then re-renders them after every
+// change the agent sees, until ctx ends or the agent closes. An output
+// file is
+// written only when its content changes, atomically (a temporary file in
+// the same directory, then a rename), and Exec runs after each render
+// that changed one. The templates see these functions:
+//
+//	service "name"   the instances of a service ([]registry.Instance; the
+//	                 last good list while the registry fails)
+//	stale "name"     whether that list is stale
+//
+// A template that does not parse or whose first render fails is an error
+// at once; a later render error is logged and leaves the file as it is.
+func (a *Agent) RunTemplates(ctx context.Context, cfg TemplateConfig) error {
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 200 * time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(a.ctx, cancel)()
+	tpls, err := a.parseTemplates(ctx, cfg.Templates)
+	if err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		changes := a.events.wait()
+		changed, err := renderAll(cfg.Templates, tpls)
+		switch {
+		case err != nil && first:
+			return err
+		case err != nil:
+			fmt.Fprintf(cfg.Log, "roster agent: template: %v\n", err)
+		case changed && cfg.Exec != "":
+			runExec(ctx, cfg.Exec, cfg.Log)
+		}
+		if !debounce(ctx, changes, a.events, cfg.Debounce) {
+			return nil
+		}
+	}
+}
+
+func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.Template, error) {
+	funcs := template.FuncMap{
+		"service": func(name string) ([]registry.Instance, error) {
+			in, err := a.lookup(ctx, name)
+			return in.Instances, err
+		},
+		"stale": func(name string) (bool, error) {
+			in, err := a.lookup(ctx, name)
+			return in.Stale, err
+		},
+	}
+	out := make([]*template.Template, 0, len(ts))
+	for _, t := range ts {
+		b, err := os.ReadFile(t.In)
+		if err != nil {
+			return nil, fmt.Errorf("%w: template %s: %v", registry.ErrInvalid, t.In, err)
+		}
+		tpl, err := template.New(filepath.Base(t.In)).Option("missingkey=error").Funcs(funcs).Parse(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("%w: template: %v", registry.ErrInvalid, err)
+		}
+		out = append(out, tpl)
+	}
+	return out, nil
+}
+
+// lookup returns a service's current list, waiting for the first one.
+func (a *Agent) lookup(ctx context.Context, name string) (Instances, error) {
+	v, err := a.view(name)
+	if err != nil {
+		return Instances{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, firstAnswerMax)
+	defer cancel()
+	return v.wait(ctx, 0)
+}
+
+// renderAll renders every template and writes the outputs that changed.
+func renderAll(ts []Template, tpls []*template.Template) (changed bool, err error) {
+	for i, t := range ts {
+		var buf bytes.Buffer
+		if err := tpls[i].Execute(&buf, nil); err != nil {
+			return changed, fmt.Errorf("render %s: %w", t.In, err)
+		}
+		if old, err := os.ReadFile(t.Out); err == nil && bytes.Equal(old, buf.Bytes()) {
+			continue
+		}
+		if err := writeAtomic(t.Out, buf.Bytes()); err != nil {
+			return changed, err
+		}
+		changed = true
+	}
+	return changed, nil
+}
+
+// writeAtomic replaces path with b: readers see the old file or the new
+// one, never a part.
+func writeAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func runExec(ctx context.Context, command string, log io.Writer) {
+	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(log, "roster agent: --exec %q: %v\n", command, err)
+	}
+}
+
+// debounce waits for a change after changes was taken, then for a quiet
+// Debounce; it returns false when ctx ends.
+func debounce(ctx context.Context, changes <-chan struct{}, b *broadcast, quiet time.Duration) bool {
+	select {
+	case <-changes:
+	case <-ctx.Done():
+		return false
+	}
+	for {
+		next := b.wait()
+		t := time.NewTimer(quiet)
+		select {
+		case <-next:
+			t.Stop()
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}

@@ -1,0 +1,227 @@
+// Package dual is the registry backend for a live migration between two
+// backends: it registers every instance in both, and reads the union of
+// what both hold. A team moves from one registry to another by
+// configuration, in three deploys, with no downtime (docs/migration.md):
+//
+//  1. dual://?old=<old URL>&new=<new URL>&prefer=old — write both, read
+//     the union, the old side's record winning when both hold an ID;
+//  2. the same URL with prefer=new — reads now trust the new side first;
+//  3. the new URL alone — the old backend is no longer used.
+//
+// The nested URLs are query values, so they are URL-encoded
+// (url.QueryEscape); they usually hold credentials, and driver.Redact
+// masks them whole. Options: old and new (required, any registered
+// scheme but dual), prefer (old or new, default old) and hold (how long
+// the last state of a side that cannot be reached stays in the union,
+// default 15s, the registry's recovery window).
+//
+// Contract, beyond driver.Driver's:
+//   - A side that is down fails neither Register nor Heartbeat, Update or
+//     List while the other side answers; the down side is written again
+//     on the next heartbeat, and a side that lost the record (ErrNotFound)
+//     is re-registered alone. An operation fails only when both sides
+//     fail; the error then joins both sides' errors. Side health changes
+//     are logged through slog.Default.
+//   - Reads are the union by instance ID, sorted; when both sides hold an
+//     ID, the preferred side's record is served. A side that cannot be
+//     reached keeps its last state in the union for hold, then leaves it —
+//     but only the instances the other side did not hold when it went
+//     down (the others, written to both, are the answering side's to
+//     report, so their removal shows at once);
+//     a watch fails with ErrUnavailable only when both sides fail, and the
+//     Registry then serves its last state as stale and holds it through
+//     recovery as for any backend.
+//   - Revisions are a counter of this driver, bumped on every side's
+//     answer: they grow for each service whatever the sides' own
+//     revisions do (a wipe resets one side's counter, not this one).
+//   - Both sides are called at once and an operation returns when both
+//     answered: a side that hangs instead of refusing delays Register,
+//     Heartbeat and List up to the caller's deadline (they still succeed
+//     on the other side's answer); each watch follows its sides apart.
+//   - The driver remembers each side's last answer for every service read
+//     through it (one snapshot per side and service).
+//   - Limits are the stricter of the two: the larger TTL floor and the
+//     larger granularity (granularities are 1ms or 1s multiples in
+//     practice, so the larger is a multiple of the other).
+package dual
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/roster-go/roster/registry/driver"
+)
+
+// Scheme is the URL scheme of this backend.
+const Scheme = "dual"
+
+// DefaultHold is how long an unreachable side's last state stays in the
+// union: the registry's default recovery window.
+const DefaultHold = 15 * time.Second
+
+func init() { driver.Register(Scheme, open, "prefer", "hold") }
+
+// side names, in the order of Driver.sides.
+var sideNames = [2]string{"old", "new"}
+
+func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	q, err := driver.ParseQuery(Scheme, u)
+	if err != nil {
+		return nil, err
+	}
+	var oldURL, newURL, prefer = "", "", "old"
+	hold := DefaultHold
+	q.String("old", &oldURL)
+	q.String("new", &newURL)
+	q.Enum("prefer", &prefer, "old", "new")
+	q.Duration("hold", &hold)
+	if err := q.Err(); err != nil {
+		return nil, err
+	}
+	if u.Host != "" || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("%w: dual URL takes only options (dual://?old=…&new=…)", driver.ErrInvalid)
+	}
+	if oldURL == "" || newURL == "" {
+		return nil, fmt.Errorf("%w: dual URL: options old and new are both required", driver.ErrInvalid)
+	}
+	if oldURL == newURL {
+		return nil, fmt.Errorf("%w: dual URL: old and new name the same registry", driver.ErrInvalid)
+	}
+	a, err := openSide(ctx, "old", oldURL)
+	if err != nil {
+		return nil, err
+	}
+	b, err := openSide(ctx, "new", newURL)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	return New(a, b, Options{PreferNew: prefer == "new", Hold: hold}), nil
+}
+
+// openSide opens one nested URL through the scheme registered for it.
+func openSide(ctx context.Context, name, raw string) (driver.Driver, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: dual URL: option %s does not parse as a URL (URL-encode it)", driver.ErrInvalid, name)
+	}
+	if strings.EqualFold(u.Scheme, Scheme) {
+		return nil, fmt.Errorf("%w: dual URL: option %s is itself a dual URL", driver.ErrInvalid, name)
+	}
+	openFn, ok := driver.Lookup(u.Scheme)
+	if !ok {
+		return nil, fmt.Errorf("%w: dual URL: option %s: no backend registered for scheme %q (import it)", driver.ErrInvalid, name, u.Scheme)
+	}
+	d, err := openFn(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("dual: %s side: %w", name, err)
+	}
+	return d, nil
+}
+
+// Options tune a Driver made with New.
+type Options struct {
+	PreferNew bool          // when both sides hold an ID, serve the new side's record
+	Hold      time.Duration // see DefaultHold; 0 means DefaultHold, negative means no hold
+}
+
+// Driver writes to two drivers and reads their union.
+type Driver struct {
+	sides   [2]driver.Driver // old, new
+	primary int              // index of the side preferred for reads
+	hold    time.Duration
+	rev     atomic.Uint64
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	services map[string]*state
+	healthy  [2]bool // last health logged per side
+}
+
+// New returns a driver over oldSide and newSide; it closes both when
+// closed. Wrap it with registry.New.
+func New(oldSide, newSide driver.Driver, o Options) *Driver {
+	d := &Driver{sides: [2]driver.Driver{oldSide, newSide}, hold: o.Hold, log: slog.Default(),
+		services: map[string]*state{}, healthy: [2]bool{true, true}}
+	if o.PreferNew {
+		d.primary = 1
+	}
+	if d.hold == 0 {
+		d.hold = DefaultHold
+	}
+	return d
+}
+
+// Limits implements driver.Driver: the stricter of the two sides.
+func (d *Driver) Limits() driver.Limits {
+	a, b := d.sides[0].Limits(), d.sides[1].Limits()
+	return driver.Limits{MinTTL: max(a.MinTTL, b.MinTTL), TTLGranularity: max(a.TTLGranularity, b.TTLGranularity)}
+}
+
+// Close implements driver.Driver.
+func (d *Driver) Close() error {
+	return errors.Join(d.sides[0].Close(), d.sides[1].Close())
+}
+
+// both runs fn on the two sides at once and returns their errors.
+func both(fn func(i int) error) [2]error {
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = fn(i) }()
+	}
+	wg.Wait()
+	return errs
+}
+
+// outcome records each side's health and returns nil when at least one
+// side succeeded, else both errors joined.
+func (d *Driver) outcome(op string, errs [2]error) error {
+	for i, err := range errs {
+		d.noteHealth(i, op, err)
+	}
+	if errs[0] == nil || errs[1] == nil {
+		return nil
+	}
+	return fmt.Errorf("dual: %s: both sides failed: %w", op, errors.Join(errs[0], errs[1]))
+}
+
+// noteHealth logs a side's health when it changes. A context error is
+// the caller's, not the side's.
+func (d *Driver) noteHealth(i int, op string, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	ok := err == nil
+	d.mu.Lock()
+	changed := d.healthy[i] != ok
+	d.healthy[i] = ok
+	d.mu.Unlock()
+	switch {
+	case changed && !ok:
+		d.log.Warn("roster/dual: side failing; serving from the other", "side", sideNames[i], "op", op, "err", err)
+	case changed:
+		d.log.Info("roster/dual: side answering again", "side", sideNames[i], "op", op)
+	}
+}
+
+// Services implements driver.Driver: the union of both sides' names.
+func (d *Driver) Services(ctx context.Context) ([]string, error) {
+	var names [2][]string
+	errs := both(func(i int) (err error) { names[i], err = d.sides[i].Services(ctx); return err })
+	if err := d.outcome("services", errs); err != nil {
+		return nil, err
+	}
+	out := slices.Concat(names[0], names[1])
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}

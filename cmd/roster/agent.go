@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/roster-go/roster/agent"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// defaultAgentListen is roster agent's default address: loopback only.
+const defaultAgentListen = "127.0.0.1:7946"
+
+type agentFlags struct {
+	listen      string
+	strategy    string
+	tokenTTL    time.Duration
+	maxStale    time.Duration
+	snapshotDir string
+	templates   []string
+	exec        string
+	debounce    time.Duration
+}
+
+func newAgent() *cobra.Command {
+	var fl agentFlags
+	cmd := &cobra.Command{
+		Use:   "agent --registry URL [--listen 127.0.0.1:PORT | unix:/path]",
+		Short: "Serve discovery, picks and a dashboard to every program on the host",
+		Long: `agent is one long-running process per host that follows the registry for
+every program on it: PHP-FPM workers, Python, Node or shell scripts ask it over
+loopback HTTP (JSON) for a service's instances, pick one with Roster's
+strategies, report the call's outcome by token (feeding the least-request and
+latency state and the local quarantine) and register local processes. While
+the registry fails, picks go on from the last good list, flagged stale.
+
+It serves /metrics (Prometheus) and a live dashboard at /. The API has no
+authentication: --listen takes a loopback address or a Unix socket only.
+
+With --template in.tmpl:out.conf (repeatable) it re-renders each text/template
+on every change of the services it reads (debounced), writes it atomically and
+runs --exec CMD after a change, as consul-template does for Nginx.
+
+See docs/agent.md for the API.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAgent(cmd, fl)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&fl.listen, "listen", defaultAgentListen, "loopback ip:port (port 0: a free one) or unix:/path/to/socket")
+	f.StringVar(&fl.strategy, "strategy", string(selector.DefaultStrategy), fmt.Sprintf("default strategy of picks %v", selector.Strategies()))
+	f.DurationVar(&fl.tokenTTL, "token-ttl", time.Minute, "how long a pick's token waits for its report")
+	f.DurationVar(&fl.maxStale, "max-staleness", 10*time.Minute, "how long picks go on from a stale list while the registry fails")
+	f.StringVar(&fl.snapshotDir, "snapshot-dir", "", "keep each service's last good list here, for a start during an outage")
+	f.StringArrayVar(&fl.templates, "template", nil, "in.tmpl:out.conf to re-render on every change (repeatable)")
+	f.StringVar(&fl.exec, "exec", "", "command run (sh -c) after a template's output changed")
+	f.DurationVar(&fl.debounce, "debounce", 200*time.Millisecond, "quiet time before re-rendering the templates after a change")
+	return cmd
+}
+
+func (fl agentFlags) validate() ([]agent.Template, error) {
+	if _, err := selector.ParseStrategy(fl.strategy); err != nil {
+		return nil, fmt.Errorf("%w: --strategy: %w", registry.ErrInvalid, err)
+	}
+	if fl.tokenTTL <= 0 || fl.debounce <= 0 {
+		return nil, fmt.Errorf("%w: --token-ttl and --debounce must be positive", registry.ErrInvalid)
+	}
+	if fl.exec != "" && len(fl.templates) == 0 {
+		return nil, fmt.Errorf("%w: --exec needs at least one --template", registry.ErrInvalid)
+	}
+	var tpls []agent.Template
+	for _, t := range fl.templates {
+		in, out, ok := strings.Cut(t, ":")
+		if !ok || in == "" || out == "" {
+			return nil, fmt.Errorf("%w: --template %q is not in.tmpl:out.conf", registry.ErrInvalid, t)
+		}
+		tpls = append(tpls, agent.Template{In: in, Out: out})
+	}
+	return tpls, nil
+}
+
+// listenAgent opens --listen: a loopback TCP address, or a Unix socket.
+func listenAgent(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if path == "" {
+			return nil, fmt.Errorf("%w: --listen unix: needs a path", registry.ErrInvalid)
+		}
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			if c, err := net.Dial("unix", path); err == nil {
+				c.Close()
+				return nil, fmt.Errorf("--listen %s: another process serves on it", addr)
+			}
+			_ = os.Remove(path) // a socket left by an agent that died
+		}
+		return net.Listen("unix", path)
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --listen %q is neither ip:port nor unix:/path", registry.ErrInvalid, addr)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("%w: --listen %q is not a loopback address: the agent's API has no authentication", registry.ErrInvalid, addr)
+	}
+	return net.Listen("tcp", addr)
+}
+
+func runAgent(cmd *cobra.Command, fl agentFlags) error {
+	tpls, err := fl.validate()
+	if err != nil {
+		return err
+	}
+	ln, err := listenAgent(fl.listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	reg, err := openRegistry(cmd)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	a, err := agent.New(agent.Config{Registry: reg, Strategy: selector.Strategy(fl.strategy), TokenTTL: fl.tokenTTL,
+		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	return serveAgent(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), ln, a, reg, tpls, fl)
+}
+
+// serveAgent serves until ctx ends (a signal) or the template runner
+// fails, then shuts the server down.
+func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *agent.Agent, reg *registry.Registry, tpls []agent.Template, fl agentFlags) error {
+	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	if ln.Addr().Network() == "unix" {
+		url = "unix:" + ln.Addr().String()
+	}
+	fmt.Fprintf(out, "roster agent: listening on %s, registry %s\n", url, reg)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tplDone := make(chan error, 1)
+	if len(tpls) > 0 {
+		go func() {
+			tplDone <- a.RunTemplates(ctx, agent.TemplateConfig{Templates: tpls, Exec: fl.exec, Debounce: fl.debounce, Log: errOut})
+		}()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+	case err = <-tplDone:
+	}
+	cancel()
+	shut, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	_ = a.Close() // ends long polls and event streams, so Shutdown need not wait for them
+	if serr := srv.Shutdown(shut); serr != nil && err == nil {
+		err = serr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

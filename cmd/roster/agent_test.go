@@ -1,0 +1,270 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/registry"
+)
+
+// agentProc is a running `roster agent`.
+type agentProc struct {
+	cmd    *exec.Cmd
+	url    string
+	exited chan error
+}
+
+// startAgent runs `roster agent` on a free loopback port and returns once
+// it listens.
+func startAgent(t *testing.T, args ...string) *agentProc {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"agent", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "ROSTER_REGISTRY=")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &agentProc{cmd: cmd, exited: make(chan error, 1)}
+	t.Cleanup(func() { p.stop(t) })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("roster agent printed no address: %v", err)
+	}
+	rest, ok := strings.CutPrefix(line, "roster agent: listening on ")
+	if !ok {
+		t.Fatalf("roster agent: unexpected first line %q", line)
+	}
+	p.url, _, _ = strings.Cut(rest, ",")
+	go func() { p.exited <- cmd.Wait() }()
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *agentProc) stop(t *testing.T) {
+	if p.cmd.ProcessState != nil || p.cmd.Process.Signal(syscall.SIGTERM) != nil {
+		return
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("roster agent exited with %v after SIGTERM", err)
+		}
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		t.Error("roster agent did not exit within 10s of SIGTERM")
+		<-p.exited
+	}
+}
+
+// instance is a real HTTP instance registered in the test's registry.
+type instance struct {
+	id    string
+	srv   *httptest.Server
+	lease *registry.Lease
+}
+
+func startInstance(t *testing.T, reg *registry.Registry, id string) *instance {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "hello from %s\n", id)
+	}))
+	t.Cleanup(srv.Close)
+	l, err := reg.Register(context.Background(), registry.Instance{ID: id, Service: "api", Address: srv.Listener.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &instance{id: id, srv: srv, lease: l}
+}
+
+// runClient runs an example client and returns its lines.
+func runClient(t *testing.T, agentURL, cacheDir string, argv []string, calls int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], "api", fmt.Sprint(calls))...)
+	cmd.Env = append(os.Environ(), "ROSTER_AGENT="+agentURL, "ROSTER_CACHE_DIR="+cacheDir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s%s", argv, err, out, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != calls {
+		t.Fatalf("%v: %d lines for %d calls:\n%s", argv, len(lines), calls, out)
+	}
+	return lines
+}
+
+// served counts the calls of a client run by outcome word and instance.
+func served(lines []string) map[string]int {
+	n := map[string]int{}
+	for _, l := range lines {
+		f := strings.Fields(l) // "ok a hello from a"
+		if len(f) >= 5 && f[1] == f[4] {
+			n[f[0]]++
+			n[f[1]]++
+		}
+	}
+	return n
+}
+
+// TestAgentExampleClients runs the PHP and Python examples under their
+// real interpreters against a real roster agent on a real Redis, with
+// real HTTP instances: calls spread over the instances, a dead instance
+// costs no call, and with the agent stopped the clients go on from their
+// saved lists.
+func TestAgentExampleClients(t *testing.T) {
+	clients := map[string][]string{
+		"php":    {"php", "../../examples/php/client.php"},
+		"python": {"python3", "../../examples/python/roster_agent.py"},
+	}
+	for name, argv := range clients {
+		t.Run(name, func(t *testing.T) {
+			if _, err := exec.LookPath(argv[0]); err != nil {
+				t.Fatalf("%s is not installed (scripts/test.sh installs it): %v", argv[0], err)
+			}
+			testExampleClient(t, argv)
+		})
+	}
+}
+
+func testExampleClient(t *testing.T, argv []string) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr() + "/0"
+	reg, err := registry.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	startInstance(t, reg, "a")
+	b := startInstance(t, reg, "b")
+	startInstance(t, reg, "c")
+	agent := startAgent(t, "--registry", url, "--strategy", "round_robin")
+
+	n := served(runClient(t, agent.url, t.TempDir(), argv, 30))
+	if n["ok"] != 30 || n["a"] == 0 || n["b"] == 0 || n["c"] == 0 {
+		t.Fatalf("30 calls over 3 instances: %v", n)
+	}
+
+	b.srv.Close() // b dies but stays registered: retried elsewhere, reported
+	n = served(runClient(t, agent.url, t.TempDir(), argv, 30))
+	if n["ok"] != 30 || n["b"] != 0 {
+		t.Fatalf("30 calls with b dead: %v", n)
+	}
+	if f := agentFailures(t, agent.url, "b"); f == 0 {
+		t.Error("the client's failures on b never reached the agent")
+	}
+
+	// b leaves; a client saves the new list; then the agent stops.
+	if err := b.lease.Deregister(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitAgentList(t, agent.url, 2)
+	cache := t.TempDir()
+	runClient(t, agent.url, cache, argv, 1)
+	if files, _ := filepath.Glob(filepath.Join(cache, "roster-api.json")); len(files) != 1 {
+		t.Fatal("the client saved no list")
+	}
+	agent.stop(t)
+	n = served(runClient(t, agent.url, cache, argv, 20))
+	if n["fallback"] != 20 || n["a"]+n["c"] != 20 {
+		t.Fatalf("20 calls with the agent down: %v", n)
+	}
+}
+
+// agentFailures returns the failures the agent counts for an instance.
+func agentFailures(t *testing.T, url, id string) uint64 {
+	t.Helper()
+	var st struct {
+		Services []struct {
+			Instances []struct {
+				ID    string `json:"id"`
+				Stats struct {
+					Failures uint64 `json:"failures"`
+				} `json:"stats"`
+			} `json:"instances"`
+		} `json:"services"`
+	}
+	getJSON(t, url+"/v1/state", &st)
+	for _, s := range st.Services {
+		for _, in := range s.Instances {
+			if in.ID == id {
+				return in.Stats.Failures
+			}
+		}
+	}
+	return 0
+}
+
+// waitAgentList long-polls the agent until api has n instances.
+func waitAgentList(t *testing.T, url string, n int) {
+	t.Helper()
+	var cur struct {
+		Index     uint64            `json:"index"`
+		Instances []json.RawMessage `json:"instances"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for getJSON(t, url+"/v1/services/api", &cur); len(cur.Instances) != n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent lists %d instances of api, want %d", len(cur.Instances), n)
+		}
+		getJSON(t, fmt.Sprintf("%s/v1/services/api?index=%d&wait=10s", url, cur.Index), &cur)
+	}
+}
+
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// TestAgentBadFlags: invalid flags fail at once with the flag named.
+func TestAgentBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "0.0.0.0:7946"}, "not a loopback address"},
+		{[]string{"--listen", "10.1.2.3:80"}, "not a loopback address"},
+		{[]string{"--listen", "nonsense"}, "neither ip:port nor unix:/path"},
+		{[]string{"--listen", "unix:"}, "needs a path"},
+		{[]string{"--strategy", "fastest"}, "--strategy"},
+		{[]string{"--exec", "true"}, "--exec needs at least one --template"},
+		{[]string{"--template", "only-in"}, "not in.tmpl:out.conf"},
+		{[]string{"--token-ttl", "0s"}, "must be positive"},
+		{nil, "no registry"},
+	} {
+		args := append([]string{"agent", "--listen", "127.0.0.1:0"}, c.args...)
+		if c.args != nil {
+			args = append(args, "--registry", "mem://flags")
+		}
+		_, stderr, code := run(t, 10*time.Second, args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("roster %v: exit %d, stderr %q; want an error with %q", args, code, stderr, c.want)
+		}
+	}
+}

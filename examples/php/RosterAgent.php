@@ -1,0 +1,162 @@
+<?php
+// RosterAgent: a PHP client of `roster agent` with nothing but curl.
+//
+// The agent is the long-running process of the host that keeps the
+// registry's lists for every PHP-FPM worker: a worker asks it for one
+// instance (pick), calls it, and reports the outcome (report), which
+// feeds the agent's load balancing and quarantine for all the workers.
+//
+// If the agent cannot be reached, the client falls back to the last list
+// it saved for the service (a JSON file, written atomically), so a
+// restart of the agent costs no call.
+
+final class RosterAgent
+{
+    private string $base;
+    private ?string $socket = null;
+    /** Whether the latest pick came from the saved list (the agent was down). */
+    public bool $lastFallback = false;
+
+    /**
+     * @param string $agent    "http://127.0.0.1:7946" or "unix:/run/roster.sock"
+     * @param string $cacheDir where the last list of each service is kept
+     * @param float  $timeout  seconds for a request to the agent (it is local: keep it short)
+     * @param int    $refresh  seconds between refreshes of the saved list
+     */
+    public function __construct(string $agent, private string $cacheDir, private float $timeout = 0.25, private int $refresh = 5)
+    {
+        if (str_starts_with($agent, 'unix:')) {
+            $this->socket = substr($agent, 5);
+            $this->base = 'http://localhost';
+        } else {
+            $this->base = rtrim($agent, '/');
+        }
+    }
+
+    /**
+     * Picks an instance of $service. $opts: strategy, key, version, zone, tags.
+     * Returns ['instance' => [...], 'token' => string|null, 'fallback' => bool].
+     */
+    public function pick(string $service, array $opts = []): array
+    {
+        [$status, $body] = $this->request('POST', '/v1/pick', ['service' => $service] + $opts);
+        $this->lastFallback = $status !== 200;
+        if ($status === 200) {
+            $this->saveList($service);
+            return ['instance' => $body['instance'], 'token' => $body['token'], 'fallback' => false];
+        }
+        if ($status !== 0 && $status < 500) {
+            throw new InvalidArgumentException("roster agent: pick $service: " . ($body['error'] ?? "status $status"));
+        }
+        // The agent is down (or has nothing): the last list we saved.
+        $list = $this->loadList($service);
+        if (!$list) {
+            throw new RuntimeException("roster agent unreachable and no saved list for $service");
+        }
+        return ['instance' => self::weightedRandom($list), 'token' => null, 'fallback' => true];
+    }
+
+    /** Reports the outcome of a picked call: success, business, failure, fatal or abort. */
+    public function report(?string $token, string $outcome, float $latencyMs): void
+    {
+        if ($token === null) {
+            return; // picked from the saved list: nothing to report to
+        }
+        $this->request('POST', '/v1/report', ['token' => $token, 'outcome' => $outcome, 'latency_ms' => $latencyMs]);
+    }
+
+    /**
+     * Runs $call(array $instance) on an instance of $service, retrying on
+     * another one when it throws, up to $attempts; reports every attempt.
+     */
+    public function call(string $service, callable $call, array $opts = [], int $attempts = 3): mixed
+    {
+        $last = null;
+        for ($i = 0; $i < $attempts; $i++) {
+            $p = $this->pick($service, $opts);
+            $start = hrtime(true);
+            try {
+                $result = $call($p['instance']);
+                $this->report($p['token'], 'success', (hrtime(true) - $start) / 1e6);
+                return $result;
+            } catch (Throwable $e) {
+                $this->report($p['token'], 'failure', (hrtime(true) - $start) / 1e6);
+                $last = $e;
+            }
+        }
+        throw $last;
+    }
+
+    /** @return array{0:int,1:?array} the HTTP status (0: no answer) and the decoded body */
+    private function request(string $method, string $path, ?array $body = null, float $timeout = 0): array
+    {
+        $ch = curl_init($this->base . $path);
+        $opts = [
+            CURLOPT_CUSTOMREQUEST => $method,
+            CURLOPT_RETURNTRANSFER => true,
+            CURLOPT_TIMEOUT_MS => (int)(($timeout ?: $this->timeout) * 1000),
+            CURLOPT_CONNECTTIMEOUT_MS => (int)($this->timeout * 1000),
+            CURLOPT_HTTPHEADER => ['Content-Type: application/json'],
+        ];
+        if ($body !== null) {
+            $opts[CURLOPT_POSTFIELDS] = json_encode($body);
+        }
+        if ($this->socket !== null) {
+            $opts[CURLOPT_UNIX_SOCKET_PATH] = $this->socket;
+        }
+        curl_setopt_array($ch, $opts);
+        $raw = curl_exec($ch);
+        $status = $raw === false ? 0 : curl_getinfo($ch, CURLINFO_RESPONSE_CODE);
+        curl_close($ch);
+        return [$status, is_string($raw) ? json_decode($raw, true) : null];
+    }
+
+    private function listFile(string $service): string
+    {
+        return $this->cacheDir . '/roster-' . preg_replace('/[^a-z0-9._-]/', '_', $service) . '.json';
+    }
+
+    /** Saves the agent's list of $service, at most every $refresh seconds. */
+    private function saveList(string $service): void
+    {
+        $file = $this->listFile($service);
+        $mtime = @filemtime($file);
+        if ($mtime !== false && time() - $mtime < $this->refresh) {
+            return;
+        }
+        [$status, $body] = $this->request('GET', '/v1/services/' . rawurlencode($service));
+        if ($status !== 200 || empty($body['instances'])) {
+            return;
+        }
+        $tmp = $file . '.' . getmypid() . '.tmp';
+        if (file_put_contents($tmp, json_encode($body['instances'])) !== false) {
+            rename($tmp, $file); // atomic: a reader sees the old list or the new one
+        }
+    }
+
+    private function loadList(string $service): array
+    {
+        $raw = @file_get_contents($this->listFile($service));
+        $list = $raw === false ? null : json_decode($raw, true);
+        return is_array($list) ? $list : [];
+    }
+
+    private static function weightedRandom(array $list): array
+    {
+        $total = 0;
+        foreach ($list as $in) {
+            $total += max(0, (int)($in['weight'] ?? 0));
+        }
+        if ($total === 0) {
+            return $list[array_rand($list)];
+        }
+        $r = random_int(1, $total);
+        foreach ($list as $in) {
+            $r -= max(0, (int)($in['weight'] ?? 0));
+            if ($r <= 0) {
+                return $in;
+            }
+        }
+        return end($list);
+    }
+}
