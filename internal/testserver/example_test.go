@@ -36,3 +36,11 @@ func Example() {
 	// serving
 	// false
 }
+
+func ExampleURL() {
+	fmt.Println(testserver.URL("consul://127.0.0.1:8500", ""))
+	fmt.Println(testserver.URL("zk://127.0.0.1:2181/roster", "?session_timeout=3s"))
+	// Output:
+	// consul://127.0.0.1:8500
+	// zk://127.0.0.1:2181/roster?session_timeout=3s
+}

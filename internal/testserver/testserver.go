@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 
 	"github.com/roster-go/roster/internal/childproc"
@@ -80,6 +81,15 @@ func (p *Process) Kill() {
 	<-p.done
 	p.cmd, p.done = nil, nil
 	p.log.Close()
+}
+
+// URL returns base followed by ?query if query is not empty (a leading ?
+// in query is dropped): a test server's registry URL with options.
+func URL(base, query string) string {
+	if query == "" {
+		return base
+	}
+	return base + "?" + strings.TrimPrefix(query, "?")
 }
 
 // LogTail returns the last n bytes of the file at path (all of it if n

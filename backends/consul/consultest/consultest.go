@@ -146,11 +146,7 @@ func (a *Agent) DNSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.
 // URL returns the registry URL of the agent, consul://127.0.0.1:<port>,
 // followed by ?query if query is not empty (for example "wait=5s").
 func (a *Agent) URL(query string) string {
-	u := "consul://" + a.addr
-	if query != "" {
-		u += "?" + strings.TrimPrefix(query, "?")
-	}
-	return u
+	return testserver.URL("consul://"+a.addr, query)
 }
 
 // Dir is the agent's directory: its data dir ("data") and log (LogPath).

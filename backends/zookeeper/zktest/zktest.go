@@ -140,11 +140,7 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 func (s *Server) URL(root, query string) string { return url([]string{s.Addr()}, root, query) }
 
 func url(addrs []string, root, query string) string {
-	u := "zk://" + strings.Join(addrs, ",") + root
-	if query != "" {
-		u += "?" + strings.TrimPrefix(query, "?")
-	}
-	return u
+	return testserver.URL("zk://"+strings.Join(addrs, ",")+root, query)
 }
 
 // Dir is the server's directory: its configuration, data ("data") and log.
