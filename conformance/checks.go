@@ -179,20 +179,14 @@ func deregister(t TB, s *suite) {
 	svc := service("dereg")
 	l := s.register(t, r, s.inst(svc))
 	id := l.Instance().ID
-	eventually(t, s.cfg.Propagation, "registered", func() (bool, string) {
-		got, err := lookupIDs(t, obs, svc)
-		return err == nil && len(got) == 1, fmt.Sprint(got, err)
-	})
+	s.waitCount(t, obs, svc, 1, "registered")
 	if err := l.Deregister(t.Context()); err != nil {
 		t.Fatalf("Deregister: %v", err)
 	}
 	if st := l.State(); st != registry.LeaseClosed {
 		t.Errorf("state after Deregister = %v, want closed", st)
 	}
-	eventually(t, s.cfg.Propagation, "deregistered instance "+id+" gone", func() (bool, string) {
-		got, err := lookupIDs(t, obs, svc)
-		return err == nil && len(got) == 0, fmt.Sprint(got, err)
-	})
+	s.waitCount(t, obs, svc, 0, "deregistered instance "+id+" gone")
 }
 
 func deregisterTwice(t TB, s *suite) {
@@ -362,10 +356,7 @@ func crashExpires(t TB, s *suite) {
 	svc := service("crash")
 	l := s.register(t, r, s.inst(svc))
 	id := l.Instance().ID
-	eventually(t, s.cfg.Propagation, "registered", func() (bool, string) {
-		got, err := lookupIDs(t, obs, svc)
-		return err == nil && len(got) == 1, fmt.Sprint(got, err)
-	})
+	s.waitCount(t, obs, svc, 1, "registered")
 	l.Abandon()
 	crashed := time.Now()
 	gran := r.Limits().TTLGranularity
@@ -442,10 +433,7 @@ func watchInitial(t TB, s *suite) {
 	for i := 0; i < 3; i++ {
 		want = append(want, s.register(t, r, s.inst(svc)).Instance().ID)
 	}
-	eventually(t, s.cfg.Propagation, "registered", func() (bool, string) {
-		got, err := lookupIDs(t, obs, svc)
-		return err == nil && len(got) == 3, fmt.Sprint(got, err)
-	})
+	s.waitCount(t, obs, svc, 3, "registered")
 	w := s.watch(t, obs, svc)
 	sn, err := next(t, w, s.cfg.Propagation)
 	if err != nil {
@@ -680,10 +668,7 @@ func registryClose(t TB, s *suite) {
 		t.Errorf("lease state after Registry.Close = %v, want closed", l.State())
 	}
 	// Close deregisters: the instance is gone long before its TTL.
-	eventually(t, s.cfg.Propagation, "Close deregistered the registry's instances", func() (bool, string) {
-		got, err := lookupIDs(t, obs, svc)
-		return err == nil && len(got) == 0, fmt.Sprint(got, err)
-	})
+	s.waitCount(t, obs, svc, 0, "Close deregistered the registry's instances")
 	if _, err := r.Register(ctx, s.inst(svc)); !errors.Is(err, registry.ErrClosed) {
 		t.Errorf("Register after Close = %v, want ErrClosed", err)
 	}

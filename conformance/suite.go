@@ -380,6 +380,16 @@ func eventually(t TB, d time.Duration, what string, cond func() (bool, string)) 
 	}
 }
 
+// waitCount waits, within the suite's propagation bound, until a lookup
+// of svc on r returns n instances; what names the state in a failure.
+func (s *suite) waitCount(t TB, r *registry.Registry, svc string, n int, what string) {
+	t.Helper()
+	eventually(t, s.cfg.Propagation, what, func() (bool, string) {
+		got, err := lookupIDs(t, r, svc)
+		return err == nil && len(got) == n, fmt.Sprint(got, err)
+	})
+}
+
 func lookupIDs(t TB, r *registry.Registry, svc string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
