@@ -69,11 +69,12 @@
 //     their context only; timeout bounds each request once it has one. A
 //     quarter of it is kept for heartbeats: a burst of registrations never
 //     delays a renewal past its TTL.
-//   - max_watch_conns (default 64) for blocking queries: each watched
-//     service holds one connection for up to wait, so watches cannot starve
-//     the heartbeats. A Registry watching more services than that follows
-//     the rest as connections free up (a change may reach them up to wait
-//     late).
+//   - max_watch_conns (default 64) for blocking queries, so watches cannot
+//     starve the heartbeats. The watches of a driver, however many
+//     services, share two catalog-wide blocking queries (health/state/any
+//     and catalog/services, see hub.go) and read a service only when its
+//     checks changed, at most 8 at a time: 1,000 watched services hold
+//     about 10 connections.
 //
 // With the defaults one driver uses at most 128 connections, leaving 72 of
 // the agent's default 200 for the other clients on the same address. Run
@@ -166,6 +167,7 @@ type Driver struct {
 	client, watchClient  *api.Client
 	transports           []*http.Transport
 	calls, bulk, watches gate
+	hub                  *hub // the watches' catalog-wide queries
 
 	// life ends with Close: it unblocks watches and retries, and cancels
 	// the requests still running, which inflight counts.
@@ -194,6 +196,7 @@ func NewDriver(o Options) (*Driver, error) {
 		watches: make(gate, o.MaxWatchConns),
 	}
 	d.life, d.stop = context.WithCancel(context.Background())
+	d.hub = newHub(d)
 	var err error
 	if d.client, err = d.newClient(o.MaxConns); err != nil {
 		return nil, err
@@ -274,6 +277,7 @@ func (d *Driver) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	d.stop()
+	d.hub.wait()
 	d.inflight.Wait()
 	for _, tr := range d.transports {
 		tr.CloseIdleConnections()

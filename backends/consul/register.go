@@ -2,7 +2,9 @@ package consul
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math"
 	"net"
@@ -66,9 +68,8 @@ func (d *Driver) toConsul(inst driver.Instance, ttl time.Duration) (*api.AgentSe
 		// Checks start critical by default: without this a new instance
 		// would be missing from ?passing until its first heartbeat.
 		check.Status = api.HealthPassing
-		check.Notes = checkOutput
 	}
-	return &api.AgentServiceRegistration{
+	asr := &api.AgentServiceRegistration{
 		ID:      inst.ID,
 		Name:    inst.Service,
 		Tags:    slices.Clone(inst.Tags),
@@ -78,8 +79,19 @@ func (d *Driver) toConsul(inst driver.Instance, ttl time.Duration) (*api.AgentSe
 		// DNS SRV consumers see the weight too; Consul requires 1 to
 		// 65535 (driver.MaxWeight), so a drained 0 is written as 1 here.
 		Weights: &api.AgentWeights{Passing: max(int(inst.Weight), 1), Warning: 1},
-		Check:   check,
-	}, nil
+	}
+	// The notes carry a digest of the instance, so that an Update changes
+	// the check too: the watches' catalog-wide checks query (hub.go) then
+	// sees which service changed.
+	digest, err := json.Marshal(asr)
+	if err != nil {
+		return nil, fmt.Errorf("consul: %w: encode %s: %v", driver.ErrInvalid, inst.ID, err)
+	}
+	f := fnv.New64a()
+	f.Write(digest)
+	check.Notes = fmt.Sprintf("%s %016x", checkOutput, f.Sum64())
+	asr.Check = check
+	return asr, nil
 }
 
 // fromConsul reads one health entry back into an instance.

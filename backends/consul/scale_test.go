@@ -1,7 +1,6 @@
 package consul_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/roster-go/roster/backends/consul"
 	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/tcpcount"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -113,7 +113,7 @@ func agentServices(ctx context.Context, addr, service string) (int, error) {
 // connCounter samples how many TCP connections to port are established,
 // from /proc/net/tcp, and keeps the peak.
 type connCounter struct {
-	port string // upper-case hex, as /proc/net/tcp writes it
+	port int
 	peak atomic.Int64
 	stop chan struct{}
 	done chan struct{}
@@ -123,7 +123,7 @@ func countConns(t *testing.T, addr string) *connCounter {
 	t.Helper()
 	_, p, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(p)
-	c := &connCounter{port: fmt.Sprintf("%04X", n), stop: make(chan struct{}), done: make(chan struct{})}
+	c := &connCounter{port: n, stop: make(chan struct{}), done: make(chan struct{})}
 	if _, err := c.sample(); err != nil {
 		t.Fatalf("counting connections: %v", err)
 	}
@@ -157,25 +157,9 @@ func (c *connCounter) close() {
 	<-c.done
 }
 
-// sample counts the client ends: established entries whose remote port is
-// the agent's.
-func (c *connCounter) sample() (int, error) {
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		// sl local_address rem_address st …; state 01 is ESTABLISHED.
-		if len(fs) > 3 && strings.HasSuffix(fs[2], ":"+c.port) && fs[3] == "01" {
-			n++
-		}
-	}
-	return n, sc.Err()
-}
+// sample counts the client ends: established connections to the agent's
+// port.
+func (c *connCounter) sample() (int, error) { return tcpcount.Established(c.port) }
 
 // Issue #12: many leases registered at once from one Registry with
 // default options, against an agent with its default limit of 200

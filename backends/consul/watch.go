@@ -15,25 +15,15 @@ import (
 
 func isNotFound(err error) bool { return errors.Is(err, driver.ErrNotFound) }
 
-// health reads the passing instances of service. wait > 0 makes it a
-// blocking query on index, on the pool of blocking queries.
-func (d *Driver) health(ctx context.Context, service string, index uint64, wait time.Duration) (driver.Snapshot, uint64, error) {
+// health reads the passing instances of service, through gates.
+func (d *Driver) health(ctx context.Context, service string, gates []gate) (driver.Snapshot, uint64, error) {
 	q := &api.QueryOptions{Datacenter: d.o.Datacenter, AllowStale: d.o.AllowStale}
 	var entries []*api.ServiceEntry
 	var meta *api.QueryMeta
-	read := func(c *api.Client) func(ctx context.Context) error {
-		return func(ctx context.Context) (err error) {
-			entries, meta, err = c.Health().Service(service, "", true, q.WithContext(ctx))
-			return err
-		}
-	}
-	var err error
-	if wait > 0 {
-		q.WaitIndex, q.WaitTime = index, wait
-		err = d.block(ctx, read(d.watchClient))
-	} else {
-		_, err = d.call(ctx, read(d.client))
-	}
+	_, err := d.run(ctx, gates, d.o.Timeout, func(ctx context.Context) (err error) {
+		entries, meta, err = d.client.Health().Service(service, "", true, q.WithContext(ctx))
+		return err
+	})
 	if err != nil {
 		return driver.Snapshot{}, 0, err
 	}
@@ -56,7 +46,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 	if err := d.enter(ctx); err != nil {
 		return driver.Snapshot{}, err
 	}
-	s, _, err := d.health(ctx, service, 0, 0)
+	s, _, err := d.health(ctx, service, []gate{d.bulk, d.calls})
 	if err != nil {
 		return driver.Snapshot{}, d.wrap(ctx, "list "+service, err)
 	}
@@ -136,7 +126,7 @@ func (d *Driver) confirmPassing(ctx context.Context, names []string) ([]string, 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s, _, err := d.health(ctx, n, 0, 0)
+			s, _, err := d.health(ctx, n, []gate{d.bulk, d.calls})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -158,18 +148,22 @@ func (d *Driver) block(ctx context.Context, req func(ctx context.Context) error)
 	return err
 }
 
-// Watch implements driver.Driver with blocking queries.
+// Watch implements driver.Driver: the driver's hub follows the whole
+// catalog with two blocking queries and wakes the stream when its service
+// may have changed; the stream then reads the service.
 func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
 	if err := d.enter(ctx); err != nil {
 		return nil, err
 	}
-	return &stream{d: d, service: service, closed: make(chan struct{}), bucket: newBucket(watchBurst, watchEvery)}, nil
+	st := &stream{d: d, service: service, closed: make(chan struct{}), wake: make(chan struct{}, 1), bucket: newBucket(watchBurst, watchEvery)}
+	d.hub.add(st)
+	return st, nil
 }
 
-// The blocking loop's rate limit: a burst of 5, then one query per 50ms.
-// A healthy watch makes one query per change (or per wait), far below it;
-// the limit only bites when Consul wakes the watch in a storm (writes to
-// other services, index resets), which would otherwise be a busy loop.
+// The rate limit of a watch's reads and of each hub query: a burst of 5,
+// then one per 50ms. A healthy watch reads once per change of its service,
+// far below it; the limit only bites in a storm of changes, which it
+// coalesces.
 const (
 	watchBurst = 5
 	watchEvery = 50 * time.Millisecond
@@ -178,19 +172,25 @@ const (
 type stream struct {
 	d       *Driver
 	service string
-	index   uint64 // 0: the next read does not block
 	last    *driver.Snapshot
 	bucket  *bucket
+	wake    chan struct{} // 1-buffered: the service may have changed
 	closed  chan struct{}
 	once    sync.Once
+
+	// guarded by d.hub.mu
+	print   uint64 // fingerprint of the service's checks, as last seen by the hub
+	printed bool
+	err     error // a failed hub query, not yet reported
 }
 
 // Next implements driver.Stream: the first call returns the current
-// state at once; later calls block on the index until the passing set
-// differs from the last one returned.
+// state at once; later calls wait for the hub to wake the stream, read
+// the service, and return when the passing set differs from the last one
+// returned.
 func (st *stream) Next(outer context.Context) (driver.Snapshot, error) {
-	// Close (of the stream or the driver) must release a blocking query at
-	// once: it cancels the query's context.
+	// Close (of the stream or the driver) must release a pending read at
+	// once: it cancels the read's context.
 	ctx, cancel := context.WithCancel(outer)
 	defer cancel()
 	go func() {
@@ -205,18 +205,15 @@ func (st *stream) Next(outer context.Context) (driver.Snapshot, error) {
 		if err := st.ctxErr(outer); err != nil {
 			return driver.Snapshot{}, err
 		}
-		wait := time.Duration(0)
 		if st.last != nil {
-			// Every query after the first is rate limited, including the
-			// non-blocking re-read after an index reset.
+			if err := st.await(ctx); err != nil {
+				return driver.Snapshot{}, cmpErr(st.ctxErr(outer), err)
+			}
 			if err := st.bucket.take(ctx); err != nil {
 				return driver.Snapshot{}, st.ctxErr(outer)
 			}
-			if st.index > 0 {
-				wait = st.d.o.Wait
-			}
 		}
-		snap, index, err := st.d.health(ctx, st.service, st.index, wait)
+		snap, _, err := st.d.health(ctx, st.service, []gate{st.d.hub.reads, st.d.bulk, st.d.calls})
 		if err != nil {
 			if cerr := st.ctxErr(outer); cerr != nil {
 				return driver.Snapshot{}, cerr
@@ -224,16 +221,9 @@ func (st *stream) Next(outer context.Context) (driver.Snapshot, error) {
 			// The registry marks its cache stale and reopens the watch.
 			return driver.Snapshot{}, st.d.wrap(outer, "watch "+st.service, err)
 		}
-		switch {
-		case index < st.index:
-			// The index went backwards (agent restarted, snapshot
-			// restored): forget it and read afresh without blocking.
-			st.index = 0
+		if st.last != nil && snap.Revision < st.last.Revision {
+			st.poke() // a stale server answered (allow_stale): read again
 			continue
-		case index < 1:
-			st.index = 1 // index 0 would make every query return at once
-		default:
-			st.index = index
 		}
 		if st.last != nil && st.last.SameInstances(snap) {
 			continue // woken without a change of the passing set
@@ -241,6 +231,44 @@ func (st *stream) Next(outer context.Context) (driver.Snapshot, error) {
 		st.last = &snap
 		return snap, nil
 	}
+}
+
+// await waits for a wake, and returns the hub's error if its queries
+// failed since the last call.
+func (st *stream) await(ctx context.Context) error {
+	select {
+	case <-st.wake:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	st.d.hub.mu.Lock()
+	defer st.d.hub.mu.Unlock()
+	err := st.err
+	st.err = nil
+	return err
+}
+
+func cmpErr(first, second error) error {
+	if first != nil {
+		return first
+	}
+	return second
+}
+
+// poke wakes the stream.
+func (st *stream) poke() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fail records a failed hub query and wakes the stream; d.hub.mu is held.
+func (st *stream) fail(err error) {
+	if st.err == nil {
+		st.err = err
+	}
+	st.poke()
 }
 
 // ctxErr reports why the stream must stop, if it must: closed, or the
@@ -258,7 +286,10 @@ func (st *stream) ctxErr(ctx context.Context) error {
 
 // Close implements driver.Stream; a pending Next returns ErrClosed.
 func (st *stream) Close() error {
-	st.once.Do(func() { close(st.closed) })
+	st.once.Do(func() {
+		close(st.closed)
+		st.d.hub.remove(st)
+	})
 	return nil
 }
 

@@ -37,20 +37,26 @@
 // # Data model
 //
 // Each registration is one key, <prefix>/<service>/<instance-id>, whose
-// value is the instance as JSON, attached to a lease of its own. The
+// value is the instance as JSON, attached to the process's lease for its
+// TTL (one lease per TTL value, shared by every registration). The
 // trailing slash after the service keeps "svc" from matching "svc-a".
 // Values under the prefix that do not decode are ignored.
 //
 // # Leases and heartbeats
 //
-// Register grants a lease with the TTL in whole seconds (Limits: MinTTL 2s,
-// the server's floor with default election settings, TTLGranularity 1s;
-// the registry rejects shorter TTLs and rounds up) and puts the key with
-// it. Heartbeat, which the registry's lease engine calls every TTL/3, sends
-// one KeepAliveOnce and then reads the key: a lease the server no longer
-// knows (expired during a partition, revoked, lost with wiped data) or a
-// key deleted behind our back is reported as driver.ErrNotFound, and the
-// engine registers again with a new lease, forever, with capped backoff.
+// Register puts the key on the driver's shared lease for the TTL in whole
+// seconds (Limits: MinTTL 2s, the server's floor with default election
+// settings, TTLGranularity 1s; the registry rejects shorter TTLs and
+// rounds up), granting it on the first registration with that TTL.
+// Heartbeat, which the registry's lease engine calls every TTL/3, sends
+// one KeepAliveOnce for the shared lease — skipped when another
+// registration's heartbeat renewed it within TTL/6, so N registrations
+// cost about one keep-alive per TTL/3 — and then reads the key: a lease
+// the server no longer knows (expired during a partition, lost with wiped
+// data) or a key deleted behind our back is reported as
+// driver.ErrNotFound, and the engine registers again, forever, with
+// capped backoff; a lost lease is replaced by one new grant, which every
+// key moves to as its heartbeat finds the loss.
 //
 // Why KeepAliveOnce and not the client's KeepAlive stream: the lease
 // engine already owns heartbeat scheduling, jitter, failure counting and
@@ -62,9 +68,9 @@
 // stream per heartbeat instead of one message on a shared stream, plus the
 // key read that detects external deletes; docs/bench/etcd.md measures it.
 //
-// Deregister deletes the key (watchers see it at once) and revokes the
-// lease. A lease orphaned by a failed call carries no key and expires by
-// itself.
+// Deregister deletes the key (watchers see it at once); the lease is
+// revoked when its last registration deregisters. A lease orphaned by a
+// failed call carries no key and expires by itself.
 //
 // # Watch
 //
@@ -172,6 +178,8 @@ type Driver struct {
 	probeSem chan struct{} // one probe at a time; guards probeAt, probeRev
 	probeAt  time.Time
 	probeRev int64
+
+	leases leasePool // one shared lease per TTL
 
 	lostMu sync.Mutex
 	lost   chan struct{} // closed and replaced when the connection drops
@@ -501,7 +509,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
-// registration is one key and the lease it is attached to.
+// registration is one key, attached to the shared lease of its TTL.
 type registration struct {
 	d   *Driver
 	key string
@@ -509,60 +517,116 @@ type registration struct {
 	ttl int64 // seconds
 
 	mu    sync.Mutex
-	lease clientv3.LeaseID
+	lease *sharedLease // nil once released
 }
 
-func (r *registration) leaseID() clientv3.LeaseID {
+func (r *registration) current() *sharedLease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lease
 }
 
-// grantAndPut attaches the key to a new lease.
-func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
-	d := r.d
-	c, cancel, err := d.op(ctx)
+// releaseLease takes the registration off its lease, once.
+func (r *registration) releaseLease(ctx context.Context) {
+	r.mu.Lock()
+	l := r.lease
+	r.lease = nil
+	r.mu.Unlock()
+	if l != nil {
+		l.leave(r)
+		r.d.release(ctx, l)
+	}
+}
+
+// expire deletes the key of a registration that stopped beating, as the
+// server would have expired a lease of its own, and takes it off the
+// shared lease.
+func (r *registration) expire(ctx context.Context) error {
+	c, cancel, err := r.d.op(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	g, err := d.cli.Grant(c, r.ttl)
-	if err != nil {
-		return d.wrap(ctx, op+": grant lease", err)
+	if _, err := r.d.cli.Delete(c, r.key); err != nil {
+		return r.d.wrap(ctx, "expire "+r.id, err)
 	}
-	if _, err := d.cli.Put(c, r.key, val, clientv3.WithLease(g.ID)); err != nil {
-		// The new lease carries no key; it expires by itself.
-		return d.wrap(ctx, op+": put", err)
-	}
-	r.mu.Lock()
-	r.lease = g.ID
-	r.mu.Unlock()
+	r.releaseLease(ctx)
 	return nil
 }
 
-// Heartbeat implements driver.Registration: one keep-alive, then a
-// check that the key is still there.
-func (r *registration) Heartbeat(ctx context.Context) error {
+// grantAndPut puts the key on the shared lease of its TTL (granted if
+// there is none). A lease the server lost is dropped and the put tried
+// once more, on a new one.
+func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 	d := r.d
+	for attempt := 0; ; attempt++ {
+		l, err := d.acquire(ctx, op, r.ttl)
+		if err != nil {
+			return err
+		}
+		err = d.put(ctx, r.key, val, l.id)
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				d.drop(l)
+			}
+			d.release(ctx, l)
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
+				continue
+			}
+			return d.wrap(ctx, op+": put", err)
+		}
+		r.releaseLease(ctx) // the old lease, on a re-grant by Update
+		r.mu.Lock()
+		r.lease = l
+		r.mu.Unlock()
+		l.beat(r)
+		return nil
+	}
+}
+
+func (d *Driver) put(ctx context.Context, key, val string, lease clientv3.LeaseID) error {
 	c, cancel, err := d.op(ctx)
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	lease := r.leaseID()
-	if _, err := d.cli.KeepAliveOnce(c, lease); err != nil {
-		return d.wrap(ctx, "heartbeat "+r.id+": keep-alive", err)
+	_, err = d.cli.Put(c, key, val, clientv3.WithLease(lease))
+	return err
+}
+
+// Heartbeat implements driver.Registration: a keep-alive of the shared
+// lease (skipped when another registration renewed it within TTL/6), then
+// a check that the key is still there.
+func (r *registration) Heartbeat(ctx context.Context) error {
+	d := r.d
+	l := r.current()
+	if l == nil || !d.isCurrent(l) {
+		// The lease was lost (another heartbeat saw it) or revoked.
+		r.releaseLease(ctx)
+		return fmt.Errorf("etcd: heartbeat %s: %w: lease lost", r.id, driver.ErrNotFound)
 	}
+	if err := d.keepAlive(ctx, "heartbeat "+r.id, l); err != nil {
+		if errors.Is(err, driver.ErrNotFound) {
+			r.releaseLease(ctx)
+		}
+		return err
+	}
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
 	resp, err := d.cli.Get(c, r.key, clientv3.WithCountOnly())
 	if err != nil {
 		return d.wrap(ctx, "heartbeat "+r.id+": check key", err)
 	}
 	if resp.Count == 0 {
-		// Deleted behind our back. The lease has no other key: drop it now
-		// rather than let it run out, then let the engine register anew.
-		_, _ = d.cli.Revoke(c, lease)
+		// Deleted behind our back: the engine registers anew, on the
+		// same lease.
+		r.releaseLease(ctx)
 		return fmt.Errorf("etcd: heartbeat %s: %w: key %s was deleted", r.id, driver.ErrNotFound, r.key)
 	}
+	l.beat(r)
 	return nil
 }
 
@@ -574,13 +638,14 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 		return err
 	}
 	d := r.d
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
+	l := r.current()
+	if l != nil {
+		err = d.put(ctx, r.key, val, l.id)
 	}
-	defer cancel()
-	_, err = d.cli.Put(c, r.key, val, clientv3.WithLease(r.leaseID()))
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if l == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if l != nil {
+			d.drop(l)
+		}
 		return r.grantAndPut(ctx, "update "+r.id, val)
 	}
 	if err != nil {
@@ -590,7 +655,8 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 }
 
 // Deregister implements driver.Registration: delete the key (the change
-// watchers see), then revoke the lease.
+// watchers see), then leave the lease, which is revoked after its last
+// registration.
 func (r *registration) Deregister(ctx context.Context) error {
 	d := r.d
 	c, cancel, err := d.op(ctx)
@@ -601,7 +667,6 @@ func (r *registration) Deregister(ctx context.Context) error {
 	if _, err := d.cli.Delete(c, r.key); err != nil {
 		return d.wrap(ctx, "deregister "+r.id+": delete", err)
 	}
-	// Best effort: the key is gone, and an unrevoked lease expires alone.
-	_, _ = d.cli.Revoke(c, r.leaseID())
+	r.releaseLease(ctx)
 	return nil
 }

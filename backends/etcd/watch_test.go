@@ -230,7 +230,7 @@ func TestHeartbeatReportsLostLease(t *testing.T) {
 	if err := r.Heartbeat(t.Context()); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
-	if _, err := d.cli.Revoke(t.Context(), r.(*registration).leaseID()); err != nil {
+	if _, err := d.cli.Revoke(t.Context(), r.(*registration).current().id); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Heartbeat(t.Context()); !errors.Is(err, registry.ErrNotFound) {

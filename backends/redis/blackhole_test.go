@@ -21,6 +21,7 @@ type blackhole struct {
 	frozen atomic.Bool
 	mu     sync.Mutex
 	conns  []net.Conn
+	closed bool // a connection accepted while closing is closed at once
 	wg     sync.WaitGroup
 }
 
@@ -49,6 +50,12 @@ func (b *blackhole) accept() {
 			continue
 		}
 		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			c.Close()
+			s.Close()
+			return
+		}
 		b.conns = append(b.conns, c, s)
 		b.mu.Unlock()
 		b.wg.Add(2)
@@ -76,6 +83,7 @@ func (b *blackhole) pipe(dst, src net.Conn) {
 func (b *blackhole) close() {
 	b.ln.Close()
 	b.mu.Lock()
+	b.closed = true
 	for _, c := range b.conns {
 		c.Close()
 	}

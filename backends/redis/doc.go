@@ -46,7 +46,12 @@
 // never listed even before it is swept.
 //
 // A watch takes a snapshot (instances, revision and the log's last ID in one
-// script), then reads the log with XREAD BLOCK on a connection of its own. A
+// script), then follows the log: the driver reads the logs of all its
+// watches with one XREAD BLOCK per 1,024 logs, each on a connection of its
+// own (on Cluster, one per hash slot, as a multi-key read must stay in one
+// slot), woken by an entry on a private stream <prefix>:mux:<token> when a
+// watch joins. Relists, sweeps and those wakes share one client of two
+// connections, so a process watching 1,000 services holds four. A
 // revision that does not follow the last one (a trimmed log, a FLUSHALL, a
 // failover that lost writes) makes it relist; so does a quiet period without
 // entries (option quiet, default 10s), and so does a broken read (if the

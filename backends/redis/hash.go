@@ -17,7 +17,10 @@ import (
 // hash tag {svc}: one Cluster slot, so one script can touch them all.
 // hashLayout stores each service under one hash tag, updated by atomic
 // scripts with a change log (the package doc, "Layout hash").
-type hashLayout struct{ *conn }
+type hashLayout struct {
+	*conn
+	mux *logMux // the change-log reads of all watches
+}
 
 // limits: PX TTLs, in milliseconds.
 func (h *hashLayout) limits() driver.Limits {
@@ -369,7 +372,7 @@ func (h *hashLayout) sweepLease() time.Duration { return sweepLeaseIntervals * h
 // claimSweeper takes the service's sweeper lease for token if nobody holds
 // it; otherwise it returns how long the holder's lease runs unless renewed.
 func (h *hashLayout) claimSweeper(ctx context.Context, service, token string) (ok bool, left time.Duration, err error) {
-	res, err := sweeperClaimScript.Run(ctx, h.c, []string{h.hkeys(service).sweeper}, token, h.sweepLease().Milliseconds()).Int64Slice()
+	res, err := sweeperClaimScript.Run(ctx, h.mux.client(), []string{h.hkeys(service).sweeper}, token, h.sweepLease().Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("reply of %d items", len(res))
 	}
@@ -384,7 +387,7 @@ func (h *hashLayout) claimSweeper(ctx context.Context, service, token string) (o
 // long the new holder's lease runs when another watch took it over.
 func (h *hashLayout) sweep(ctx context.Context, service, token string) (wait time.Duration, lost bool, err error) {
 	k := h.hkeys(service)
-	res, err := sweepScript.Run(ctx, h.c, []string{k.idx, k.rev, k.log, k.sweeper},
+	res, err := sweepScript.Run(ctx, h.mux.client(), []string{k.idx, k.rev, k.log, k.sweeper},
 		k.inst, h.o.MaxLen, sweepBatch, token, h.sweepLease().Milliseconds(), h.o.Linger.Milliseconds()).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("reply of %d items", len(res))

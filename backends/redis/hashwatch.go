@@ -19,14 +19,15 @@ import (
 // is due but its record is still alive for a few more microseconds.
 const minSweepGap = 5 * time.Millisecond
 
-// hashStream follows one service: XREAD BLOCK on the change log, applying
-// entries to its copy of the instances while their revisions follow each
-// other, relisting when they do not.
+// hashStream follows one service: the driver's logMux reads its change
+// log (one XREAD BLOCK for many services); the stream applies the entries
+// to its copy of the instances while their revisions follow each other,
+// relisting when they do not.
 type hashStream struct {
 	h    *hashLayout
 	svc  string
 	keys hashKeys
-	blk  goredis.UniversalClient // dedicated: blocking reads only
+	sub  *logSub // nil until the first relist
 
 	insts   map[string]driver.Instance
 	rev     uint64
@@ -49,11 +50,14 @@ type hashStream struct {
 
 func (h *hashLayout) watch(ctx context.Context, service string) (driver.Stream, error) {
 	st := &hashStream{h: h, svc: service, keys: h.hkeys(service), closed: make(chan struct{}), token: fmt.Sprintf("%016x", rand.Uint64())}
-	st.blk = h.watchClient()
 	if err := st.relist(ctx); err != nil {
-		st.closeClient()
 		return nil, err
 	}
+	sub, err := h.mux.subscribe(ctx, service, st.keys.log, st.lastID)
+	if err != nil {
+		return nil, err
+	}
+	st.sub = sub
 	st.pending = true
 	st.kick = make(chan struct{}, 1)
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -87,12 +91,16 @@ func (st *hashStream) sweeper(ctx context.Context) {
 		}
 		next, err := st.sweepTurn(ctx)
 		if err != nil && ctx.Err() == nil {
-			// The main client failed even after its retries: the backend is
+			next, err = st.sweepTurn(ctx) // the watch client does not retry
+		}
+		if err != nil && ctx.Err() == nil {
+			// The client failed twice in a row: the backend is
 			// unreachable. A blocked read on a silent (blackholed) link
-			// would only notice after its block plus a 10s read timeout;
-			// interrupt it so that the watch reports the failure now.
+			// would only notice after its block plus a 10s read timeout:
+			// report the failure now, and make the shared read reconnect.
 			st.sweepErr.CompareAndSwap(nil, &err)
-			st.closeClient()
+			st.sub.poke()
+			st.sub.shard.interrupt()
 			return
 		}
 		t.Reset(next)
@@ -129,15 +137,19 @@ func (st *hashStream) untilFree(left time.Duration) time.Duration {
 	return max(left, minSweepGap) + rand.N(st.h.o.Sweep/4+1)
 }
 
-// relist replaces the stream's state with a fresh snapshot. It reads on
-// the watch's own client, which does not retry: a relist that fails
-// reports the outage at once and the registry retries with backoff. (The
-// shared client's retries, nested in a Sentinel client's own, took over
-// 10s to give up.)
+// relist replaces the stream's state with a fresh snapshot, and moves the
+// log subscription to the snapshot's last entry. It reads on the mux's
+// client, which does not retry: a relist that fails reports the outage at
+// once.
 func (st *hashStream) relist(ctx context.Context) error {
-	s, lastID, err := st.h.snapshot(ctx, st.blk, st.svc)
+	s, lastID, err := st.h.snapshot(ctx, st.h.mux.client(), st.svc)
 	if err != nil {
 		return err
+	}
+	if st.sub != nil {
+		if err := st.sub.reset(ctx, lastID); err != nil {
+			return err
+		}
 	}
 	st.insts = make(map[string]driver.Instance, len(s.Instances))
 	for _, in := range s.Instances {
@@ -169,64 +181,70 @@ func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
 		st.pending = false
 		return st.last, nil
 	}
-	// A blocked read ignores its context; closing the dedicated client is
-	// what interrupts it. The stream is then finished, as the registry
-	// only cancels a stream it is about to close.
-	stop := context.AfterFunc(ctx, st.closeClient)
-	defer stop()
 	for {
 		if err := ctx.Err(); err != nil {
 			return driver.Snapshot{}, err
+		}
+		if serr := st.sweepErr.Load(); serr != nil {
+			return driver.Snapshot{}, *serr
 		}
 		if time.Since(st.lastActive) >= st.h.o.Quiet {
 			if s, ok, err := st.resync(ctx); err != nil || ok {
 				return s, err
 			}
 		}
-		block := max(st.h.o.Quiet-time.Since(st.lastActive), time.Millisecond) // BLOCK 0 would mean forever
-		res, err := st.blk.XRead(ctx, &goredis.XReadArgs{
-			Streams: []string{st.keys.log, st.lastID}, Count: 1000, Block: block,
-		}).Result()
-		if errors.Is(err, goredis.Nil) {
-			continue // timed out: a resync is due
-		}
+		msgs, err := st.sub.wait(ctx, st.closed, st.h.o.Quiet-time.Since(st.lastActive))
 		if err != nil {
-			// A broken connection may have missed nothing (the log is
-			// resumable) or a whole restart: relist once through the
-			// main client. If that fails too, or reading fails again
-			// right after, the backend is unavailable.
-			if st.readFailed || ctx.Err() != nil || st.sweepErr.Load() != nil {
-				return driver.Snapshot{}, st.fail(ctx, err)
-			}
-			st.readFailed = true
-			if s, ok, err := st.resync(ctx); err != nil || ok {
+			if s, ok, err := st.readFailure(ctx, err); err != nil || ok {
 				return s, err
 			}
 			continue
 		}
-		st.readFailed = false
-		st.lastActive = time.Now()
-		gap := false
-		for _, xs := range res {
-			for _, m := range xs.Messages {
-				if !st.apply(m) {
-					gap = true
-					break
-				}
-			}
+		if len(msgs) == 0 {
+			continue // quiet, poked or closed: checked above
 		}
-		if gap {
-			// A trimmed log, a FLUSHALL or lost writes: relist.
-			if s, ok, err := st.resync(ctx); err != nil || ok {
-				return s, err
-			}
-			continue
-		}
-		if s := st.current(); !s.SameInstances(st.last) {
-			st.last = s
-			return s, nil
+		if s, ok, err := st.applyAll(ctx, msgs); err != nil || ok {
+			return s, err
 		}
 	}
+}
+
+// readFailure handles a failed shared read. A broken connection may have
+// missed nothing (the log is resumable) or a whole restart: relist once
+// through the relist client. If that fails too, or reading fails again
+// before an entry arrives, the backend is unavailable.
+func (st *hashStream) readFailure(ctx context.Context, err error) (driver.Snapshot, bool, error) {
+	select {
+	case <-st.closed:
+		return driver.Snapshot{}, false, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
+	default:
+	}
+	if st.readFailed || ctx.Err() != nil || st.sweepErr.Load() != nil {
+		return driver.Snapshot{}, false, st.fail(ctx, err)
+	}
+	st.readFailed = true
+	return st.resync(ctx)
+}
+
+// applyAll applies entries read from the log; ok reports a changed state
+// to deliver.
+func (st *hashStream) applyAll(ctx context.Context, msgs []goredis.XMessage) (driver.Snapshot, bool, error) {
+	st.readFailed = false
+	st.lastActive = time.Now()
+	for _, m := range msgs {
+		if !idLess(st.lastID, m.ID) {
+			continue // already in the last relist
+		}
+		if !st.apply(m) {
+			// A trimmed log, a FLUSHALL or lost writes: relist.
+			return st.resync(ctx)
+		}
+	}
+	if s := st.current(); !s.SameInstances(st.last) {
+		st.last = s
+		return s, true, nil
+	}
+	return driver.Snapshot{}, false, nil
 }
 
 // apply applies one log entry; false when its revision does not follow.
@@ -289,13 +307,11 @@ func (st *hashStream) fail(ctx context.Context, err error) error {
 	return st.h.wrap("watch "+st.svc, err)
 }
 
-func (st *hashStream) closeClient() { _ = st.blk.Close() }
-
 func (st *hashStream) Close() error {
 	st.closeOnce.Do(func() {
 		close(st.closed)
 		st.stopSweeper()
-		st.closeClient()
+		st.sub.unsubscribe()
 	})
 	return nil
 }

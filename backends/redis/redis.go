@@ -60,7 +60,9 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	if o.Layout == LayoutKeys {
 		return &Driver{cn, &keysLayout{conn: cn}}, nil
 	}
-	return &Driver{cn, &hashLayout{cn}}, nil
+	h := &hashLayout{conn: cn}
+	h.mux = &logMux{h: h}
+	return &Driver{cn, h}, nil
 }
 
 // Client returns the driver's client, for code that needs raw access.
@@ -90,6 +92,9 @@ func (d *Driver) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
+	if h, ok := d.layout.(*hashLayout); ok {
+		h.mux.close()
+	}
 	if err := d.c.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
 		return d.wrap("close", err)
 	}
@@ -114,8 +119,8 @@ func (d *conn) isCluster() bool {
 	return ok
 }
 
-// watchClient opens a client with one connection, for one watch's
-// blocking reads: they must not hold a pooled connection, and closing this
+// watchClient opens a client with one connection, for one shard of
+// watch reads (logMux): they must not hold a pooled connection, and closing this
 // client is what interrupts a blocked read.
 func (d *conn) watchClient() goredis.UniversalClient {
 	cp := *d.copts

@@ -148,7 +148,9 @@ func TestStartErrorsAreClear(t *testing.T) {
 	srv := newTestServer("a")
 	srv.healthy.Store(false)
 	app = fx.New(fx.NopLogger, rosterfx.Module, srv.provide(), announce("greeter", 0, false))
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	// Start waits for the health check until its deadline; the deadline
+	// leaves a loaded machine time to run the check at least once.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := app.Start(ctx)
 	if err == nil || !strings.Contains(err.Error(), "rosterfx: announce greeter at 127.0.0.1:") ||

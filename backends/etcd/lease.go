@@ -1,0 +1,185 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// leasePool holds one shared lease per TTL: every registration of the
+// process with that TTL attaches its key to it. Heartbeats of N
+// registrations then cost one keep-alive per renewal period, not N, and
+// the server keeps one lease, not N.
+//
+// A registration whose heartbeats stop while others on its lease go on (a
+// Lease abandoned, a stuck caller) must still expire within about its
+// TTL: each keep-alive first deletes the keys of registrations that have
+// not beaten for a TTL, as the server would have expired a lease of their
+// own.
+//
+// A lease the server lost (expired during a partition, wiped) is dropped
+// from the pool: the next Register grants a new one, and the heartbeat of
+// every key on the old lease reports ErrNotFound, so the lease engine
+// registers each again, on the new lease. The lease is revoked when its
+// last registration deregisters, never before: deregistering one instance
+// must not take the others' keys with it.
+type leasePool struct {
+	mu     sync.Mutex
+	byTTL  map[int64]*sharedLease
+	grants int // leases granted, for tests
+}
+
+type sharedLease struct {
+	ttl  int64 // seconds
+	id   clientv3.LeaseID
+	refs int // registrations attached and not deregistered
+
+	kmu     sync.Mutex // one keep-alive at a time; guards renewed
+	renewed time.Time  // start of the last successful keep-alive
+
+	bmu   sync.Mutex
+	beats map[*registration]time.Time // last heartbeat (or put) of each registration
+}
+
+// beat records that r proved itself alive.
+func (l *sharedLease) beat(r *registration) {
+	l.bmu.Lock()
+	defer l.bmu.Unlock()
+	if l.beats == nil {
+		l.beats = map[*registration]time.Time{}
+	}
+	l.beats[r] = time.Now()
+}
+
+func (l *sharedLease) leave(r *registration) {
+	l.bmu.Lock()
+	defer l.bmu.Unlock()
+	delete(l.beats, r)
+}
+
+// silent returns the registrations that have not beaten for a TTL.
+func (l *sharedLease) silent() []*registration {
+	l.bmu.Lock()
+	defer l.bmu.Unlock()
+	var out []*registration
+	for r, at := range l.beats {
+		if time.Since(at) >= time.Duration(l.ttl)*time.Second {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// acquire returns the lease for ttl, granting it if there is none, and
+// counts one more registration on it.
+func (d *Driver) acquire(ctx context.Context, op string, ttl int64) (*sharedLease, error) {
+	p := &d.leases
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.byTTL[ttl]; l != nil {
+		l.refs++
+		return l, nil
+	}
+	// Granting under the lock: concurrent first registrations of one TTL
+	// share the one grant.
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	g, err := d.cli.Grant(c, ttl)
+	if err != nil {
+		return nil, d.wrap(ctx, op+": grant lease", err)
+	}
+	if p.byTTL == nil {
+		p.byTTL = map[int64]*sharedLease{}
+	}
+	l := &sharedLease{ttl: ttl, id: g.ID, refs: 1, renewed: time.Now()}
+	p.byTTL[ttl] = l
+	p.grants++
+	return l, nil
+}
+
+// release counts one registration less on l, and revokes l after the
+// last.
+func (d *Driver) release(ctx context.Context, l *sharedLease) {
+	p := &d.leases
+	p.mu.Lock()
+	l.refs--
+	last := l.refs <= 0 && p.byTTL[l.ttl] == l
+	if last {
+		delete(p.byTTL, l.ttl)
+	}
+	p.mu.Unlock()
+	if !last {
+		return
+	}
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return
+	}
+	defer cancel()
+	// Best effort: a lease without keys expires alone.
+	_, _ = d.cli.Revoke(c, l.id)
+}
+
+// isCurrent reports whether l is still the pool's lease for its TTL: a
+// lease dropped or revoked is gone from the server, with its keys.
+func (d *Driver) isCurrent(l *sharedLease) bool {
+	d.leases.mu.Lock()
+	defer d.leases.mu.Unlock()
+	return d.leases.byTTL[l.ttl] == l
+}
+
+// drop forgets l after the server lost it: the next acquire grants anew.
+func (d *Driver) drop(l *sharedLease) {
+	p := &d.leases
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byTTL[l.ttl] == l {
+		delete(p.byTTL, l.ttl)
+	}
+}
+
+// keepAlive renews l unless it was renewed within the last sixth of its
+// TTL (by another registration's heartbeat: the lease engine beats every
+// TTL/3, so each lease is renewed at least that often). Concurrent
+// callers share one call.
+func (d *Driver) keepAlive(ctx context.Context, op string, l *sharedLease) error {
+	l.kmu.Lock()
+	defer l.kmu.Unlock()
+	start := time.Now()
+	if start.Sub(l.renewed) < time.Duration(l.ttl)*time.Second/6 {
+		return nil
+	}
+	for _, r := range l.silent() {
+		if err := r.expire(ctx); err != nil {
+			return err
+		}
+	}
+	c, cancel, err := d.op(ctx)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	if _, err := d.cli.KeepAliveOnce(c, l.id); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			d.drop(l)
+		}
+		return d.wrap(ctx, op+": keep-alive", err)
+	}
+	l.renewed = start
+	return nil
+}
+
+// LeaseGrants reports how many leases the driver has granted: one per TTL
+// value, plus one after each lease the server lost.
+func (d *Driver) LeaseGrants() int {
+	d.leases.mu.Lock()
+	defer d.leases.mu.Unlock()
+	return d.leases.grants
+}
