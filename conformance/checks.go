@@ -175,8 +175,7 @@ func prefixIsolation(t TB, s *suite) {
 }
 
 func deregister(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("dereg")
+	r, obs, svc := s.pair(t, "dereg")
 	l := s.register(t, r, s.inst(svc))
 	id := l.Instance().ID
 	s.waitCount(t, obs, svc, 1, "registered")
@@ -325,8 +324,7 @@ func ttlValidation(t TB, s *suite) {
 }
 
 func heartbeatKeepsAlive(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("alive")
+	r, obs, svc := s.pair(t, "alive")
 	l := s.register(t, r, s.inst(svc))
 	id := l.Instance().ID
 	w := s.watch(t, obs, svc)
@@ -352,8 +350,7 @@ func heartbeatKeepsAlive(t TB, s *suite) {
 }
 
 func crashExpires(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("crash")
+	r, obs, svc := s.pair(t, "crash")
 	l := s.register(t, r, s.inst(svc))
 	id := l.Instance().ID
 	s.waitCount(t, obs, svc, 1, "registered")
@@ -375,8 +372,7 @@ func crashExpires(t TB, s *suite) {
 }
 
 func drain(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("drain")
+	r, obs, svc := s.pair(t, "drain")
 	in := s.inst(svc)
 	in.Weight = 50
 	l := s.register(t, r, in)
@@ -401,8 +397,7 @@ func drain(t TB, s *suite) {
 }
 
 func healthCheck(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("health")
+	r, obs, svc := s.pair(t, "health")
 	var failing atomic.Bool
 	check := func(context.Context) error {
 		if failing.Load() {
@@ -427,8 +422,7 @@ func healthCheck(t TB, s *suite) {
 }
 
 func watchInitial(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("winit")
+	r, obs, svc := s.pair(t, "winit")
 	var want []string
 	for i := 0; i < 3; i++ {
 		want = append(want, s.register(t, r, s.inst(svc)).Instance().ID)
@@ -469,8 +463,7 @@ func watchInitialEmpty(t TB, s *suite) {
 }
 
 func watchAddUpdateRemove(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("waur")
+	r, obs, svc := s.pair(t, "waur")
 	w := s.watch(t, obs, svc)
 	first, err := next(t, w, s.cfg.Propagation)
 	if err != nil {
@@ -497,8 +490,7 @@ func watchAddUpdateRemove(t TB, s *suite) {
 }
 
 func watchLastRemoval(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("wlast")
+	r, obs, svc := s.pair(t, "wlast")
 	l := s.register(t, r, s.inst(svc))
 	w := s.watch(t, obs, svc)
 	waitWatch(t, w, s.cfg.Propagation, "the only instance", func(sn registry.Snapshot) bool { return len(sn.Instances) == 1 })
@@ -512,8 +504,7 @@ func watchLastRemoval(t TB, s *suite) {
 }
 
 func watchCrash(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("wcrash")
+	r, obs, svc := s.pair(t, "wcrash")
 	keep := s.register(t, r, s.inst(svc))
 	l := s.register(t, r, s.inst(svc))
 	w := s.watch(t, obs, svc)
@@ -526,8 +517,7 @@ func watchCrash(t TB, s *suite) {
 }
 
 func watchShared(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("wshare")
+	r, obs, svc := s.pair(t, "wshare")
 	ws := []*registry.Watcher{s.watch(t, obs, svc), s.watch(t, obs, svc), s.watch(t, obs, svc)}
 	l := s.register(t, r, s.inst(svc))
 	for i, w := range ws {
@@ -542,8 +532,7 @@ func watchShared(t TB, s *suite) {
 }
 
 func watchSlowConsumer(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("wslow")
+	r, obs, svc := s.pair(t, "wslow")
 	w := s.watch(t, obs, svc)
 	if _, err := next(t, w, s.cfg.Propagation); err != nil {
 		t.Fatal(err)
@@ -582,8 +571,7 @@ func watchSlowConsumer(t TB, s *suite) {
 }
 
 func watchOtherServices(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("wquiet")
+	r, obs, svc := s.pair(t, "wquiet")
 	other := service("wnoisy")
 	l := s.register(t, r, s.inst(svc))
 	w := s.watch(t, obs, svc)
@@ -611,14 +599,7 @@ func watchCloseUnblocks(t TB, s *suite) {
 	go func() { _, err := w.Next(context.Background()); errc <- err }()
 	time.Sleep(20 * time.Millisecond) // let Next block; the result is checked either way
 	_ = w.Close()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, registry.ErrClosed) {
-			t.Fatalf("Next after Close = %v, want ErrClosed", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Close did not unblock a pending Next within 2s")
-	}
+	wantReleased(t, errc, registry.ErrClosed, "Close")
 	if _, err := w.Next(t.Context()); !errors.Is(err, registry.ErrClosed) {
 		t.Fatalf("Next on a closed watcher = %v, want ErrClosed", err)
 	}
@@ -656,14 +637,7 @@ func registryClose(t TB, s *suite) {
 	if err := r.Close(); err != nil {
 		t.Fatalf("Registry.Close: %v", err)
 	}
-	select {
-	case err := <-errc:
-		if !errors.Is(err, registry.ErrClosed) {
-			t.Fatalf("Next after Registry.Close = %v, want ErrClosed", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Registry.Close did not unblock a pending Next")
-	}
+	wantReleased(t, errc, registry.ErrClosed, "Registry.Close")
 	if l.State() != registry.LeaseClosed {
 		t.Errorf("lease state after Registry.Close = %v, want closed", l.State())
 	}
@@ -699,22 +673,14 @@ func contextCancel(t TB, s *suite) {
 	errc := make(chan error, 1)
 	go func() { _, err := w.Next(ctx); errc <- err }()
 	cancel2()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Next with a cancelled context = %v, want context.Canceled", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("cancelling the context did not release Next")
-	}
+	wantReleased(t, errc, context.Canceled, "cancelling the context")
 	// The watcher is still usable after a cancelled Next.
 	l := s.register(t, r, s.inst(svc))
 	waitWatch(t, w, s.cfg.Propagation, "registration after a cancelled Next", func(sn registry.Snapshot) bool { return has(sn, l.Instance().ID) })
 }
 
 func concurrentRegistrations(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("conc")
+	r, obs, svc := s.pair(t, "conc")
 	w := s.watch(t, obs, svc)
 	const n = 100
 	var wg sync.WaitGroup
@@ -845,8 +811,7 @@ func lookupFromCache(t TB, s *suite) {
 // ---- fault checks ----
 
 func externalDelete(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("extdel")
+	r, obs, svc := s.pair(t, "extdel")
 	l := s.register(t, r, s.inst(svc))
 	in := l.Instance()
 	w := s.watch(t, obs, svc)
@@ -971,8 +936,7 @@ func watcherStale(t TB, s *suite) {
 }
 
 func restart(t TB, s *suite, keep bool) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("restart")
+	r, obs, svc := s.pair(t, "restart")
 	l := s.register(t, r, s.inst(svc))
 	in := l.Instance()
 	w := s.watch(t, obs, svc)
@@ -992,8 +956,7 @@ func restart(t TB, s *suite, keep bool) {
 }
 
 func wipe(t TB, s *suite) {
-	r, obs := s.open(t), s.open(t)
-	svc := service("wipe")
+	r, obs, svc := s.pair(t, "wipe")
 	l := s.register(t, r, s.inst(svc))
 	in := l.Instance()
 	w := s.watch(t, obs, svc)

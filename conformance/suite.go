@@ -380,6 +380,26 @@ func eventually(t TB, d time.Duration, what string, cond func() (bool, string)) 
 	}
 }
 
+// pair opens a registry to act on and one to observe with, and names a
+// new service after name: the setup of most checks.
+func (s *suite) pair(t TB, name string) (r, obs *registry.Registry, svc string) {
+	return s.open(t), s.open(t), service(name)
+}
+
+// wantReleased waits up to 2s for the error of a Next that was blocked
+// when cause (a Close, a cancel) happened, and wants it to be want.
+func wantReleased(t TB, errc <-chan error, want error, cause string) {
+	t.Helper()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, want) {
+			t.Fatalf("Next released by %s = %v, want %v", cause, err, want)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatalf("%s did not release a pending Next within 2s", cause)
+	}
+}
+
 // waitCount waits, within the suite's propagation bound, until a lookup
 // of svc on r returns n instances; what names the state in a failure.
 func (s *suite) waitCount(t TB, r *registry.Registry, svc string, n int, what string) {
