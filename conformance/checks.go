@@ -812,10 +812,8 @@ func lookupFromCache(t TB, s *suite) {
 
 func externalDelete(t TB, s *suite) {
 	r, obs, svc := s.pair(t, "extdel")
-	l := s.register(t, r, s.inst(svc))
+	l, w, prev := s.registerWatched(t, r, obs, svc)
 	in := l.Instance()
-	w := s.watch(t, obs, svc)
-	prev := waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, in.ID) })
 	if err := s.h.(ExternalDeleter).DeleteExternally(t.Context(), in); err != nil {
 		t.Fatalf("DeleteExternally: %v", err)
 	}
@@ -937,10 +935,8 @@ func watcherStale(t TB, s *suite) {
 
 func restart(t TB, s *suite, keep bool) {
 	r, obs, svc := s.pair(t, "restart")
-	l := s.register(t, r, s.inst(svc))
+	l, w, prev := s.registerWatched(t, r, obs, svc)
 	in := l.Instance()
-	w := s.watch(t, obs, svc)
-	prev := waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, in.ID) })
 	if err := s.h.(Restarter).Restart(t.Context(), keep); err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
@@ -957,10 +953,8 @@ func restart(t TB, s *suite, keep bool) {
 
 func wipe(t TB, s *suite) {
 	r, obs, svc := s.pair(t, "wipe")
-	l := s.register(t, r, s.inst(svc))
+	l, w, before := s.registerWatched(t, r, obs, svc)
 	in := l.Instance()
-	w := s.watch(t, obs, svc)
-	before := waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, in.ID) })
 	if err := s.h.(Wiper).Wipe(t.Context()); err != nil {
 		t.Fatalf("Wipe: %v", err)
 	}

@@ -400,6 +400,17 @@ func wantReleased(t TB, errc <-chan error, want error, cause string) {
 	}
 }
 
+// registerWatched registers an instance of svc on r, watches svc on obs
+// and waits until the watcher shows the instance; it returns the lease,
+// the watcher and the snapshot that showed it.
+func (s *suite) registerWatched(t TB, r, obs *registry.Registry, svc string) (*registry.Lease, *registry.Watcher, registry.Snapshot) {
+	t.Helper()
+	l := s.register(t, r, s.inst(svc))
+	w := s.watch(t, obs, svc)
+	id := l.Instance().ID
+	return l, w, waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, id) })
+}
+
 // waitCount waits, within the suite's propagation bound, until a lookup
 // of svc on r returns n instances; what names the state in a failure.
 func (s *suite) waitCount(t TB, r *registry.Registry, svc string, n int, what string) {
