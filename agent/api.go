@@ -29,9 +29,9 @@ func (a *Agent) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /v1/services", a.handleServices)
 	m.HandleFunc("GET /v1/services/{service}", a.handleInstances)
-	m.HandleFunc("POST /v1/pick", a.handlePick)
+	m.HandleFunc("POST /v1/pick", jsonCall(a.Pick))
 	m.HandleFunc("POST /v1/report", a.handleReport)
-	m.HandleFunc("POST /v1/register", a.handleRegister)
+	m.HandleFunc("POST /v1/register", jsonCall(a.Register))
 	m.HandleFunc("GET /v1/register", a.handleLocals)
 	m.HandleFunc("DELETE /v1/register/{id}", a.handleDeregister)
 	m.HandleFunc("GET /v1/state", a.handleState)
@@ -124,18 +124,22 @@ type PickResponse struct {
 	Stale    bool              `json:"stale"` // picked from the last good list while the registry fails
 }
 
-func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
-	var req PickRequest
-	if err := readJSON(r, &req); err != nil {
-		writeError(w, err)
-		return
+// jsonCall serves call over HTTP: the request body is its JSON argument,
+// its result the 200 answer, its error an answer from writeError.
+func jsonCall[Req, Resp any](call func(context.Context, Req) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if err := readJSON(r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+		resp, err := call(r.Context(), req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
 	}
-	resp, err := a.Pick(r.Context(), req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, resp)
 }
 
 // Pick picks an instance as POST /v1/pick does.

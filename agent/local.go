@@ -36,20 +36,6 @@ func (l *local) stop(ctx context.Context) error {
 	return l.lease.Deregister(ctx)
 }
 
-func (a *Agent) handleRegister(w http.ResponseWriter, r *http.Request) {
-	var req RegisterRequest
-	if err := readJSON(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	in, err := a.Register(r.Context(), req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, in)
-}
-
 // Register registers a local process as POST /v1/register does, and
 // returns the instance as registered (with its ID).
 func (a *Agent) Register(ctx context.Context, req RegisterRequest) (registry.Instance, error) {

@@ -104,10 +104,7 @@ func roWatchInitial(t TB, s *suite, ro ReadOnly) {
 	for range 3 {
 		want = append(want, publish(t, ro, s.inst(svc)))
 	}
-	eventually(t, s.cfg.Propagation, "published", func() (bool, string) {
-		got, err := lookupIDs(t, r, svc)
-		return err == nil && len(got) == 3, fmt.Sprint(got, err)
-	})
+	s.waitCount(t, r, svc, 3, "published")
 	w := s.watch(t, s.open(t), svc)
 	sn, err := next(t, w, s.cfg.Propagation)
 	if err != nil {

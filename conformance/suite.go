@@ -380,6 +380,47 @@ func eventually(t TB, d time.Duration, what string, cond func() (bool, string)) 
 	}
 }
 
+// pair opens a registry to act on and one to observe with, and names a
+// new service after name: the setup of most checks.
+func (s *suite) pair(t TB, name string) (r, obs *registry.Registry, svc string) {
+	return s.open(t), s.open(t), service(name)
+}
+
+// wantReleased waits up to 2s for the error of a Next that was blocked
+// when cause (a Close, a cancel) happened, and wants it to be want.
+func wantReleased(t TB, errc <-chan error, want error, cause string) {
+	t.Helper()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, want) {
+			t.Fatalf("Next released by %s = %v, want %v", cause, err, want)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatalf("%s did not release a pending Next within 2s", cause)
+	}
+}
+
+// registerWatched registers an instance of svc on r, watches svc on obs
+// and waits until the watcher shows the instance; it returns the lease,
+// the watcher and the snapshot that showed it.
+func (s *suite) registerWatched(t TB, r, obs *registry.Registry, svc string) (*registry.Lease, *registry.Watcher, registry.Snapshot) {
+	t.Helper()
+	l := s.register(t, r, s.inst(svc))
+	w := s.watch(t, obs, svc)
+	id := l.Instance().ID
+	return l, w, waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, id) })
+}
+
+// waitCount waits, within the suite's propagation bound, until a lookup
+// of svc on r returns n instances; what names the state in a failure.
+func (s *suite) waitCount(t TB, r *registry.Registry, svc string, n int, what string) {
+	t.Helper()
+	eventually(t, s.cfg.Propagation, what, func() (bool, string) {
+		got, err := lookupIDs(t, r, svc)
+		return err == nil && len(got) == n, fmt.Sprint(got, err)
+	})
+}
+
 func lookupIDs(t TB, r *registry.Registry, svc string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()

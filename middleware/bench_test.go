@@ -57,20 +57,6 @@ func BenchmarkDoNoopTracer(b *testing.B) {
 	}
 }
 
-// TestDoDoesNotAllocate pins the chain's allocation budget: nothing with
-// spans off (an explicit no-op tracer provider). The race detector
-// allocates, so scripts/test.sh runs this test once more without -race.
-func TestDoDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates; scripts/test.sh runs this without -race")
-	}
-	c := chainClient(t, 10, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
-	ctx := context.Background()
-	if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop) }); n != 0 {
-		t.Fatalf("Do allocates %.1f times per call with spans off, want 0", n)
-	}
-}
-
 // chainClient returns a client over n registered instances of "api" whose
 // cache is already warm.
 func chainClient(tb testing.TB, n int, opts ...middleware.Option) *middleware.Client {

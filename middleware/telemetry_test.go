@@ -216,6 +216,15 @@ func TestMetricNamesHaveOneWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, observer := collect(t, clientReader), collect(t, observerReader)
+	// The registry reports a watch snapshot to its observer from the watch
+	// goroutine, which may run after the client has already used it.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if _, ok := observer["roster.registry.watch.snapshots"]; ok {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+		observer = collect(t, observerReader)
+	}
 	for _, want := range []string{"roster.discovery.cache.requests", "roster.discovery.lookup.duration", "roster.discovery.snapshot.updates", "roster.client.picks"} {
 		if _, ok := client[want]; !ok {
 			t.Errorf("the client did not write %s (it wrote %v)", want, keys(client))

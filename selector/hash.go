@@ -59,6 +59,27 @@ type bounded struct {
 	sh  *shared
 }
 
+// walk returns the owner at owners[start] or, with bounded loads on, the
+// first owner from there on (wrapping around) below its capacity among n
+// instances; owners[start] again if every one is at capacity.
+func (b *bounded) walk(owners []uint32, start int, n uint64) int {
+	if b.c == 0 {
+		return int(owners[start])
+	}
+	limit := b.capacity(n)
+	pos := start
+	for range len(owners) {
+		o := owners[pos]
+		if b.eps[o].inflight.Load() < limit {
+			return int(o)
+		}
+		if pos++; pos == len(owners) {
+			pos = 0
+		}
+	}
+	return int(owners[start])
+}
+
 // capacity is ⌈c × (total in flight + 1) / n⌉.
 func (b *bounded) capacity(n uint64) int64 {
 	return int64(math.Ceil(b.c * float64(b.sh.total.Load()+1) / float64(n)))
@@ -230,28 +251,7 @@ func (r *ring) lookup(h uint64) int {
 }
 
 func (r *ring) pick(key uint64, keyed bool, attempt int) int {
-	if !keyed {
-		key = r.rnd.next()
-	}
-	if attempt > 0 {
-		key = rehash(key, attempt)
-	}
-	pos := r.lookup(key)
-	if r.c == 0 {
-		return int(r.owner[pos])
-	}
-	// Bounded load: walk clockwise past instances at capacity.
-	limit := r.capacity(r.n)
-	for range len(r.hashes) {
-		o := r.owner[pos]
-		if r.eps[o].inflight.Load() < limit {
-			return int(o)
-		}
-		if pos++; pos == len(r.hashes) {
-			pos = 0
-		}
-	}
-	return int(r.owner[pos])
+	return r.walk(r.owner, r.lookup(r.rnd.key(key, keyed, attempt)), r.n)
 }
 
 // maglev is a Maglev lookup table (Eisenbud et al., NSDI'16 §3.4): every
@@ -322,25 +322,6 @@ func newMaglev(p *Picker, size uint64, c float64, sh *shared) *maglev {
 }
 
 func (g *maglev) pick(key uint64, keyed bool, attempt int) int {
-	if !keyed {
-		key = g.rnd.next()
-	}
-	if attempt > 0 {
-		key = rehash(key, attempt)
-	}
-	slot, _ := bits.Mul64(key, g.m)
-	if g.c == 0 {
-		return int(g.table[slot])
-	}
-	limit := g.capacity(g.n)
-	for range g.m {
-		o := g.table[slot]
-		if g.eps[o].inflight.Load() < limit {
-			return int(o)
-		}
-		if slot++; slot == g.m {
-			slot = 0
-		}
-	}
-	return int(g.table[slot])
+	slot, _ := bits.Mul64(g.rnd.key(key, keyed, attempt), g.m)
+	return g.walk(g.table, int(slot), g.n)
 }

@@ -73,39 +73,6 @@ func TestRoutePerCall(t *testing.T) {
 	}
 }
 
-// TestRoutedPickDoesNotAllocate: once a Route has been seen, picking
-// with it allocates nothing, from PickOptions or from the context.
-func TestRoutedPickDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates")
-	}
-	for _, st := range Strategies() {
-		s := mustNew(t, WithStrategy(st), WithSplit(Split{Route: Route{Version: "2.0"}, Percent: 5}))
-		s.Update(versioned())
-		ctx := WithRoute(context.Background(), Route{Zone: "a"})
-		i := 0
-		allocs := testing.AllocsPerRun(1000, func() {
-			o := PickOptions{Key: keys[i&1023]}
-			c := context.Background()
-			switch i % 3 {
-			case 0:
-				o.Route = Route{Version: "1.0"}
-			case 1:
-				c = ctx
-			} // case 2: the split
-			i++
-			_, done, err := s.Pick(c, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done.Finish(nil)
-		})
-		if allocs != 0 {
-			t.Errorf("%s: %.1f allocs per routed pick, want 0", st, allocs)
-		}
-	}
-}
-
 // TestSplit: 5 % of the keys go to the canary, each key always to the
 // same side; without a key the split is drawn at random.
 func TestSplit(t *testing.T) {

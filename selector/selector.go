@@ -638,6 +638,18 @@ func (r rng) next() uint64 {
 	return rand.Uint64()
 }
 
+// key is the hash a keyed strategy picks by: the caller's key, else a
+// random one; a retry (attempt > 0) rehashes it to land elsewhere.
+func (r rng) key(key uint64, keyed bool, attempt int) uint64 {
+	if !keyed {
+		key = r.next()
+	}
+	if attempt > 0 {
+		key = rehash(key, attempt)
+	}
+	return key
+}
+
 // below returns a number in [0, n) (Lemire's multiply-shift; the bias is
 // below 2^-32 for the sizes used here).
 func (r rng) below(n uint64) uint64 {

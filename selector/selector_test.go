@@ -245,56 +245,6 @@ func TestFollowReturnsOnClose(t *testing.T) {
 	}
 }
 
-// Pick allocates nothing, Done included, with a key and with predicates
-// that are closures over the caller's locals (what the middleware does),
-// through every step of the fallback, from the Selector or a held Picker.
-func TestPickDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates")
-	}
-	ctx := context.Background()
-	for _, st := range Strategies() {
-		s := mustNew(t, WithStrategy(st))
-		s.Update(snap(100))
-		held := s.Picker()
-		var tried [3]string
-		n, i := 0, 0
-		allocs := testing.AllocsPerRun(1000, func() {
-			ex := func(in *registry.Instance) bool {
-				for _, id := range tried[:n] {
-					if id == in.ID {
-						return true
-					}
-				}
-				return false
-			}
-			o := PickOptions{Key: "user-42", Exclude: ex}
-			if i++; i%2 == 0 {
-				// Every instance avoided, the last one tried: the last step.
-				o = PickOptions{Key: "user-42", Tried: ex, Avoid: func(*registry.Instance) bool { return true }}
-			}
-			in, done, err := s.Pick(ctx, o)
-			if i%3 == 0 {
-				done.Done(nil, time.Millisecond)
-				in, done, err = held.Pick(ctx, o)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n < len(tried) {
-				tried[n] = in.ID
-				n++
-			} else {
-				n = 0
-			}
-			done.Done(nil, time.Millisecond)
-		})
-		if allocs != 0 {
-			t.Errorf("%s: %.1f allocs per pick, want 0", st, allocs)
-		}
-	}
-}
-
 // Picks and Dones race with Updates (run with -race): no lock is needed
 // on the pick path and in-flight counts balance out.
 func TestConcurrentPickAndUpdate(t *testing.T) {

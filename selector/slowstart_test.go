@@ -143,34 +143,6 @@ func TestSimulationSlowStart(t *testing.T) {
 	}
 }
 
-// TestWarmingPickDoesNotAllocate: picks while an instance is warming
-// (coarse clock, ramp, draw again) allocate nothing either.
-func TestWarmingPickDoesNotAllocate(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates")
-	}
-	for _, st := range Strategies() {
-		s := mustNew(t, WithStrategy(st))
-		s.Update(snap(10))
-		s.Update(snap(12)) // two instances join: they warm for 30 s
-		if s.sh.warmEnd.Load() == 0 {
-			t.Fatal("no instance is warming")
-		}
-		i := 0
-		allocs := testing.AllocsPerRun(1000, func() {
-			_, done, err := s.Pick(context.Background(), PickOptions{Key: keys[i&1023]})
-			if err != nil {
-				t.Fatal(err)
-			}
-			i++
-			done.Finish(nil)
-		})
-		if allocs != 0 {
-			t.Errorf("%s: %.1f allocs per pick while warming, want 0", st, allocs)
-		}
-	}
-}
-
 // TestSlowStartNotForFilterSpillOver: an instance that a filter lets in
 // later (PreferZone spilling over when the local zone drains) has been in
 // the service all along: it is not slow-started.

@@ -123,13 +123,11 @@ func (o *Options) validate() error {
 // backend (see the package doc for the list). A missing host is
 // 127.0.0.1; a missing port is 8500, or 8501 with TLS.
 func ParseURL(u *url.URL) (Options, error) {
-	q, err := driver.ParseQuery("consul", u)
+	q, err := driver.ParseSchemeQuery("consul", u, Scheme, SchemeTLS)
 	if err != nil {
 		return Options{}, err
 	}
-	switch scheme := strings.ToLower(u.Scheme); {
-	case scheme != Scheme && scheme != SchemeTLS:
-		return Options{}, driver.InvalidURL("consul", "scheme %q: want consul or consuls", u.Scheme)
+	switch {
 	case u.User != nil:
 		return Options{}, driver.InvalidURL("consul", "credentials in the URL's user part are not used; pass token=")
 	case u.Path != "" && u.Path != "/":

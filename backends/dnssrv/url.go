@@ -1,7 +1,6 @@
 package dnssrv
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -19,23 +18,14 @@ var publicOptions = []string{"min_poll", "max_poll", "timeout", "udp"}
 // names none.
 var resolvConf = "/etc/resolv.conf"
 
-func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
-	opts, err := ParseURL(u)
-	if err != nil {
-		return nil, err
-	}
-	return New(opts)
-}
+var openURL = driver.OpenWith(ParseURL, New)
 
 // ParseURL turns a dns+srv:// URL into Options (see the package
 // documentation for the form and options). Errors wrap driver.ErrInvalid
 // and name the option.
 func ParseURL(u *url.URL) (Options, error) {
 	var o Options
-	if !strings.EqualFold(u.Scheme, Scheme) {
-		return o, invalid(u, "scheme %q: want %s", u.Scheme, Scheme)
-	}
-	q, err := driver.ParseQuery("dns+srv", u)
+	q, err := driver.ParseSchemeQuery("dns+srv", u, Scheme)
 	if err != nil {
 		return o, err
 	}

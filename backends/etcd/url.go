@@ -24,24 +24,14 @@ import (
 var publicOptions = []string{"prefix", "dial_timeout", "request_timeout", "progress_interval", "username",
 	"password_file", "tls", "ca_file", "cert_file", "key_file", "server_name", "skip_verify", "insecure_skip_verify"}
 
-func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
-	opts, err := ParseURL(u)
-	if err != nil {
-		return nil, err
-	}
-	return New(opts)
-}
+var openURL = driver.OpenWith(ParseURL, New)
 
 // ParseURL turns an etcd:// or etcds:// URL into Options (see the package
 // documentation for the forms and options). Errors wrap driver.ErrInvalid,
 // name the option and never quote the password.
 func ParseURL(u *url.URL) (Options, error) {
 	var o Options
-	scheme := strings.ToLower(u.Scheme)
-	if scheme != Scheme && scheme != SchemeTLS {
-		return o, driver.InvalidURL("etcd", "scheme %q: want %s or %s", u.Scheme, Scheme, SchemeTLS)
-	}
-	q, err := driver.ParseQuery("etcd", u)
+	q, err := driver.ParseSchemeQuery("etcd", u, Scheme, SchemeTLS)
 	if err != nil {
 		return o, err
 	}
@@ -62,7 +52,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	if err != nil {
 		return o, err
 	}
-	o.Client.TLS = q.TLS(scheme == SchemeTLS)
+	o.Client.TLS = q.TLS(strings.EqualFold(u.Scheme, SchemeTLS))
 	if err := q.Err(); err != nil {
 		return o, err
 	}

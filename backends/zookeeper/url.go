@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -14,23 +13,14 @@ import (
 // publicOptions are the URL options whose values are not secrets.
 var publicOptions = []string{"session_timeout", "request_timeout"}
 
-func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
-	opts, err := ParseURL(u)
-	if err != nil {
-		return nil, err
-	}
-	return New(opts)
-}
+var openURL = driver.OpenWith(ParseURL, New)
 
 // ParseURL turns a zk:// URL into Options (see the package documentation
 // for the form and options). Errors wrap driver.ErrInvalid, name the
 // option and never quote the password.
 func ParseURL(u *url.URL) (Options, error) {
 	var o Options
-	if !strings.EqualFold(u.Scheme, Scheme) {
-		return o, invalid(u, "scheme %q: want %s", u.Scheme, Scheme)
-	}
-	q, err := driver.ParseQuery("zookeeper", u)
+	q, err := driver.ParseSchemeQuery("zookeeper", u, Scheme)
 	if err != nil {
 		return o, err
 	}

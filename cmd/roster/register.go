@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -76,7 +75,7 @@ Without CMD it keeps the registration alive until it is signalled.`,
 				if err := checkHTTPURL(checkURL); err != nil {
 					return err
 				}
-				opts = append(opts, registry.WithHealthCheck(httpCheck(checkURL), checkInterval))
+				opts = append(opts, registry.WithHealthCheck(registry.HTTPHealthCheck(checkURL), checkInterval))
 			}
 			return runSidecar(cmd, in, ttl, opts, args, drain)
 		},
@@ -98,26 +97,6 @@ Without CMD it keeps the registration alive until it is signalled.`,
 	cmd.MarkFlagRequired("service")
 	cmd.MarkFlagRequired("addr")
 	return cmd
-}
-
-// httpCheck passes while url answers 2xx within the check's deadline.
-func httpCheck(url string) func(context.Context) error {
-	client := &http.Client{}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("%s answered %s", url, resp.Status)
-		}
-		return nil
-	}
 }
 
 func runSidecar(cmd *cobra.Command, in registry.Instance, ttl time.Duration, opts []registry.RegisterOption, args []string, drain time.Duration) error {

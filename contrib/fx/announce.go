@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	"go.uber.org/fx"
@@ -220,26 +219,6 @@ func (an *announcer) confirm(ctx context.Context, inst registry.Instance) {
 	}
 }
 
-// healthClient keeps no idle connections: a check every second should
-// not hold a socket (or a goroutine) open in between.
-var healthClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-
 // HTTPHealthCheck returns a health check that GETs url and wants a 2xx
-// answer.
-func HTTPHealthCheck(url string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := healthClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("GET %s: %s", url, resp.Status)
-		}
-		return nil
-	}
-}
+// answer: registry.HTTPHealthCheck.
+func HTTPHealthCheck(url string) func(context.Context) error { return registry.HTTPHealthCheck(url) }

@@ -227,3 +227,20 @@ func isSensitive(s string) bool {
 func plain(s string) bool {
 	return s != "" && strings.Trim(strings.ToLower(s), "abcdefghijklmnopqrstuvwxyz0123456789_-.") == ""
 }
+
+// OpenWith is the OpenFunc of a backend whose URL parses into options
+// (parse, such as a backend's ParseURL) that its constructor (newDriver)
+// takes: the common case, written once.
+func OpenWith[O any, D Driver](parse func(*url.URL) (O, error), newDriver func(O) (D, error)) OpenFunc {
+	return func(_ context.Context, u *url.URL) (Driver, error) {
+		o, err := parse(u)
+		if err != nil {
+			return nil, err
+		}
+		d, err := newDriver(o)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return d, nil
+	}
+}

@@ -70,6 +70,16 @@ func ParseQuery(backend string, u *url.URL) (*Query, error) {
 	return q, nil
 }
 
+// ParseSchemeQuery is ParseQuery for a URL whose scheme must be one of
+// schemes (compared without case), the first check of every backend's
+// ParseURL.
+func ParseSchemeQuery(backend string, u *url.URL, schemes ...string) (*Query, error) {
+	if !slices.ContainsFunc(schemes, func(s string) bool { return strings.EqualFold(s, u.Scheme) }) {
+		return nil, InvalidURL(backend, "scheme %q: want %s", u.Scheme, strings.Join(schemes, " or "))
+	}
+	return ParseQuery(backend, u)
+}
+
 // fail builds an ErrInvalid naming the backend's URL.
 func (q *Query) fail(format string, args ...any) error {
 	return InvalidURL(q.backend, format, args...)
@@ -127,27 +137,24 @@ func (q *Query) Enum(name string, dst *string, allowed ...string) {
 
 // Duration reads a positive duration ("500ms", "10s").
 func (q *Query) Duration(name string, dst *time.Duration) {
-	v, ok := q.take(name)
-	if !ok {
-		return
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		q.setErr(q.fail("option %s=%s is not a positive duration (such as 500ms or 10s)", name, shown(v)))
-		return
-	}
-	*dst = d
+	readPositive(q, name, dst, time.ParseDuration, "duration (such as 500ms or 10s)")
 }
 
 // Int reads a positive integer.
 func (q *Query) Int(name string, dst *int) {
+	readPositive(q, name, dst, strconv.Atoi, "integer")
+}
+
+// readPositive reads a number option with parse and wants it above zero;
+// kind names what is wanted in the error.
+func readPositive[T int | time.Duration](q *Query, name string, dst *T, parse func(string) (T, error), kind string) {
 	v, ok := q.take(name)
 	if !ok {
 		return
 	}
-	n, err := strconv.Atoi(v)
+	n, err := parse(v)
 	if err != nil || n <= 0 {
-		q.setErr(q.fail("option %s=%s is not a positive integer", name, shown(v)))
+		q.setErr(q.fail("option %s=%s is not a positive %s", name, shown(v), kind))
 		return
 	}
 	*dst = n

@@ -29,8 +29,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/internal/childproc"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/testserver"
 )
 
 // EnvBin names the environment variable that points at the consul binary.
@@ -75,10 +75,8 @@ type Agent struct {
 
 	tokens []tokenSpec // made by CreateToken, made again after each start
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *os.File
+	mu   sync.Mutex // serialises start, Stop and the tokens
+	proc testserver.Process
 }
 
 // Start starts an agent with the extra command-line arguments and stops
@@ -148,11 +146,7 @@ func (a *Agent) DNSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.
 // URL returns the registry URL of the agent, consul://127.0.0.1:<port>,
 // followed by ?query if query is not empty (for example "wait=5s").
 func (a *Agent) URL(query string) string {
-	u := "consul://" + a.addr
-	if query != "" {
-		u += "?" + strings.TrimPrefix(query, "?")
-	}
-	return u
+	return testserver.URL("consul://"+a.addr, query)
 }
 
 // Dir is the agent's directory: its data dir ("data") and log (LogPath).
@@ -162,23 +156,13 @@ func (a *Agent) Dir() string { return a.dir }
 func (a *Agent) LogPath() string { return filepath.Join(a.dir, "agent.log") }
 
 // LogTail returns the last n bytes of the agent's log.
-func (a *Agent) LogTail(n int) string {
-	b, _ := os.ReadFile(a.LogPath())
-	if n >= 0 && len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
+func (a *Agent) LogTail(n int) string { return testserver.LogTail(a.LogPath(), n) }
 
 func (a *Agent) start() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cmd != nil {
+	if a.proc.Running() {
 		return errors.New("consultest: agent already running")
-	}
-	log, err := os.OpenFile(a.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("consultest: %w", err)
 	}
 	args := append([]string{"agent", "-dev",
 		"-client", "127.0.0.1", "-bind", "127.0.0.1",
@@ -188,18 +172,11 @@ func (a *Agent) start() error {
 		"-data-dir", filepath.Join(a.dir, "data"),
 		"-hcl", "limits { http_max_conns_per_client = 4096 }",
 		"-log-level", "warn"}, a.args...)
-	cmd := exec.Command(a.bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	childproc.OrphanProof(cmd)
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("consultest: start %s: %w", a.bin, err)
+	if err := a.proc.Start(exec.Command(a.bin, args...), a.LogPath()); err != nil {
+		return fmt.Errorf("consultest: %w", err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	a.cmd, a.done, a.log = cmd, done, log
-	if err := a.waitReady(done); err != nil {
-		a.killLocked()
+	if err := a.waitReady(a.proc.Done()); err != nil {
+		a.proc.Kill()
 		return fmt.Errorf("consultest: consul agent on %s: %w\n%s", a.addr, err, a.LogTail(6000))
 	}
 	return a.remakeTokens()
@@ -208,7 +185,7 @@ func (a *Agent) start() error {
 // waitReady polls until the agent has a leader and its own node is in the
 // catalog with a passing serfHealth (the `consul` service is listed as
 // passing): registrations made after that sync at once.
-func (a *Agent) waitReady(exited chan struct{}) error {
+func (a *Agent) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(30 * time.Second)
 	c := &http.Client{Timeout: time.Second}
 	defer c.CloseIdleConnections()
@@ -247,16 +224,6 @@ func get(c *http.Client, url, token string) (string, bool) {
 	return strings.TrimSpace(string(b)), resp.StatusCode == 200
 }
 
-func (a *Agent) killLocked() {
-	if a.cmd == nil {
-		return
-	}
-	_ = a.cmd.Process.Kill()
-	<-a.done
-	a.cmd = nil
-	a.log.Close()
-}
-
 // Restart kills the agent (as a crash would) and starts it again on the
 // same ports. keepData false also deletes its data dir: the agent then
 // comes back knowing nothing, as a plain -dev agent does.
@@ -270,7 +237,7 @@ func (a *Agent) Restart(ctx context.Context, keepData bool) error {
 // Stop, then Start later, is an outage of the caller's choosing.
 func (a *Agent) Start(_ context.Context, keepData bool) error {
 	a.mu.Lock()
-	if a.cmd != nil {
+	if a.proc.Running() {
 		a.mu.Unlock()
 		return errors.New("consultest: agent already running")
 	}
@@ -289,7 +256,7 @@ func (a *Agent) Start(_ context.Context, keepData bool) error {
 func (a *Agent) Stop() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.killLocked()
+	a.proc.Kill()
 }
 
 // Close stops the agent and removes its directory if NewAgent created it.

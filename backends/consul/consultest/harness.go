@@ -11,7 +11,7 @@ import (
 
 	"github.com/roster-go/roster/backends/consul"
 	"github.com/roster-go/roster/conformance"
-	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/testserver"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -40,7 +40,7 @@ func NewHarness(tb testing.TB, a *Agent) conformance.Harness { return NewHarness
 // ACL token that may write only the services named "<tenant>-…".
 func NewHarnessAs(tb testing.TB, a *Agent, token string) conformance.Harness {
 	h := &harness{a: a, token: token}
-	tb.Cleanup(h.closeProxies)
+	tb.Cleanup(h.proxies.Close)
 	if a.ManagementToken() == "" {
 		return h
 	}
@@ -81,8 +81,7 @@ type harness struct {
 	a     *Agent
 	token string
 
-	mu      sync.Mutex
-	proxies []*loopback.Proxy
+	proxies testserver.Proxies
 }
 
 func (h *harness) Open(context.Context) (*registry.Registry, error) { return h.open(h.a.Addr()) }
@@ -131,18 +130,7 @@ func (h *harness) Config() conformance.Config {
 
 // OpenLinked puts a TCP proxy between the registry and the agent.
 func (h *harness) OpenLinked(context.Context) (*registry.Registry, conformance.Link, error) {
-	p, err := loopback.NewProxy(h.a.Addr())
-	if err != nil {
-		return nil, nil, err
-	}
-	h.mu.Lock()
-	h.proxies = append(h.proxies, p)
-	h.mu.Unlock()
-	r, err := h.open(p.Addr())
-	if err != nil {
-		return nil, nil, err
-	}
-	return r, p, nil
+	return h.proxies.OpenLinked(h.a.Addr(), h.open)
 }
 
 func (h *harness) Restart(ctx context.Context, keepData bool) error {
@@ -172,13 +160,4 @@ func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) er
 		return fmt.Errorf("consultest: deregister %s: %s", in.ID, resp.Status)
 	}
 	return nil
-}
-
-func (h *harness) closeProxies() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, p := range h.proxies {
-		p.Close()
-	}
-	h.proxies = nil
 }

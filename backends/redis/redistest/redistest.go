@@ -24,14 +24,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/roster-go/roster/internal/childproc"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/testserver"
 )
 
 // EnvServer names the environment variable that points at redis-server.
@@ -77,10 +76,7 @@ type Server struct {
 	tls     *TLSFiles
 	tlsPort int
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	log    *os.File
-	exited chan error // receives the process's exit once
+	proc testserver.Process
 }
 
 // Start starts a redis-server with the extra command-line arguments (for
@@ -158,42 +154,22 @@ func (s *Server) start() error {
 		args = append(args, "--tls-port", strconv.Itoa(s.tlsPort), "--tls-cert-file", f.CertFile,
 			"--tls-key-file", f.KeyFile, "--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "yes")
 	}
-	log, err := os.OpenFile(filepath.Join(s.dir, "redis.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = log, log
-	childproc.OrphanProof(cmd)
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("redistest: start %s: %w", s.bin, err)
+	logPath := filepath.Join(s.dir, "redis.log")
+	if err := s.proc.Start(cmd, logPath); err != nil {
+		return fmt.Errorf("redistest: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	if err := waitReady(s.Addr(), s.pass, exited); err != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		log.Close()
-		return fmt.Errorf("redistest: %s on port %d: %w (log: %s)", s.bin, s.port, err, tail(filepath.Join(s.dir, "redis.log")))
+	if err := waitReady(s.Addr(), s.pass, s.proc.Done()); err != nil {
+		s.proc.Kill()
+		return fmt.Errorf("redistest: %s on port %d: %w (log: %s)", s.bin, s.port, err,
+			strings.TrimSpace(testserver.LogTail(logPath, 800)))
 	}
-	s.mu.Lock()
-	s.cmd, s.log, s.exited = cmd, log, exited
-	s.mu.Unlock()
 	return nil
 }
 
-func tail(path string) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > 800 {
-		b = b[len(b)-800:]
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // waitReady polls PING until the server answers or 10s pass.
-func waitReady(addr, pass string, exited <-chan error) error {
+func waitReady(addr, pass string, exited <-chan struct{}) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, Password: pass, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -205,8 +181,8 @@ func waitReady(addr, pass string, exited <-chan error) error {
 			return nil
 		}
 		select {
-		case werr := <-exited:
-			return fmt.Errorf("exited before answering: %v", werr)
+		case <-exited:
+			return errors.New("exited before answering")
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -219,11 +195,8 @@ func waitReady(addr, pass string, exited <-chan error) error {
 // shutdown stops the process: SHUTDOWN SAVE or NOSAVE, then a kill if it
 // has not exited within 5s.
 func (s *Server) shutdown(save bool) error {
-	s.mu.Lock()
-	cmd, log, exited := s.cmd, s.log, s.exited
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
+	exited := s.proc.Done()
+	if exited == nil {
 		return nil
 	}
 	c := s.Client()
@@ -240,13 +213,11 @@ func (s *Server) shutdown(save bool) error {
 	select {
 	case <-exited:
 	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
 		if save {
 			err = errors.New("redistest: redis-server did not exit after SHUTDOWN SAVE; killed")
 		}
 	}
-	log.Close()
+	s.proc.Kill() // after an exit, only closes the log
 	return err
 }
 
@@ -254,19 +225,7 @@ func (s *Server) shutdown(save bool) error {
 func (s *Server) Stop() { _ = s.shutdown(false) }
 
 // Kill stops the server abruptly (SIGKILL), as a crash would.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd != nil {
-		_ = cmd.Process.Kill()
-		<-exited
-		s.mu.Lock()
-		s.log.Close()
-		s.cmd = nil
-		s.mu.Unlock()
-	}
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Restart stops the server and starts it again on the same port. With
 // keepData it saves an RDB snapshot on shutdown and loads it on start (keys

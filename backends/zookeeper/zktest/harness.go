@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/roster-go/roster/conformance"
-	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/testserver"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -43,15 +42,14 @@ func NewHarness(tb testing.TB, s *Server) conformance.Harness {
 		tb.Fatal(`zktest: the zk:// scheme is not registered: import _ "github.com/roster-go/roster/backends/zookeeper"`)
 	}
 	h := &harness{s: s}
-	tb.Cleanup(h.closeProxies)
+	tb.Cleanup(h.proxies.Close)
 	return h
 }
 
 type harness struct {
 	s *Server
 
-	mu      sync.Mutex
-	proxies []*loopback.Proxy
+	proxies testserver.Proxies
 }
 
 func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
@@ -84,18 +82,7 @@ func (h *harness) Config() conformance.Config {
 
 // OpenLinked puts a TCP proxy between the registry and the server.
 func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
-	p, err := loopback.NewProxy(h.s.Addr())
-	if err != nil {
-		return nil, nil, err
-	}
-	h.mu.Lock()
-	h.proxies = append(h.proxies, p)
-	h.mu.Unlock()
-	r, err := h.open(ctx, p.Addr())
-	if err != nil {
-		return nil, nil, err
-	}
-	return r, p, nil
+	return h.proxies.OpenLinked(h.s.Addr(), func(addr string) (*registry.Registry, error) { return h.open(ctx, addr) })
 }
 
 func (h *harness) Restart(ctx context.Context, keepData bool) error {
@@ -169,15 +156,6 @@ func deleteTree(c *zk.Conn, p string) error {
 		return err
 	}
 	return nil
-}
-
-func (h *harness) closeProxies() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, p := range h.proxies {
-		p.Close()
-	}
-	h.proxies = nil
 }
 
 type quiet struct{}

@@ -26,12 +26,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/internal/childproc"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/testserver"
 )
 
 // EnvClasspath names the environment variable that overrides the server's
@@ -79,10 +78,7 @@ type Server struct {
 	clientPort      int
 	peers           string // the ensemble's server.N lines, empty when standalone
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *os.File
+	proc testserver.Process
 }
 
 // Start starts a standalone server and stops it, removing its directory,
@@ -144,11 +140,7 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 func (s *Server) URL(root, query string) string { return url([]string{s.Addr()}, root, query) }
 
 func url(addrs []string, root, query string) string {
-	u := "zk://" + strings.Join(addrs, ",") + root
-	if query != "" {
-		u += "?" + strings.TrimPrefix(query, "?")
-	}
-	return u
+	return testserver.URL("zk://"+strings.Join(addrs, ",")+root, query)
 }
 
 // Dir is the server's directory: its configuration, data ("data") and log.
@@ -158,13 +150,7 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) LogPath() string { return filepath.Join(s.dir, "server.log") }
 
 // LogTail returns the last n bytes of the server's log.
-func (s *Server) LogTail(n int) string {
-	b, _ := os.ReadFile(s.LogPath())
-	if n >= 0 && len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
+func (s *Server) LogTail(n int) string { return testserver.LogTail(s.LogPath(), n) }
 
 func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
 
@@ -204,18 +190,12 @@ admin.enableServer=false
 
 // launch starts the JVM; it does not wait for the server to serve.
 func (s *Server) launch() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil {
+	if s.proc.Running() {
 		return errors.New("zktest: server already running")
 	}
 	cfg, err := s.writeConfig()
 	if err != nil {
 		return err
-	}
-	log, err := os.OpenFile(s.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("zktest: %w", err)
 	}
 	// A small serial-GC heap and the client compiler: the JVM starts in
 	// well under a second and a test server needs nothing more.
@@ -226,24 +206,16 @@ func (s *Server) launch() error {
 		"-Dznode.container.checkIntervalMs=1000",
 		"-cp", s.classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg)
 	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = log, log
-	childproc.OrphanProof(cmd)
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("zktest: start %s: %w", s.java, err)
+	if err := s.proc.Start(cmd, s.LogPath()); err != nil {
+		return fmt.Errorf("zktest: %w", err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	s.cmd, s.done, s.log = cmd, done, log
 	return nil
 }
 
 // waitReady polls the srvr command until the server reports its mode
 // (standalone, leader or follower): it then serves clients.
 func (s *Server) waitReady(limit time.Duration) error {
-	s.mu.Lock()
-	exited := s.done
-	s.mu.Unlock()
+	exited := s.proc.Done()
 	deadline := time.Now().Add(limit)
 	for {
 		select {
@@ -294,17 +266,7 @@ func (s *Server) Mode() string {
 
 // Stop kills the server (SIGKILL, as a crash would), keeping its
 // directory; Start or Restart starts it again. It is safe to call twice.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
-	s.log.Close()
-}
+func (s *Server) Stop() { s.proc.Kill() }
 
 // Start starts a stopped server again on the same ports and waits until
 // it serves. keepData false deletes its data first: it comes back empty,

@@ -1,5 +1,0 @@
-//go:build !race
-
-package selector
-
-const raceEnabled = false
