@@ -18,48 +18,49 @@ cd "$(dirname "$0")/.."
 export ROSTER_CACHE="${ROSTER_CACHE:-$HOME/.cache/roster}"
 mkdir -p "$ROSTER_CACHE"
 
-if ! command -v redis-server >/dev/null 2>&1; then
-	echo "== installing redis-server (apt)"
+# The servers built from the Go module proxy compile in the background
+# while apt installs the packaged ones: on a fresh 2-core machine the two
+# builds are most of the setup time.
+export ROSTER_CONSUL_BIN="${ROSTER_CONSUL_BIN:-$ROSTER_CACHE/consul-1.13.9}"
+export ROSTER_KUBE_APISERVER="${ROSTER_KUBE_APISERVER:-$ROSTER_CACHE/kube-apiserver-v1.34.2}"
+builds=()
+build() { # build NAME OUTPUT DIR PACKAGE [go build flags...]
+	local name=$1 out=$2 dir=$3 pkg=$4
+	shift 4
+	[ -x "$out" ] && return
+	echo "== building $name into $out (once, in the background; log: $ROSTER_CACHE/$name.log)"
+	(cd "$dir" && go build "$@" -o "$out.tmp" "$pkg" && mv "$out.tmp" "$out") >"$ROSTER_CACHE/$name.log" 2>&1 &
+	builds+=("$!:$name")
+}
+build consul-1.13.9 "$ROSTER_CONSUL_BIN" tools/consul github.com/hashicorp/consul
+V=k8s.io/component-base/version
+build kube-apiserver-v1.34.2 "$ROSTER_KUBE_APISERVER" tools/kube k8s.io/kubernetes/cmd/kube-apiserver \
+	-ldflags "-s -w -X $V.gitVersion=v1.34.2 -X $V.gitMajor=1 -X $V.gitMinor=34"
+
+# Packages, in one apt run: redis-server (tests start their own servers);
+# ZooKeeper's jars (the zookeeper package has no daemon, that is
+# zookeeperd; zktest starts servers from the jars); php-cli with curl,
+# python3 and chromium for roster agent's example clients and dashboard.
+missing=() lean=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v php >/dev/null 2>&1 && php -r 'exit(function_exists("curl_init") ? 0 : 1);' || missing+=(php-cli php-curl)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] || lean+=(zookeeper libslf4j-java)
+if [ $((${#missing[@]} + ${#lean[@]})) -gt 0 ]; then
+	echo "== installing ${missing[*]} ${lean[*]} (apt)"
 	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+	[ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+	[ ${#lean[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${lean[@]}" >/dev/null
 fi
-# roster agent's example clients run under real interpreters (php-cli with
-# curl, python3) and its dashboard in real headless Chromium.
-if ! command -v php >/dev/null 2>&1 || ! php -r 'exit(function_exists("curl_init") ? 0 : 1);' \
-	|| ! command -v python3 >/dev/null 2>&1 || ! command -v chromium >/dev/null 2>&1; then
-	echo "== installing php-cli, php-curl, python3, chromium (apt)"
-	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq php-cli php-curl python3 chromium >/dev/null
-fi
-# Tests start their own redis-server processes; a packaged one is not needed.
 export ROSTER_REDIS_SERVER="${ROSTER_REDIS_SERVER:-$(command -v redis-server)}"
 
-# The zookeeper package holds the server's jars and no daemon (that is
-# zookeeperd); backends/zookeeper/zktest starts servers from the jars.
-if [ ! -f /usr/share/java/zookeeper.jar ] || [ ! -f /usr/share/java/slf4j-simple.jar ]; then
-	echo "== installing zookeeper (apt)"
-	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends zookeeper libslf4j-java >/dev/null
-fi
-
-export ROSTER_CONSUL_BIN="${ROSTER_CONSUL_BIN:-$ROSTER_CACHE/consul-1.13.9}"
-if [ ! -x "$ROSTER_CONSUL_BIN" ]; then
-	echo "== building consul 1.13.9 into $ROSTER_CONSUL_BIN (once; ~12 min cold on 2 cores)"
-	(cd tools/consul && go build -o "$ROSTER_CONSUL_BIN.tmp" github.com/hashicorp/consul)
-	mv "$ROSTER_CONSUL_BIN.tmp" "$ROSTER_CONSUL_BIN"
-fi
-
-export ROSTER_KUBE_APISERVER="${ROSTER_KUBE_APISERVER:-$ROSTER_CACHE/kube-apiserver-v1.34.2}"
-if [ ! -x "$ROSTER_KUBE_APISERVER" ]; then
-	echo "== building kube-apiserver v1.34.2 into $ROSTER_KUBE_APISERVER (once; ~7 min cold on 2 cores)"
-	V=k8s.io/component-base/version
-	(cd tools/kube && go build -ldflags "-s -w -X $V.gitVersion=v1.34.2 -X $V.gitMajor=1 -X $V.gitMinor=34" \
-		-o "$ROSTER_KUBE_APISERVER.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-	mv "$ROSTER_KUBE_APISERVER.tmp" "$ROSTER_KUBE_APISERVER"
-fi
+for b in "${builds[@]}"; do
+	if ! wait "${b%%:*}"; then
+		echo "building ${b#*:} failed:"; tail -40 "$ROSTER_CACHE/${b#*:}.log"; exit 1
+	fi
+done
 
 echo "== gofmt / go vet"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"

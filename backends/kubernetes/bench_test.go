@@ -2,11 +2,17 @@ package kubernetes_test
 
 import (
 	"context"
-	"slices"
+	"fmt"
+	"net/url"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/backends/kubernetes"
+	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // openRegistry opens a registry on the shared apiserver, closed with tb.
@@ -28,46 +34,132 @@ func openRegistry(tb testing.TB) *registry.Registry {
 // to the removal reaching a Watcher on another (through the apiserver, its
 // watch cache and a client-go informer); p50 and p99 over b.N runs.
 func BenchmarkPropagation(b *testing.B) {
-	reg, obs := openRegistry(b), openRegistry(b)
-	ctx := context.Background()
-	w, err := obs.Watch(ctx, "prop")
+	conformance.BenchPropagation(b, openRegistry(b), openRegistry(b), "prop")
+}
+
+func benchDriver(b *testing.B) *kubernetes.Driver {
+	b.Helper()
+	raw, err := server.URL(server.Addr(), "default")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer w.Close()
-	until := func(n int) {
-		for {
-			nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			sn, err := w.Next(nctx)
-			cancel()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if len(sn.Instances) == n {
-				return
-			}
-		}
+	u, err := url.Parse(raw)
+	if err != nil {
+		b.Fatal(err)
 	}
-	lat := make([]time.Duration, 0, b.N)
-	for b.Loop() {
-		b.StopTimer()
-		l, err := reg.Register(ctx, registry.Instance{Service: "prop", Address: "127.0.0.1:9000"}, registry.WithTTL(10*time.Second))
+	o, err := kubernetes.ParseURL(u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := kubernetes.New(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	return d
+}
+
+func benchInst(svc string, i int) registry.Instance {
+	return registry.Instance{ID: fmt.Sprintf("%s-%06d", svc, i), Service: svc, Address: fmt.Sprintf("10.0.%d.%d:8080", i/250, i%250),
+		Version: "1.4.2", Zone: "hz-1", Weight: 100, Metadata: map[string]string{"owner": "team-a"}}
+}
+
+// each runs f(i) for every i in [0, n) on 16 goroutines, failing on the
+// first error.
+func each(b *testing.B, n int, f func(i int) error) {
+	b.Helper()
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// registerMany registers n instances of svc, deregistered at cleanup.
+func registerMany(b *testing.B, d *kubernetes.Driver, svc string, n int, ttl time.Duration) []driver.Registration {
+	regs := make([]driver.Registration, n)
+	each(b, n, func(i int) (err error) {
+		regs[i], err = d.Register(context.Background(), benchInst(svc, i), ttl)
+		return err
+	})
+	b.Cleanup(func() {
+		each(b, n, func(i int) error { return regs[i].Deregister(context.Background()) })
+	})
+	return regs
+}
+
+// BenchmarkRegister: one registration (a Lease, then its EndpointSlice),
+// sequential.
+func BenchmarkRegister(b *testing.B) {
+	d := benchDriver(b)
+	var regs []driver.Registration
+	for i := 0; b.Loop(); i++ {
+		r, err := d.Register(context.Background(), benchInst("reg", i), 10*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}
-		until(1)
-		b.StartTimer()
-		t0 := time.Now()
-		if err := l.Deregister(ctx); err != nil {
+		regs = append(regs, r)
+	}
+	b.StopTimer()
+	for _, r := range regs {
+		_ = r.Deregister(context.Background())
+	}
+}
+
+// BenchmarkHeartbeat1000: one op is a heartbeat of each of 1,000
+// registrations (Lease read and update, slice read), 16 at a time; the
+// client's CPU per heartbeat is reported (the apiserver is another
+// process).
+func BenchmarkHeartbeat1000(b *testing.B) {
+	d := benchDriver(b)
+	const n = 1000
+	regs := registerMany(b, d, "hb", n, time.Minute)
+	cpu0 := cpuTime()
+	for b.Loop() {
+		each(b, n, func(i int) error { return regs[i].Heartbeat(context.Background()) })
+	}
+	perHB := (cpuTime() - cpu0) / time.Duration(b.N*n)
+	b.ReportMetric(float64(perHB.Microseconds()), "cpu-µs/heartbeat")
+	// The lease engine heartbeats every TTL/3: 1,000 leases at TTL 10s
+	// are 300 heartbeats a second.
+	b.ReportMetric(300*perHB.Seconds()*100, "cpu-%-for-1000-leases-ttl10s")
+}
+
+// BenchmarkLookup1000: List of a service with 1,000 instances (slices and
+// Leases listed by label).
+func BenchmarkLookup1000(b *testing.B) {
+	d := benchDriver(b)
+	registerMany(b, d, "big", 1000, time.Minute)
+	for b.Loop() {
+		sn, err := d.List(context.Background(), "big")
+		if err != nil {
 			b.Fatal(err)
 		}
-		until(0)
-		lat = append(lat, time.Since(t0))
+		if len(sn.Instances) != 1000 {
+			b.Fatalf("got %d instances", len(sn.Instances))
+		}
 	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -29,7 +29,7 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	r.leaseUID = lease.UID
+	r.lease, r.leaseUID = lease, lease.UID
 	if err := r.upsertSlice(ctx); err != nil {
 		return nil, err
 	}
@@ -44,6 +44,9 @@ type registration struct {
 	inst     driver.Instance
 	ttl      time.Duration
 	leaseUID types.UID
+	// lease is the Lease as last written: a heartbeat updates it at its
+	// resourceVersion, one call, and reads it again only on a conflict.
+	lease *coordv1.Lease
 }
 
 func (r *registration) leaseSpec(now time.Time) coordv1.LeaseSpec {
@@ -144,23 +147,14 @@ func (r *registration) upsertSlice(ctx context.Context) error {
 }
 
 // Heartbeat renews the Lease, if it is still ours and alive, and checks
-// that the slice still names it.
+// that the slice still names it: two calls. The client's rate limit
+// (200 requests/s by default) is then what bounds one process: about 100
+// heartbeats a second, 300 leases at a TTL of 10s.
 func (r *registration) Heartbeat(ctx context.Context) error {
 	ctx, cancel := r.d.call(ctx)
 	defer cancel()
-	leases := r.d.cs.CoordinationV1().Leases(r.d.ns)
-	l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
-	if err != nil {
-		return classify("heartbeat", err)
-	}
-	now := time.Now()
-	if l.UID != r.leaseUID || !expiry(l).After(now) {
-		return fmt.Errorf("k8s: heartbeat: %w: lease %s expired or replaced", driver.ErrNotFound, r.name)
-	}
-	t := metav1.NewMicroTime(now)
-	l.Spec.RenewTime = &t
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		return classify("heartbeat", err)
+	if err := r.renew(ctx); err != nil {
+		return err
 	}
 	s, err := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns).Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
@@ -170,6 +164,36 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("k8s: heartbeat: %w: endpointslice %s replaced", driver.ErrNotFound, r.name)
 	}
 	return nil
+}
+
+// renew updates the Lease as last written, at its resourceVersion. A
+// conflict means another writer touched it since (a sweeper, a process
+// registering the same ID): read it, and renew only a Lease that is still
+// ours and alive.
+func (r *registration) renew(ctx context.Context) error {
+	leases := r.d.cs.CoordinationV1().Leases(r.d.ns)
+	l := r.lease
+	for range 2 {
+		now := time.Now()
+		if l.UID != r.leaseUID || !expiry(l).After(now) {
+			return fmt.Errorf("k8s: heartbeat: %w: lease %s expired or replaced", driver.ErrNotFound, r.name)
+		}
+		l = l.DeepCopy()
+		t := metav1.NewMicroTime(now)
+		l.Spec.RenewTime = &t
+		nl, err := leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			r.lease = nl
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return classify("heartbeat", err)
+		}
+		if l, err = leases.Get(ctx, r.name, metav1.GetOptions{}); err != nil {
+			return classify("heartbeat", err)
+		}
+	}
+	return fmt.Errorf("k8s: heartbeat: %w: lease %s keeps changing under another writer", driver.ErrUnavailable, r.name)
 }
 
 // Update replaces the stored instance and renews the Lease.
