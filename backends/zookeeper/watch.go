@@ -123,19 +123,21 @@ func (s *stream) readChildren(ctx context.Context) error {
 	var ch <-chan zk.Event
 	exists := true
 	err := s.d.call(ctx, "watch "+s.service, func() error {
-		var err error
-		kids, st, ch, err = s.conn.ChildrenW(s.path)
-		if errors.Is(err, zk.ErrNoNode) {
-			exists, st, ch, err = s.conn.ExistsW(s.path)
-			if err == nil && exists {
-				return errRetry // created meanwhile: read its children
+		// A service with no znode is watched for its creation; one
+		// created between the two calls is read at once. The loop is
+		// bounded for a znode created and deleted over and over.
+		for range 3 {
+			var err error
+			kids, st, ch, err = s.conn.ChildrenW(s.path)
+			if !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+			if exists, st, ch, err = s.conn.ExistsW(s.path); err != nil || !exists {
+				return err
 			}
 		}
-		return err
+		return fmt.Errorf("service znode %s keeps being created and deleted", s.path)
 	})
-	if errors.Is(err, errRetry) {
-		return s.readChildren(ctx)
-	}
 	if err != nil {
 		return s.fail(err)
 	}
@@ -159,8 +161,6 @@ func (s *stream) readChildren(ctx context.Context) error {
 	}
 	return nil
 }
-
-var errRetry = errors.New("retry")
 
 // readInstance reads one instance and arms its data watch.
 func (s *stream) readInstance(ctx context.Context, id string) error {
