@@ -53,16 +53,22 @@ const (
 // watchdog runs until the generation stops or fails.
 func (g *generation) watchdog() {
 	defer g.wg.Done()
-	t := time.NewTicker(probeInterval)
+	every(probeInterval, g.stopCh, g.down, func() bool { return g.probe(context.Background()) == nil })
+}
+
+// every calls f each period until f returns false or stop or stop2 (nil:
+// never) is closed.
+func every(period time.Duration, stop, stop2 <-chan struct{}, f func() bool) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
-		case <-g.stopCh:
+		case <-stop:
 			return
-		case <-g.down:
+		case <-stop2:
 			return
 		case <-t.C:
-			if g.probe(context.Background()) != nil {
+			if !f() {
 				return
 			}
 		}

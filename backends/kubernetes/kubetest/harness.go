@@ -11,7 +11,6 @@ import (
 
 	"github.com/roster-go/roster/backends/kubernetes"
 	"github.com/roster-go/roster/conformance"
-	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -67,17 +66,7 @@ func (h *harness) Config() conformance.Config {
 
 // OpenLinked opens a Registry through a TCP proxy of its own.
 func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
-	p, err := loopback.NewProxy(h.s.Addr())
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := h.open(ctx, p.Addr())
-	if err != nil {
-		p.Close()
-		return nil, nil, err
-	}
-	h.s.track(p)
-	return r, p, nil
+	return h.s.proxies.OpenLinked(h.s.Addr(), func(addr string) (*registry.Registry, error) { return h.open(ctx, addr) })
 }
 
 func (h *harness) Restart(ctx context.Context, keepData bool) error {

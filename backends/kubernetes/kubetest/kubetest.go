@@ -65,7 +65,8 @@ type Server struct {
 	mu     sync.Mutex
 	proc   testserver.Process
 	closed bool
-	links  []*loopback.Proxy
+
+	proxies testserver.Proxies // the harness's Links, closed with the Server
 }
 
 // Start starts etcd and kube-apiserver and waits until /readyz answers.
@@ -254,17 +255,8 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	for _, p := range s.links {
-		p.Close()
-	}
+	s.proxies.Close()
 	s.stop()
 	err := s.etcd.Close()
 	return errors.Join(err, os.RemoveAll(s.dir))
-}
-
-// track closes p with the Server.
-func (s *Server) track(p *loopback.Proxy) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.links = append(s.links, p)
 }
