@@ -1,13 +1,14 @@
 // Package testserver holds what the test-server packages (consultest,
-// redistest, zktest) share: a child Process whose output goes to a log
-// file, killed with the test's process if that dies (childproc), and the
-// tail of such a log for error messages; where a server's binary is
-// (Binary) and its data directory (Dir).
+// kubetest, redistest, zktest) share: a child Process whose output goes
+// to a log file, killed with the test's process if that dies (childproc),
+// and the tail of such a log for error messages; where a server's binary
+// is (Binary) and its data directory (Dir).
 //
 // A Process is one run of a server: Start it with an *exec.Cmd, watch
-// Done to learn that it exited, Kill it (as a crash would) to end it.
-// Kill is safe to call twice and on a Process never started, so cleanup
-// code needs no state of its own.
+// Done to learn that it exited, Kill it (as a crash would) or Stop it
+// (SIGTERM, then a kill after a grace period) to end it. Both are safe to
+// call twice and on a Process never started, so cleanup code needs no
+// state of its own.
 //
 // Proxies is the OpenLinked of a conformance harness on a one-address
 // server: a loopback TCP proxy per registry, all closed together.
