@@ -8,6 +8,7 @@
 // call, and a restarted registry must list every instance again within
 // TTL + 1s of being ready.
 //
-// The package has tests only; docs/reliability.md gives the guarantees,
+// The package has tests only (its Example shows how to run them and read
+// the table a run ends with); docs/reliability.md gives the guarantees,
 // the figures measured and the commands that run it.
 package chaos

@@ -60,6 +60,34 @@ type Config struct {
 	Skip map[string]string
 }
 
+// LoadedMachine returns the timings of a networked test server (etcd,
+// ZooKeeper, Kubernetes, Consul…) on a small machine shared with other
+// test runs under -race, where a new client's first call can take a
+// second although the server itself propagates in milliseconds. A
+// harness starts from it and adjusts what its backend needs:
+//
+//	c := conformance.LoadedMachine()
+//	c.Propagation = 3 * time.Second // writes queue behind Raft applies
+//	return c
+//
+// It is a function, not a variable, so no harness can change another's.
+func LoadedMachine() Config {
+	return Config{
+		// 3s: one slow heartbeat round on a loaded machine must not lose
+		// the lease (2s was seen to fail there).
+		TTL: 3 * time.Second,
+		// Servers expire leases on ticks of about half a second; the rest
+		// is headroom for a loaded machine.
+		ExpirySlack: 1500 * time.Millisecond,
+		Propagation: 2 * time.Second,
+		// 2×TTL, the default, stated for readers of a harness.
+		StaleDetect: 6 * time.Second,
+		// 1,000 registrations at once overrun a single test server's
+		// request timeouts under -race; 300 keeps the run short.
+		ManyLeases: 300,
+	}
+}
+
 func (c Config) withDefaults() Config {
 	if c.TTL <= 0 {
 		c.TTL = time.Second

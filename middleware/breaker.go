@@ -36,18 +36,10 @@ func (c BreakerConfig) withDefaults() BreakerConfig {
 	if c.FailureRatio <= 0 || c.FailureRatio > 1 {
 		c.FailureRatio = 0.5
 	}
-	if c.MinRequests <= 0 {
-		c.MinRequests = 20
-	}
-	if c.Window <= 0 {
-		c.Window = 10 * time.Second
-	}
-	if c.OpenTimeout <= 0 {
-		c.OpenTimeout = 5 * time.Second
-	}
-	if c.HalfOpenProbes <= 0 {
-		c.HalfOpenProbes = 1
-	}
+	c.MinRequests = orDefault(c.MinRequests, 20)
+	c.Window = orDefault(c.Window, 10*time.Second)
+	c.OpenTimeout = orDefault(c.OpenTimeout, 5*time.Second)
+	c.HalfOpenProbes = orDefault(c.HalfOpenProbes, 1)
 	return c
 }
 

@@ -29,18 +29,12 @@ type SuccessRateConfig struct {
 }
 
 func (c SuccessRateConfig) withDefaults() SuccessRateConfig {
-	if c.Interval <= 0 {
-		c.Interval = 10 * time.Second
-	}
+	c.Interval = orDefault(c.Interval, 10*time.Second)
 	if c.MinimumHosts == 0 {
 		c.MinimumHosts = 5
 	}
-	if c.RequestVolume <= 0 {
-		c.RequestVolume = 100
-	}
-	if c.StdevFactor <= 0 {
-		c.StdevFactor = 1.9
-	}
+	c.RequestVolume = orDefault(c.RequestVolume, 100)
+	c.StdevFactor = orDefault(c.StdevFactor, 1.9)
 	return c
 }
 

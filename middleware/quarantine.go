@@ -37,24 +37,16 @@ type QuarantineConfig struct {
 }
 
 func (c QuarantineConfig) withDefaults() QuarantineConfig {
-	if c.ConsecutiveFailures <= 0 {
-		c.ConsecutiveFailures = 5
-	}
-	if c.BaseEjection <= 0 {
-		c.BaseEjection = 30 * time.Second
-	}
+	c.ConsecutiveFailures = orDefault(c.ConsecutiveFailures, 5)
+	c.BaseEjection = orDefault(c.BaseEjection, 30*time.Second)
 	if c.MaxEjection < c.BaseEjection {
 		c.MaxEjection = max(300*time.Second, c.BaseEjection)
 	}
-	if c.MaxEjectedPercent <= 0 {
-		c.MaxEjectedPercent = 10
-	}
+	c.MaxEjectedPercent = orDefault(c.MaxEjectedPercent, 10)
 	if c.PanicThreshold == 0 {
 		c.PanicThreshold = 50
 	}
-	if c.ProbeTimeout <= 0 {
-		c.ProbeTimeout = 10 * time.Second
-	}
+	c.ProbeTimeout = orDefault(c.ProbeTimeout, 10*time.Second)
 	c.SuccessRate = c.SuccessRate.withDefaults()
 	return c
 }

@@ -29,12 +29,8 @@ type RetryConfig struct {
 }
 
 func (c RetryConfig) withDefaults() RetryConfig {
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 3
-	}
-	if c.BaseBackoff <= 0 {
-		c.BaseBackoff = 25 * time.Millisecond
-	}
+	c.MaxAttempts = orDefault(c.MaxAttempts, 3)
+	c.BaseBackoff = orDefault(c.BaseBackoff, 25*time.Millisecond)
 	if c.MaxBackoff < c.BaseBackoff {
 		c.MaxBackoff = max(250*time.Millisecond, c.BaseBackoff)
 	}
@@ -105,4 +101,13 @@ func reason(c Class, err error) string {
 		return "timeout"
 	}
 	return c.String()
+}
+
+// orDefault returns v, or def when v is not positive: a config field left
+// at zero (or set below it) takes its documented default.
+func orDefault[T int | float64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }

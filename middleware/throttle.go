@@ -38,18 +38,12 @@ type ThrottleConfig struct {
 }
 
 func (c ThrottleConfig) withDefaults() ThrottleConfig {
-	if c.K <= 0 {
-		c.K = 2
-	}
-	if c.Window <= 0 {
-		c.Window = 10 * time.Second
-	}
+	c.K = orDefault(c.K, 2)
+	c.Window = orDefault(c.Window, 10*time.Second)
 	if c.MaxRejectProbability <= 0 || c.MaxRejectProbability > 1 {
 		c.MaxRejectProbability = 0.9
 	}
-	if c.MinRequests <= 0 {
-		c.MinRequests = 20
-	}
+	c.MinRequests = orDefault(c.MinRequests, 20)
 	return c
 }
 

@@ -66,8 +66,14 @@ func (d *Driver) write(ctx context.Context, op string, kind writeKind, req func(
 	}
 }
 
-// pause waits d, unless ctx ends or the driver closes first.
+// pause waits delay, unless ctx ends or the driver closes first.
 func (d *Driver) pause(ctx context.Context, delay time.Duration) error {
+	return sleep(ctx, delay, d.life.Done())
+}
+
+// sleep waits delay, unless ctx ends (ctx.Err()) or closed, if not nil,
+// is closed first (driver.ErrClosed).
+func sleep(ctx context.Context, delay time.Duration, closed <-chan struct{}) error {
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
@@ -75,7 +81,7 @@ func (d *Driver) pause(ctx context.Context, delay time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-d.life.Done():
+	case <-closed:
 		return driver.ErrClosed
 	}
 }

@@ -318,12 +318,5 @@ func (b *bucket) take(ctx context.Context) error {
 	if deficit <= 0 {
 		return nil
 	}
-	t := time.NewTimer(time.Duration(deficit * float64(b.every)))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleep(ctx, time.Duration(deficit*float64(b.every)), nil)
 }

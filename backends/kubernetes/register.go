@@ -232,16 +232,7 @@ func (d *Driver) startSweeper() {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		t := time.NewTicker(d.sweepT)
-		defer t.Stop()
-		for {
-			select {
-			case <-d.stopSweep:
-				return
-			case <-t.C:
-				d.sweep()
-			}
-		}
+		every(d.sweepT, d.stopSweep, nil, func() bool { d.sweep(); return true })
 	}()
 }
 

@@ -53,16 +53,22 @@ const (
 // watchdog runs until the generation stops or fails.
 func (g *generation) watchdog() {
 	defer g.wg.Done()
-	t := time.NewTicker(probeInterval)
+	every(probeInterval, g.stopCh, g.down, func() bool { return g.probe(context.Background()) == nil })
+}
+
+// every calls f each period until f returns false or stop or stop2 (nil:
+// never) is closed.
+func every(period time.Duration, stop, stop2 <-chan struct{}, f func() bool) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
-		case <-g.stopCh:
+		case <-stop:
 			return
-		case <-g.down:
+		case <-stop2:
 			return
 		case <-t.C:
-			if g.probe(context.Background()) != nil {
+			if !f() {
 				return
 			}
 		}
@@ -82,27 +88,26 @@ func newGeneration(d *Driver) *generation {
 			Param("limit", "1").MaxRetries(0).Do(ctx).Error()
 		return g.note(err)
 	}
-	g.slices = g.informer(&discoveryv1.EndpointSlice{}, discoveryv1.LabelServiceName, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			l, err := slices.List(ctx, o)
-			return l, g.note(err)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := slices.Watch(ctx, o)
-			return w, g.note(err)
-		},
-	})
-	g.leases = g.informer(&coordv1.Lease{}, LabelLeaseService, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			l, err := leases.List(ctx, o)
-			return l, g.note(err)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			w, err := leases.Watch(ctx, o)
-			return w, g.note(err)
-		},
-	})
+	g.slices = g.informer(&discoveryv1.EndpointSlice{}, discoveryv1.LabelServiceName, listWatch(g, slices.List, slices.Watch))
+	g.leases = g.informer(&coordv1.Lease{}, LabelLeaseService, listWatch(g, leases.List, leases.Watch))
 	return g
+}
+
+// listWatch is the ListWatch of one resource; its errors end g (note).
+func listWatch[L runtime.Object](g *generation,
+	list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l, err := list(ctx, o)
+			return l, g.note(err)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := watchFn(ctx, o)
+			return w, g.note(err)
+		},
+	}
 }
 
 // note ends the generation on a list or watch error, and returns it. The reflector would retry a refused watch by itself, silently

@@ -22,12 +22,7 @@ func newLs() *cobra.Command {
 		Use:   "ls [SERVICE]",
 		Short: "List services, or the instances of one service",
 		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := openRegistry(cmd)
-			if err != nil {
-				return err
-			}
-			defer reg.Close()
+		RunE: withRegistry(func(cmd *cobra.Command, args []string, reg *registry.Registry) error {
 			out := cmd.OutOrStdout()
 			if len(args) == 1 {
 				snap, err := reg.Lookup(cmd.Context(), args[0])
@@ -41,7 +36,7 @@ func newLs() *cobra.Command {
 				return nil
 			}
 			return listServices(cmd, reg, asJSON)
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -129,12 +124,7 @@ func newWatch() *cobra.Command {
 the revision, and +ID (added), -ID (removed) or ~ID (changed fields).
 "stale" marks a registry that cannot be reached; the last good state is kept.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := openRegistry(cmd)
-			if err != nil {
-				return err
-			}
-			defer reg.Close()
+		RunE: withRegistry(func(cmd *cobra.Command, args []string, reg *registry.Registry) error {
 			w, err := reg.Watch(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -167,7 +157,7 @@ the revision, and +ID (added), -ID (removed) or ~ID (changed fields).
 				}
 				prev = &snap
 			}
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON snapshot per line")
 	return cmd

@@ -94,6 +94,19 @@ func openRegistry(cmd *cobra.Command) (*registry.Registry, error) {
 	return registry.Open(cmd.Context(), u)
 }
 
+// withRegistry is the RunE of a command that reads the registry: it
+// opens the registry, runs f with it and closes it.
+func withRegistry(f func(cmd *cobra.Command, args []string, reg *registry.Registry) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		reg, err := openRegistry(cmd)
+		if err != nil {
+			return err
+		}
+		defer reg.Close()
+		return f(cmd, args, reg)
+	}
+}
+
 // warnInProcess warns on stderr when u names the in-process memory
 // backend: what this roster process registers or lists there, no other
 // process can see.

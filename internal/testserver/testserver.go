@@ -1,12 +1,14 @@
 // Package testserver holds what the test-server packages (consultest,
-// redistest, zktest) share: a child Process whose output goes to a log
-// file, killed with the test's process if that dies (childproc), and the
-// tail of such a log for error messages.
+// kubetest, redistest, zktest) share: a child Process whose output goes
+// to a log file, killed with the test's process if that dies (childproc),
+// and the tail of such a log for error messages; where a server's binary
+// is (Binary) and its data directory (Dir).
 //
 // A Process is one run of a server: Start it with an *exec.Cmd, watch
-// Done to learn that it exited, Kill it (as a crash would) to end it.
-// Kill is safe to call twice and on a Process never started, so cleanup
-// code needs no state of its own.
+// Done to learn that it exited, Kill it (as a crash would) or Stop it
+// (SIGTERM, then a kill after a grace period) to end it. Both are safe to
+// call twice and on a Process never started, so cleanup code needs no
+// state of its own.
 //
 // Proxies is the OpenLinked of a conformance harness on a one-address
 // server: a loopback TCP proxy per registry, all closed together.
@@ -16,8 +18,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/roster-go/roster/internal/childproc"
 )
@@ -39,7 +44,7 @@ func (p *Process) Start(cmd *exec.Cmd, logPath string) error {
 	if p.cmd != nil {
 		return fmt.Errorf("%s: already running", cmd.Path)
 	}
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -71,16 +76,96 @@ func (p *Process) Running() bool {
 
 // Kill sends SIGKILL to the process, waits for it to exit and closes its
 // log. It does nothing if no process runs.
-func (p *Process) Kill() {
+func (p *Process) Kill() { p.end(0) }
+
+// Stop sends SIGTERM, gives the process grace to exit, then kills it; it
+// closes the log. It does nothing if no process runs.
+func (p *Process) Stop(grace time.Duration) { p.end(grace) }
+
+// end asks the process to exit (SIGTERM) when grace is positive, kills
+// it if it has not by then, and waits for it.
+func (p *Process) end(grace time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd == nil {
 		return
 	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	exited := false
+	if grace > 0 {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+			exited = true
+		case <-time.After(grace):
+		}
+	}
+	if !exited {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
 	p.cmd, p.done = nil, nil
 	p.log.Close()
+}
+
+// Dir is a test server's data directory: one its caller chose, or a
+// temporary one the server made and Remove deletes.
+type Dir struct {
+	Path string
+	own  bool
+}
+
+// NewDir returns path as a Dir, or a new temporary directory named after
+// pattern (as os.MkdirTemp) if path is empty.
+func NewDir(path, pattern string) (Dir, error) {
+	if path != "" {
+		return Dir{Path: path}, nil
+	}
+	path, err := os.MkdirTemp("", pattern)
+	return Dir{Path: path, own: true}, err
+}
+
+// Remove deletes the directory if NewDir made it; a caller's directory is
+// left alone.
+func (d Dir) Remove() error {
+	if !d.own {
+		return nil
+	}
+	return os.RemoveAll(d.Path)
+}
+
+// Binary says where a test server's binary is looked for: the file an
+// environment variable names, then the build scripts/test.sh caches in
+// ~/.cache/roster, then, if PATH is set, that name on $PATH.
+type Binary struct {
+	Pkg     string // the test-server package, for errors: "consultest"
+	Name    string // the server, for errors: "Consul agent"
+	Version string // the release scripts/test.sh builds
+	Env     string // the environment variable that names the binary
+	Cached  string // its file name in ~/.cache/roster: "consul-1.13.9"
+	PATH    string // the name to look up on $PATH; "" for none
+}
+
+// Find returns the path of the binary, or an error saying how to get it.
+func (b Binary) Find() (string, error) {
+	if p := os.Getenv(b.Env); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: %s=%s: %v; run scripts/test.sh, which builds %s %s there", b.Pkg, b.Env, p, err, b.Name, b.Version)
+		}
+		return p, nil
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		p := filepath.Join(home, ".cache", "roster", b.Cached)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if b.PATH != "" {
+		if p, err := exec.LookPath(b.PATH); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: no %s binary: run scripts/test.sh (it builds %s %s from the Go module proxy into ~/.cache/roster/%s), or set %s",
+		b.Pkg, b.Name, b.Name, b.Version, b.Cached, b.Env)
 }
 
 // URL returns base followed by ?query if query is not empty (a leading ?

@@ -42,22 +42,8 @@ const Version = "1.13.9"
 // FindBinary returns the path of the consul binary: $ROSTER_CONSUL_BIN,
 // then ~/.cache/roster/consul-1.13.9, then consul on PATH.
 func FindBinary() (string, error) {
-	if p := os.Getenv(EnvBin); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("consultest: %s=%s: %v; run scripts/test.sh, which builds Consul %s there", EnvBin, p, err, Version)
-		}
-		return p, nil
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		p := filepath.Join(home, ".cache", "roster", "consul-"+Version)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("consul"); err == nil {
-		return p, nil
-	}
-	return "", fmt.Errorf("consultest: no Consul agent binary: run scripts/test.sh (it builds Consul %s from the Go module proxy into ~/.cache/roster/consul-%s), or set %s", Version, Version, EnvBin)
+	return testserver.Binary{Pkg: "consultest", Name: "Consul", Version: Version,
+		Env: EnvBin, Cached: "consul-" + Version, PATH: "consul"}.Find()
 }
 
 // Agent is one `consul agent -dev` on free loopback ports. Its data dir
@@ -65,13 +51,12 @@ func FindBinary() (string, error) {
 // production agent's does; the catalog itself is in memory (-dev). Its
 // methods are safe for concurrent use.
 type Agent struct {
-	bin    string
-	dir    string
-	ownDir bool
-	addr   string // 127.0.0.1:port of the HTTP API
-	ports  []int  // http, server, serf-lan, serf-wan, dns
-	args   []string
-	token  string // management token with ACLs (StartACL), else ""
+	bin   string
+	dir   testserver.Dir
+	addr  string // 127.0.0.1:port of the HTTP API
+	ports []int  // http, server, serf-lan, serf-wan, dns
+	args  []string
+	token string // management token with ACLs (StartACL), else ""
 
 	tokens []tokenSpec // made by CreateToken, made again after each start
 
@@ -109,12 +94,9 @@ func newAgent(dir, token string, args []string) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{bin: bin, dir: dir, args: args, token: token}
-	if a.dir == "" {
-		if a.dir, err = os.MkdirTemp("", "roster-consul-"); err != nil {
-			return nil, fmt.Errorf("consultest: %w", err)
-		}
-		a.ownDir = true
+	a := &Agent{bin: bin, args: args, token: token}
+	if a.dir, err = testserver.NewDir(dir, "roster-consul-"); err != nil {
+		return nil, fmt.Errorf("consultest: %w", err)
 	}
 	var lastErr error
 	for range 3 { // a free port may be taken by someone else before the agent binds it
@@ -122,7 +104,7 @@ func newAgent(dir, token string, args []string) (*Agent, error) {
 		for range 5 {
 			p, err := loopback.FreePort()
 			if err != nil {
-				a.removeDir()
+				a.dir.Remove()
 				return nil, err
 			}
 			a.ports = append(a.ports, p)
@@ -132,7 +114,7 @@ func newAgent(dir, token string, args []string) (*Agent, error) {
 			return a, nil
 		}
 	}
-	a.removeDir()
+	a.dir.Remove()
 	return nil, lastErr
 }
 
@@ -150,10 +132,10 @@ func (a *Agent) URL(query string) string {
 }
 
 // Dir is the agent's directory: its data dir ("data") and log (LogPath).
-func (a *Agent) Dir() string { return a.dir }
+func (a *Agent) Dir() string { return a.dir.Path }
 
 // LogPath is the file the agent writes its log to (level warn).
-func (a *Agent) LogPath() string { return filepath.Join(a.dir, "agent.log") }
+func (a *Agent) LogPath() string { return filepath.Join(a.dir.Path, "agent.log") }
 
 // LogTail returns the last n bytes of the agent's log.
 func (a *Agent) LogTail(n int) string { return testserver.LogTail(a.LogPath(), n) }
@@ -169,7 +151,7 @@ func (a *Agent) start() error {
 		"-http-port", strconv.Itoa(a.ports[0]), "-server-port", strconv.Itoa(a.ports[1]),
 		"-serf-lan-port", strconv.Itoa(a.ports[2]), "-serf-wan-port", strconv.Itoa(a.ports[3]),
 		"-grpc-port", "-1", "-dns-port", strconv.Itoa(a.ports[4]),
-		"-data-dir", filepath.Join(a.dir, "data"),
+		"-data-dir", filepath.Join(a.dir.Path, "data"),
 		"-hcl", "limits { http_max_conns_per_client = 4096 }",
 		"-log-level", "warn"}, a.args...)
 	if err := a.proc.Start(exec.Command(a.bin, args...), a.LogPath()); err != nil {
@@ -242,7 +224,7 @@ func (a *Agent) Start(_ context.Context, keepData bool) error {
 		return errors.New("consultest: agent already running")
 	}
 	if !keepData {
-		if err := os.RemoveAll(filepath.Join(a.dir, "data")); err != nil {
+		if err := os.RemoveAll(filepath.Join(a.dir.Path, "data")); err != nil {
 			a.mu.Unlock()
 			return err
 		}
@@ -263,12 +245,5 @@ func (a *Agent) Stop() {
 // It is safe to call twice.
 func (a *Agent) Close() error {
 	a.Stop()
-	return a.removeDir()
-}
-
-func (a *Agent) removeDir() error {
-	if !a.ownDir {
-		return nil
-	}
-	return os.RemoveAll(a.dir)
+	return a.dir.Remove()
 }

@@ -101,31 +101,27 @@ func (h *harness) openAs(addr, token string) (*registry.Registry, error) {
 }
 
 func (h *harness) Config() conformance.Config {
-	return conformance.Config{
-		// The agent's TTL timer is exact, but on 2 shared cores under -race
-		// (load average 10 measured) the agent itself sometimes takes over
-		// a second to answer a heartbeat. 3s (heartbeat every 1s) leaves
-		// two heartbeats of margin; 2s was seen to fail under that load.
-		TTL: 3 * time.Second,
-		// Check critical → Raft apply → blocking query wake-up →
-		// watcher: milliseconds when idle, up to a second or so under load.
-		ExpirySlack: 2 * time.Second,
-		// A register or deregister reaches another client in milliseconds
-		// (docs/bench/consul.md) but queues behind Raft applies when the
-		// suite's hundred concurrent registrations share 2 loaded cores.
-		Propagation: 3 * time.Second,
-		// Each registration and each heartbeat is a write the agent syncs
-		// to its data directory under its state lock: on this shared disk
-		// and 2 cores, 1,000 leases at the default TTL is the agent's
-		// ceiling, not the driver's (TestManyLeasesWithinAgentConnLimit
-		// runs 1,000 with ROSTER_CONSUL_LEASES=1000:10s, on a RAM disk;
-		// docs/backends/consul.md has the figures).
-		ManyLeases: 300,
-		Skip: map[string]string{
-			"WipeReregistersAndResyncs": "Consul has no way to delete every agent registration while the agent runs; " +
-				"its equivalent, an agent restarted without its data, is RestartLosingData",
-		},
+	// The agent's TTL timer is exact, but on 2 shared cores under -race
+	// (load average 10 measured) the agent itself sometimes takes over a
+	// second to answer a heartbeat: TTL 3s (heartbeat every 1s) leaves two
+	// heartbeats of margin. Each registration and heartbeat is a write the
+	// agent syncs to its data directory under its state lock: 1,000 leases
+	// at the default TTL is the agent's ceiling there, not the driver's
+	// (TestManyLeasesWithinAgentConnLimit runs 1,000 on a RAM disk;
+	// docs/backends/consul.md has the figures), hence ManyLeases 300.
+	c := conformance.LoadedMachine()
+	// Check critical → Raft apply → blocking query wake-up → watcher:
+	// milliseconds when idle, up to a second or so under load.
+	c.ExpirySlack = 2 * time.Second
+	// A register or deregister reaches another client in milliseconds
+	// (docs/bench/consul.md) but queues behind Raft applies when the
+	// suite's hundred concurrent registrations share 2 loaded cores.
+	c.Propagation = 3 * time.Second
+	c.Skip = map[string]string{
+		"WipeReregistersAndResyncs": "Consul has no way to delete every agent registration while the agent runs; " +
+			"its equivalent, an agent restarted without its data, is RestartLosingData",
 	}
+	return c
 }
 
 // OpenLinked puts a TCP proxy between the registry and the agent.

@@ -43,6 +43,7 @@ import (
 
 	"github.com/roster-go/roster/backends/etcd/internal/embedded"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/testserver"
 )
 
 // Config describes a Cluster.
@@ -81,10 +82,9 @@ type TLSFiles struct {
 // Cluster is a running etcd cluster. Its methods are safe for concurrent
 // use, but faults are applied one at a time.
 type Cluster struct {
-	cfg    Config
-	dir    string
-	ownDir bool
-	token  string
+	cfg   Config
+	dir   testserver.Dir
+	token string
 	// authGen is gen+1 once Config.Auth is set up on generation gen.
 	authGen int
 
@@ -114,15 +114,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	c := &Cluster{cfg: cfg, dir: cfg.Dir, token: "roster-etcdtest", links: map[*Link]struct{}{}}
-	if c.dir == "" {
-		d, err := os.MkdirTemp("", "roster-etcdtest-")
-		if err != nil {
-			return nil, fmt.Errorf("etcdtest: %w", err)
-		}
-		c.dir, c.ownDir = d, true
-	}
+	c := &Cluster{cfg: cfg, token: "roster-etcdtest", links: map[*Link]struct{}{}}
 	var err error
+	if c.dir, err = testserver.NewDir(cfg.Dir, "roster-etcdtest-"); err != nil {
+		return nil, fmt.Errorf("etcdtest: %w", err)
+	}
 	// Free ports can be taken between FreePort and Listen: try again then.
 	for attempt := 0; attempt < 3; attempt++ {
 		if err = c.allocate(); err != nil {
@@ -140,9 +136,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			break
 		}
 	}
-	if c.ownDir {
-		os.RemoveAll(c.dir)
-	}
+	c.dir.Remove()
 	return nil, err
 }
 
@@ -180,7 +174,7 @@ func (c *Cluster) clientScheme() string {
 }
 
 func (c *Cluster) memberDir(i int) string {
-	return filepath.Join(c.dir, fmt.Sprintf("gen%d-%s", c.gen, c.members[i].name))
+	return filepath.Join(c.dir.Path, fmt.Sprintf("gen%d-%s", c.gen, c.members[i].name))
 }
 
 func (c *Cluster) spec(i int) embedded.Spec {
@@ -483,10 +477,7 @@ func (c *Cluster) Close() error {
 	}
 	c.stopAll()
 	c.closeFronts()
-	if c.ownDir {
-		return os.RemoveAll(c.dir)
-	}
-	return nil
+	return c.dir.Remove()
 }
 
 // Link is one client's own path to the cluster, through TCP proxies that

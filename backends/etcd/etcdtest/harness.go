@@ -74,27 +74,18 @@ func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
 	return registry.Open(ctx, h.c.URL(harnessPrefix, h.options()...), registry.WithResyncInterval(5*time.Second))
 }
 
-// Config sizes the bounds for a 2-core machine shared with other test
-// runs under -race, where a new client's first call can take a second;
-// real etcd propagates in milliseconds (docs/bench/etcd.md).
+// Config is conformance.LoadedMachine: real etcd propagates in
+// milliseconds (docs/bench/etcd.md), but the servers run inside the test
+// binary under -race beside other packages' tests. The TTL floor is 2s;
+// the server's expiry loop runs every 0.5s; a cut-off watcher is reported
+// within about 2×progress_interval, or at once when the connection
+// drops. 1,000 registrations at once (2,000 Raft proposals) overrun the
+// 5s request timeout there; without -race one member holds 1,000
+// (docs/reliability.md), hence ManyLeases 300.
 func (h *harness) Config() conformance.Config {
-	return conformance.Config{
-		// 3s: the TTL floor is 2s, and one slow heartbeat round must not
-		// lose the lease on a loaded machine.
-		TTL: 3 * time.Second,
-		// The server's expiry loop runs every 0.5s; the rest is headroom.
-		ExpirySlack: 1500 * time.Millisecond,
-		Propagation: 2 * time.Second,
-		// 2×TTL, the default: a cut-off watcher is reported within about
-		// 2×progress_interval, or at once when the connection drops.
-		StaleDetect: 6 * time.Second,
-		// The servers run inside the test binary, under the race detector,
-		// beside other packages' tests: there, 1,000 registrations at once
-		// (2,000 Raft proposals) overrun the 5s request timeout. Without
-		// -race one member holds 1,000 (docs/reliability.md).
-		ManyLeases: 300,
-		Skip:       h.skip(),
-	}
+	c := conformance.LoadedMachine()
+	c.Skip = h.skip()
+	return c
 }
 
 // skip declares TenantIsolation skipped for a user of NewHarnessAs, whose

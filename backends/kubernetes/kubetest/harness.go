@@ -11,7 +11,6 @@ import (
 
 	"github.com/roster-go/roster/backends/kubernetes"
 	"github.com/roster-go/roster/conformance"
-	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -55,33 +54,19 @@ func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
 // Config: Leases are whole seconds and checked by the readers' clocks, so
 // expiry is sharp; the bounds leave room for a loaded 2-core machine.
 func (h *harness) Config() conformance.Config {
-	return conformance.Config{
-		TTL:         3 * time.Second,
-		ExpirySlack: 1500 * time.Millisecond,
-		Propagation: 2 * time.Second,
-		StaleDetect: 6 * time.Second,
-		// Each registration is two to four calls, within the lease engine's
-		// 1s call bound at TTL 3s, to one apiserver on a loaded 2-core
-		// machine: 200 at once overran it under -race there.
-		ManyLeases: 100,
-		Skip: map[string]string{"LimitsAtAndPast": "a service name is the label kubernetes.io/service-name, " +
-			"whose values Kubernetes caps at 63 characters; Roster allows 128 (docs/backends/kubernetes.md)"},
-	}
+	c := conformance.LoadedMachine()
+	// Each registration is two to four calls, within the lease engine's
+	// 1s call bound at TTL 3s, to one apiserver on a loaded 2-core
+	// machine: 200 at once overran it under -race there.
+	c.ManyLeases = 100
+	c.Skip = map[string]string{"LimitsAtAndPast": "a service name is the label kubernetes.io/service-name, " +
+		"whose values Kubernetes caps at 63 characters; Roster allows 128 (docs/backends/kubernetes.md)"}
+	return c
 }
 
 // OpenLinked opens a Registry through a TCP proxy of its own.
 func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
-	p, err := loopback.NewProxy(h.s.Addr())
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := h.open(ctx, p.Addr())
-	if err != nil {
-		p.Close()
-		return nil, nil, err
-	}
-	h.s.track(p)
-	return r, p, nil
+	return h.s.proxies.OpenLinked(h.s.Addr(), func(addr string) (*registry.Registry, error) { return h.open(ctx, addr) })
 }
 
 func (h *harness) Restart(ctx context.Context, keepData bool) error {

@@ -30,12 +30,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
-	"github.com/roster-go/roster/internal/childproc"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/testserver"
 )
 
 // EnvBin names the environment variable that points at the binary.
@@ -51,19 +50,8 @@ const Token = "roster-test-token"
 // FindBinary returns the path of kube-apiserver: $ROSTER_KUBE_APISERVER,
 // then ~/.cache/roster/kube-apiserver-v1.34.2.
 func FindBinary() (string, error) {
-	if p := os.Getenv(EnvBin); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("kubetest: %s=%s: %v; run scripts/test.sh, which builds kube-apiserver %s there", EnvBin, p, err, Version)
-		}
-		return p, nil
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		p := filepath.Join(home, ".cache", "roster", "kube-apiserver-"+Version)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("kubetest: no kube-apiserver binary: run scripts/test.sh (it builds %s from the Go module proxy into ~/.cache/roster/kube-apiserver-%s), or set %s", Version, Version, EnvBin)
+	return testserver.Binary{Pkg: "kubetest", Name: "kube-apiserver", Version: Version,
+		Env: EnvBin, Cached: "kube-apiserver-" + Version}.Find()
 }
 
 // Server is a kube-apiserver on its own embedded etcd. Its methods are
@@ -75,10 +63,10 @@ type Server struct {
 	etcd *etcdtest.Cluster
 
 	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	proc   testserver.Process
 	closed bool
-	links  []*loopback.Proxy
+
+	proxies testserver.Proxies // the harness's Links, closed with the Server
 }
 
 // Start starts etcd and kube-apiserver and waits until /readyz answers.
@@ -156,20 +144,9 @@ func (s *Server) args() []string {
 
 // start runs the binary and waits for /readyz (s.mu held or not yet shared).
 func (s *Server) start(ctx context.Context) error {
-	logf, err := os.OpenFile(s.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	if err := s.proc.Start(exec.Command(s.bin, s.args()...), s.LogFile()); err != nil {
 		return fmt.Errorf("kubetest: %w", err)
 	}
-	cmd := exec.Command(s.bin, s.args()...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	childproc.OrphanProof(cmd)
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("kubetest: start %s: %w", s.bin, err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); logf.Close(); close(exited) }()
-	s.cmd, s.exited = cmd, exited
 	if err := s.waitReady(ctx); err != nil {
 		s.stop()
 		return fmt.Errorf("%w (log: %s)", err, s.LogFile())
@@ -194,7 +171,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 			}
 		}
 		select {
-		case <-s.exited:
+		case <-s.proc.Done():
 			return errors.New("kubetest: kube-apiserver exited before it was ready")
 		case <-ctx.Done():
 			return fmt.Errorf("kubetest: kube-apiserver not ready: %w", ctx.Err())
@@ -204,19 +181,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 }
 
 // stop ends the process: SIGTERM, then SIGKILL after 10s.
-func (s *Server) stop() {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
-	s.cmd = nil
-}
+func (s *Server) stop() { s.proc.Stop(10 * time.Second) }
 
 // Addr is the apiserver's host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
@@ -290,17 +255,8 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
-	for _, p := range s.links {
-		p.Close()
-	}
+	s.proxies.Close()
 	s.stop()
 	err := s.etcd.Close()
 	return errors.Join(err, os.RemoveAll(s.dir))
-}
-
-// track closes p with the Server.
-func (s *Server) track(p *loopback.Proxy) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.links = append(s.links, p)
 }

@@ -46,7 +46,7 @@ func NewEnsemble(n int) (*Ensemble, error) {
 	for i := 1; i <= n; i++ {
 		s, err := newServer(filepath.Join(dir, fmt.Sprint(i)), i)
 		if err == nil {
-			err = os.MkdirAll(s.dir, 0o755)
+			err = os.MkdirAll(s.dir.Path, 0o755)
 		}
 		var ports [3]int
 		for j := range ports {

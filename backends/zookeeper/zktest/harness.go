@@ -60,24 +60,14 @@ func (h *harness) open(ctx context.Context, addr string) (*registry.Registry, er
 	return registry.Open(ctx, url([]string{addr}, HarnessRoot, harnessQuery), registry.WithResyncInterval(5*time.Second))
 }
 
-// Config sizes the bounds for a 2-core machine shared with other test runs
-// under -race; ZooKeeper itself propagates in milliseconds.
+// Config is conformance.LoadedMachine as it is: ZooKeeper propagates in
+// milliseconds, sessions expire on tick boundaries (0.5s) and the
+// watchdog of an abandoned lease fires a TTL after its last heartbeat, so
+// ExpirySlack's headroom is for the JVM under load. One session per TTL
+// holds a thousand leases as a thousand cheap znodes; ManyLeases 300
+// keeps the race-detector run short, as on etcd.
 func (h *harness) Config() conformance.Config {
-	return conformance.Config{
-		// 3s, as on the other backends: one slow heartbeat round on a
-		// loaded machine must not lose the lease.
-		TTL: 3 * time.Second,
-		// Sessions expire on tick boundaries (0.5s), and the watchdog of an
-		// abandoned lease fires a TTL after its last heartbeat; the rest is
-		// headroom for the JVM under load.
-		ExpirySlack: 1500 * time.Millisecond,
-		Propagation: 2 * time.Second,
-		StaleDetect: 6 * time.Second,
-		// One session per TTL: a thousand leases are a thousand znodes in
-		// one session, cheap for the server; 300 keeps the race-detector
-		// run short, as on etcd.
-		ManyLeases: 300,
-	}
+	return conformance.LoadedMachine()
 }
 
 // OpenLinked puts a TCP proxy between the registry and the server.

@@ -72,8 +72,7 @@ func findJava() (string, string, error) {
 // Ensemble. Its methods are safe for concurrent use.
 type Server struct {
 	java, classpath string
-	dir             string
-	ownDir          bool
+	dir             testserver.Dir
 	id              int
 	clientPort      int
 	peers           string // the ensemble's server.N lines, empty when standalone
@@ -113,7 +112,7 @@ func NewServer(dir string) (*Server, error) {
 			s.Stop()
 		}
 	}
-	s.removeDir()
+	s.dir.Remove()
 	return nil, lastErr
 }
 
@@ -122,12 +121,9 @@ func newServer(dir string, id int) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{java: java, classpath: cp, dir: dir, id: id}
-	if s.dir == "" {
-		if s.dir, err = os.MkdirTemp("", "roster-zk-"); err != nil {
-			return nil, fmt.Errorf("zktest: %w", err)
-		}
-		s.ownDir = true
+	s := &Server{java: java, classpath: cp, id: id}
+	if s.dir, err = testserver.NewDir(dir, "roster-zk-"); err != nil {
+		return nil, fmt.Errorf("zktest: %w", err)
 	}
 	return s, nil
 }
@@ -144,15 +140,15 @@ func url(addrs []string, root, query string) string {
 }
 
 // Dir is the server's directory: its configuration, data ("data") and log.
-func (s *Server) Dir() string { return s.dir }
+func (s *Server) Dir() string { return s.dir.Path }
 
 // LogPath is the file the server writes its log to (level warn).
-func (s *Server) LogPath() string { return filepath.Join(s.dir, "server.log") }
+func (s *Server) LogPath() string { return filepath.Join(s.dir.Path, "server.log") }
 
 // LogTail returns the last n bytes of the server's log.
 func (s *Server) LogTail(n int) string { return testserver.LogTail(s.LogPath(), n) }
 
-func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
+func (s *Server) dataDir() string { return filepath.Join(s.dir.Path, "data") }
 
 // writeConfig writes zoo.cfg and, in an ensemble, the data dir's myid.
 // forceSync=no: a killed process loses nothing the kernel already has,
@@ -181,7 +177,7 @@ admin.enableServer=false
 			return "", fmt.Errorf("zktest: %w", err)
 		}
 	}
-	p := filepath.Join(s.dir, "zoo.cfg")
+	p := filepath.Join(s.dir.Path, "zoo.cfg")
 	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
 		return "", fmt.Errorf("zktest: %w", err)
 	}
@@ -205,7 +201,7 @@ func (s *Server) launch() error {
 		// so that the tests see the driver live with their removal.
 		"-Dznode.container.checkIntervalMs=1000",
 		"-cp", s.classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg)
-	cmd.Dir = s.dir
+	cmd.Dir = s.dir.Path
 	if err := s.proc.Start(cmd, s.LogPath()); err != nil {
 		return fmt.Errorf("zktest: %w", err)
 	}
@@ -299,12 +295,5 @@ func (s *Server) Restart(ctx context.Context, keepData bool) error {
 // it. It is safe to call twice.
 func (s *Server) Close() error {
 	s.Stop()
-	return s.removeDir()
-}
-
-func (s *Server) removeDir() error {
-	if !s.ownDir {
-		return nil
-	}
-	return os.RemoveAll(s.dir)
+	return s.dir.Remove()
 }
