@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,11 +37,19 @@ func newBenchAgent(b *testing.B) *agent.Agent {
 	return a
 }
 
-// benchServer serves h over loopback TCP and returns its address.
-func benchServer(b *testing.B, h http.Handler) string {
-	srv := httptest.NewServer(h)
+// benchServer serves h over loopback TCP and returns its address and
+// the count of connections it accepted.
+func benchServer(b *testing.B, h http.Handler) (string, *atomic.Int64) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
 	b.Cleanup(srv.Close)
-	return srv.Listener.Addr().String()
+	return srv.Listener.Addr().String(), &conns
 }
 
 // A benchClient is one client of the benchmarks: one pick + report round
@@ -65,7 +74,7 @@ var benchClients = []struct {
 func BenchmarkPickReport(b *testing.B) {
 	for _, bc := range benchClients {
 		b.Run(bc.name, func(b *testing.B) {
-			addr := benchServer(b, newBenchAgent(b))
+			addr, _ := benchServer(b, newBenchAgent(b))
 			b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0))) // 8 clients on 1–8 procs
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -96,11 +105,11 @@ func BenchmarkPickReport(b *testing.B) {
 func BenchmarkPickReportPaced(b *testing.B) {
 	for _, bc := range benchClients {
 		b.Run("server=agent/"+bc.name, func(b *testing.B) {
-			runPaced(b, benchServer(b, newBenchAgent(b)), bc.dial)
+			runPaced(b, newBenchAgent(b), bc.dial)
 		})
 	}
 	b.Run("server=floor/"+benchClients[0].name, func(b *testing.B) {
-		runPaced(b, benchServer(b, http.HandlerFunc(floorHandler)), benchClients[0].dial)
+		runPaced(b, http.HandlerFunc(floorHandler), benchClients[0].dial)
 	})
 }
 
@@ -115,8 +124,11 @@ func floorHandler(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, `{"token":"5f0c1a2b-1","instance":{"id":"a","service":"api","address":"10.0.0.1:80","weight":0},"stale":false}`+"\n")
 }
 
-func runPaced(b *testing.B, addr string, dial func(*testing.B, string) benchClient) {
+// runPaced runs the schedule of BenchmarkPickReportPaced against h and
+// checks that each client kept its one connection.
+func runPaced(b *testing.B, h http.Handler, dial func(*testing.B, string) benchClient) {
 	const clients, rate = 8, 2000
+	addr, conns := benchServer(b, h)
 	lat := make([][]time.Duration, clients)
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -132,6 +144,9 @@ func runPaced(b *testing.B, addr string, dial func(*testing.B, string) benchClie
 	wg.Wait()
 	elapsed := time.Since(t0)
 	b.StopTimer()
+	if n := conns.Load(); n > clients {
+		b.Errorf("%d clients opened %d connections: some did not keep theirs alive", clients, n)
+	}
 	reportQuantiles(b, slices.Concat(lat...), elapsed)
 }
 
