@@ -155,14 +155,7 @@ func (a *Agent) Pick(ctx context.Context, req PickRequest) (PickResponse, error)
 func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
 	buf := getBuf()
 	defer putBuf(buf)
-	body, err := readBody(r.Body, *buf)
-	*buf = body
-	var req PickRequest
-	if err == nil && !decodePick(body, &req) {
-		var slow PickRequest // apart from req, which then stays on the stack
-		err = decodeJSON(body, &slow)
-		req = slow
-	}
+	req, err := readRequest(r, buf, decodePick)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -172,7 +165,7 @@ func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	*buf = appendPick(body[:0], a.tokens, seq, &p.Instance, p.Stale)
+	*buf = appendPick((*buf)[:0], a.tokens, seq, &p.Instance, p.Stale)
 	writeBody(w, http.StatusOK, *buf)
 }
 
@@ -246,14 +239,7 @@ var outcomes = map[string]middleware.Class{
 func (a *Agent) handleReport(w http.ResponseWriter, r *http.Request) {
 	buf := getBuf()
 	defer putBuf(buf)
-	body, err := readBody(r.Body, *buf)
-	*buf = body
-	var req ReportRequest
-	if err == nil && !decodeReport(body, &req) {
-		var slow ReportRequest // apart from req, which then stays on the stack
-		err = decodeJSON(body, &slow)
-		req = slow
-	}
+	req, err := readRequest(r, buf, decodeReport)
 	if err == nil {
 		err = a.Report(r.Context(), req)
 	}
@@ -292,6 +278,21 @@ func (a *Agent) finish(ctx context.Context, p *pending, class middleware.Class, 
 	failed := class == middleware.Retryable || class == middleware.Fatal
 	a.stats.reported(p.service, p.p.Instance.ID, failed, class == middleware.Abort, latency)
 	p.release()
+}
+
+// readRequest reads the body of r into *buf and decodes it: by hand if
+// fast can, else with encoding/json.
+func readRequest[Req any](r *http.Request, buf *[]byte, fast func([]byte) (Req, bool)) (Req, error) {
+	body, err := readBody(r.Body, *buf)
+	*buf = body
+	if err != nil {
+		return *new(Req), err
+	}
+	if req, ok := fast(body); ok {
+		return req, nil
+	}
+	var req Req
+	return req, decodeJSON(body, &req)
 }
 
 // readJSON decodes the JSON body of r (its first maxBody bytes) into v.

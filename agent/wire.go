@@ -179,9 +179,10 @@ func (s *scanner) members(member func(key []byte) bool) bool {
 
 // decodePick decodes a pick request of the common shape: string members
 // only, tags excepted.
-func decodePick(b []byte, req *PickRequest) bool {
+func decodePick(b []byte) (PickRequest, bool) {
+	var req PickRequest
 	s := scanner{b: b}
-	return s.members(func(key []byte) bool {
+	ok := s.members(func(key []byte) bool {
 		var dst *string
 		switch string(key) {
 		case "service":
@@ -201,12 +202,14 @@ func decodePick(b []byte, req *PickRequest) bool {
 		*dst = string(v)
 		return ok
 	})
+	return req, ok
 }
 
 // decodeReport decodes a report request of the common shape.
-func decodeReport(b []byte, req *ReportRequest) bool {
+func decodeReport(b []byte) (ReportRequest, bool) {
+	var req ReportRequest
 	s := scanner{b: b}
-	return s.members(func(key []byte) bool {
+	ok := s.members(func(key []byte) bool {
 		switch string(key) {
 		case "token":
 			v, ok := s.str()
@@ -227,6 +230,7 @@ func decodeReport(b []byte, req *ReportRequest) bool {
 		}
 		return false
 	})
+	return req, ok
 }
 
 // outcomeName returns the outcome v names, without allocating for the

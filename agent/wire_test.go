@@ -25,8 +25,9 @@ func FuzzDecodePick(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		var fast, slow PickRequest
-		if !decodePick([]byte(body), &fast) {
+		var slow PickRequest
+		fast, ok := decodePick([]byte(body))
+		if !ok {
 			return
 		}
 		if err := decodeJSON([]byte(body), &slow); err != nil || !reflect.DeepEqual(fast, slow) {
@@ -46,8 +47,9 @@ func FuzzDecodeReport(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		var fast, slow ReportRequest
-		if !decodeReport([]byte(body), &fast) {
+		var slow ReportRequest
+		fast, ok := decodeReport([]byte(body))
+		if !ok {
 			return
 		}
 		err := decodeJSON([]byte(body), &slow)
