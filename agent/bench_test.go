@@ -107,10 +107,10 @@ func BenchmarkPickReportPaced(b *testing.B) {
 		b.Run("server=agent/"+bc.name, func(b *testing.B) {
 			runPaced(b, newBenchAgent(b), bc.dial)
 		})
+		b.Run("server=floor/"+bc.name, func(b *testing.B) {
+			runPaced(b, http.HandlerFunc(floorHandler), bc.dial)
+		})
 	}
-	b.Run("server=floor/"+benchClients[0].name, func(b *testing.B) {
-		runPaced(b, http.HandlerFunc(floorHandler), benchClients[0].dial)
-	})
 }
 
 // floorHandler answers every request as a pick without doing one.
