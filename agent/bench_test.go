@@ -99,9 +99,10 @@ func BenchmarkPickReport(b *testing.B) {
 // due time when the client was still busy with the previous one then (the
 // wait is the agent's doing: no coordinated omission), else from when it
 // was sent (the client's own timer wake-up is not the agent's). It
-// reports p50, p99, the maximum and the rate achieved. server=floor is
-// net/http with a handler that answers a fixed pick at once: what the
-// machine and net/http give before the agent does any work.
+// reports p50, p99, the maximum and the rate achieved, and on Linux the
+// cores the rest of the machine kept busy meanwhile (others-cores).
+// server=floor is net/http with a handler that answers a fixed pick at
+// once: what the machine and net/http give before the agent does any work.
 func BenchmarkPickReportPaced(b *testing.B) {
 	for _, bc := range benchClients {
 		b.Run("server=agent/"+bc.name, func(b *testing.B) {
@@ -131,6 +132,7 @@ func runPaced(b *testing.B, h http.Handler, dial func(*testing.B, string) benchC
 	addr, conns := benchServer(b, h)
 	lat := make([][]time.Duration, clients)
 	var wg sync.WaitGroup
+	others0, ok0 := othersCPU()
 	b.ResetTimer()
 	t0 := time.Now().Add(10 * time.Millisecond)
 	for i := range clients {
@@ -148,6 +150,9 @@ func runPaced(b *testing.B, h http.Handler, dial func(*testing.B, string) benchC
 		b.Errorf("%d clients opened %d connections: some did not keep theirs alive", clients, n)
 	}
 	reportQuantiles(b, slices.Concat(lat...), elapsed)
+	if others1, ok1 := othersCPU(); ok0 && ok1 {
+		b.ReportMetric(float64(others1-others0)/float64(elapsed), "others-cores") // the load the run shared the machine with
+	}
 }
 
 // pace runs client i's share of b.N calls of rt on the schedule of
