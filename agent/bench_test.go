@@ -151,7 +151,8 @@ func runPaced(b *testing.B, h http.Handler, dial func(*testing.B, string) benchC
 	}
 	reportQuantiles(b, slices.Concat(lat...), elapsed)
 	if others1, ok1 := othersCPU(); ok0 && ok1 {
-		b.ReportMetric(float64(others1-others0)/float64(elapsed), "others-cores") // the load the run shared the machine with
+		busy := max(0, others1-others0) // /proc/stat counts in 10 ms ticks: a quiet run can read slightly negative
+		b.ReportMetric(float64(busy)/float64(elapsed), "others-cores")
 	}
 }
 
