@@ -1,11 +1,11 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -29,7 +29,7 @@ func (a *Agent) routes() {
 	m := http.NewServeMux()
 	m.HandleFunc("GET /v1/services", a.handleServices)
 	m.HandleFunc("GET /v1/services/{service}", a.handleInstances)
-	m.HandleFunc("POST /v1/pick", jsonCall(a.Pick))
+	m.HandleFunc("POST /v1/pick", a.handlePick)
 	m.HandleFunc("POST /v1/report", a.handleReport)
 	m.HandleFunc("POST /v1/register", jsonCall(a.Register))
 	m.HandleFunc("GET /v1/register", a.handleLocals)
@@ -144,31 +144,57 @@ func jsonCall[Req, Resp any](call func(context.Context, Req) (Resp, error)) http
 
 // Pick picks an instance as POST /v1/pick does.
 func (a *Agent) Pick(ctx context.Context, req PickRequest) (PickResponse, error) {
+	p, seq, err := a.pick(ctx, req)
+	if err != nil {
+		return PickResponse{}, err
+	}
+	return PickResponse{Token: a.tokens.token(seq), Instance: p.Instance, Stale: p.Stale}, nil
+}
+
+// handlePick serves POST /v1/pick, the hot path: see wire.go.
+func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
+	buf := getBuf()
+	defer putBuf(buf)
+	req, err := readRequest(r, buf, decodePick)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, seq, err := a.pick(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	*buf = appendPick((*buf)[:0], a.tokens, seq, &p.Instance, p.Stale)
+	writeBody(w, http.StatusOK, *buf)
+}
+
+// pick picks an instance and issues its token's sequence number.
+func (a *Agent) pick(ctx context.Context, req PickRequest) (middleware.Pending, uint64, error) {
 	strategy := a.cfg.Strategy
 	if req.Strategy != "" {
 		s, err := selector.ParseStrategy(req.Strategy)
 		if err != nil {
-			return PickResponse{}, fmt.Errorf("%w: strategy: %w", registry.ErrInvalid, err)
+			return middleware.Pending{}, 0, fmt.Errorf("%w: strategy: %w", registry.ErrInvalid, err)
 		}
 		strategy = s
 	}
 	if err := registry.ValidateService(req.Service); err != nil {
-		return PickResponse{}, err
+		return middleware.Pending{}, 0, err
 	}
 	if _, err := a.view(req.Service); err != nil { // the dashboard and metrics show what is picked from
-		return PickResponse{}, err
+		return middleware.Pending{}, 0, err
 	}
 	c, err := a.client(strategy)
 	if err != nil {
-		return PickResponse{}, err
+		return middleware.Pending{}, 0, err
 	}
 	p, err := c.Pick(ctx, req.Service, middleware.PickOptions{Key: req.Key, Exclude: req.excludes()})
 	if err != nil {
-		return PickResponse{}, err
+		return middleware.Pending{}, 0, err
 	}
 	a.stats.picked(req.Service, p.Instance.ID)
-	tok := a.tokens.issue(&pending{p: p, service: req.Service, issued: time.Now()})
-	return PickResponse{Token: tok, Instance: p.Instance, Stale: p.Stale}, nil
+	return p, a.tokens.issue(newPending(p, req.Service, time.Now())), nil
 }
 
 // excludes returns the routing filter of a pick request, or nil.
@@ -209,13 +235,15 @@ var outcomes = map[string]middleware.Class{
 	"retryable": middleware.Retryable, "fatal": middleware.Fatal, "abort": middleware.Abort,
 }
 
+// handleReport serves POST /v1/report, the hot path: see wire.go.
 func (a *Agent) handleReport(w http.ResponseWriter, r *http.Request) {
-	var req ReportRequest
-	if err := readJSON(r, &req); err != nil {
-		writeError(w, err)
-		return
+	buf := getBuf()
+	defer putBuf(buf)
+	req, err := readRequest(r, buf, decodeReport)
+	if err == nil {
+		err = a.Report(r.Context(), req)
 	}
-	if err := a.Report(r.Context(), req); err != nil {
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -249,10 +277,40 @@ func (a *Agent) finish(ctx context.Context, p *pending, class middleware.Class, 
 	p.p.Report(ctx, class, latency)
 	failed := class == middleware.Retryable || class == middleware.Fatal
 	a.stats.reported(p.service, p.p.Instance.ID, failed, class == middleware.Abort, latency)
+	p.release()
 }
 
+// readRequest reads the body of r into *buf and decodes it: by hand if
+// fast can, else with encoding/json.
+func readRequest[Req any](r *http.Request, buf *[]byte, fast func([]byte) (Req, bool)) (Req, error) {
+	body, err := readBody(r.Body, *buf)
+	*buf = body
+	if err != nil {
+		return *new(Req), err
+	}
+	if req, ok := fast(body); ok {
+		return req, nil
+	}
+	var req Req
+	return req, decodeJSON(body, &req)
+}
+
+// readJSON decodes the JSON body of r (its first maxBody bytes) into v.
 func readJSON(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	buf := getBuf()
+	defer putBuf(buf)
+	body, err := readBody(r.Body, *buf)
+	*buf = body
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeJSON decodes the first JSON value of body into v; a member v has
+// no field for is an error.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: request body: %v", registry.ErrInvalid, err)
@@ -261,8 +319,7 @@ func readJSON(r *http.Request, v any) error {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	setJSONHeaders(w)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
