@@ -57,6 +57,46 @@ type telemetry struct {
 	mu         sync.Mutex
 	staleSince map[string]time.Time // service → when its snapshot went stale
 	reg        metric.Registration
+
+	// The attributes of the metrics recorded on every call, built once
+	// per service and instance: building a set allocates each time.
+	pickOpts  optCache[pickKey]
+	cacheOpts optCache[cacheKey]
+}
+
+type pickKey struct{ service, id string }
+
+type cacheKey struct {
+	service string
+	hit     bool
+}
+
+// optCacheMax bounds an optCache: instance IDs come and go (a rolling
+// deploy, autoscaling), so the cache starts over when it is full.
+const optCacheMax = 4096
+
+// optCache memoises measurement options by key.
+type optCache[K comparable] struct {
+	mu sync.RWMutex
+	m  map[K][]metric.AddOption
+}
+
+// get returns the options of k, built by attrs on the first call.
+func (c *optCache[K]) get(k K, attrs func() []attribute.KeyValue) []metric.AddOption {
+	c.mu.RLock()
+	o, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return o
+	}
+	o = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrs()...))}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= optCacheMax {
+		c.m = make(map[K][]metric.AddOption)
+	}
+	c.m[k] = o
+	c.mu.Unlock()
+	return o
 }
 
 // instrumentation returns Roster's tracer and meter from the providers,
@@ -215,7 +255,9 @@ func (t *telemetry) retry(ctx context.Context, service, reason string) {
 
 func (t *telemetry) pick(ctx context.Context, service, id string) {
 	if t != nil && t.picks.Enabled(ctx) {
-		t.picks.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrInstanceID.String(id)))
+		t.picks.Add(ctx, 1, t.pickOpts.get(pickKey{service, id}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{AttrService.String(service), AttrInstanceID.String(id)}
+		})...)
 	}
 }
 
@@ -241,7 +283,9 @@ func (t *telemetry) ejected(service, id string, ejected bool) {
 
 func (t *telemetry) cacheRead(ctx context.Context, service string, hit bool) {
 	if t != nil && t.cacheReqs.Enabled(ctx) {
-		t.cacheReqs.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrCacheHit.Bool(hit)))
+		t.cacheReqs.Add(ctx, 1, t.cacheOpts.get(cacheKey{service, hit}, func() []attribute.KeyValue {
+			return []attribute.KeyValue{AttrService.String(service), AttrCacheHit.Bool(hit)}
+		})...)
 	}
 }
 

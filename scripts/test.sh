@@ -76,7 +76,7 @@ go test -race -count=1 -timeout 30m "$@" $(go list ./... | grep -v '/chaos$')
 # The race detector allocates, so the zero-allocation tests of the hot
 # paths (a pick, a call through the chain) run once more without it.
 echo "== allocation tests (without -race)"
-go test -count=1 -run 'DoesNotAllocate' ./selector ./middleware
+go test -count=1 -run 'DoesNotAllocate|Allocations' ./selector ./middleware ./agent
 
 # Fuzz what parses input, for a bounded time: a secret anywhere in a
 # mistyped URL never shows in Redact's output (the seed corpus in
