@@ -23,7 +23,7 @@ type shared struct {
 	perTau  float64 // 1 ÷ the peak-EWMA time constant in ns (a product is cheaper than a quotient)
 	bounded bool    // count the in-flight total for bounded loads
 	ewma    bool    // Done updates the latency estimate
-	fake    func() int64
+	clock   *coarseClock // &coarse, or a test's clock
 	total   atomic.Int64 // requests in flight over all instances
 	// warmEnd is when the last slow start in progress ends (monotonic
 	// ns), 0 when none is: a pick checks ramps only while it is set.
@@ -38,14 +38,6 @@ const observeGrain = int64(time.Millisecond)
 
 // monotonic returns monotonic nanoseconds since the process started.
 func monotonic() int64 { return int64(time.Since(epoch)) }
-
-// now returns the selector's time: the coarse clock, or a test's clock.
-func (sh *shared) now() int64 {
-	if sh.fake != nil {
-		return sh.fake()
-	}
-	return coarse.read()
-}
 
 // observe folds one latency sample into ep's peak EWMA (Finagle's
 // PeakEwma). The estimate decays toward 0 while no sample arrives (Finagle

@@ -148,7 +148,7 @@ func (p *p2cEWMA) pick(uint64, bool, int) int {
 	if n == 1 {
 		return 0
 	}
-	now := p.sh.now()
+	now := p.sh.clock.read()
 	if p.sample == nil {
 		a, b := p.rnd.pair(n)
 		if p.sh.load(p.eps[b], now, 1) < p.sh.load(p.eps[a], now, 1) {
@@ -156,7 +156,8 @@ func (p *p2cEWMA) pick(uint64, bool, int) int {
 		}
 		return int(a)
 	}
-	a, b := p.sample.pair()
+	x := p.rnd.next()
+	a, b := p.sample.pick32(uint32(x>>32)), p.sample.pick32(uint32(x))
 	if a == b {
 		return a
 	}
@@ -169,8 +170,10 @@ func (p *p2cEWMA) pick(uint64, bool, int) int {
 	case lb > tossRange*la:
 		return a
 	}
-	// a with probability lb / (la + lb); u is uniform in [0, 1).
-	if u := float64(p.rnd.next()>>11) / (1 << 53); u*(la+lb) < lb {
+	// a with probability lb / (la + lb); u is uniform in [0, 1), from the
+	// draw that chose a and b, mixed: a second draw would cost a tenth
+	// of the pick, and given a and b, x still has ≥ 50 random bits.
+	if u := float64(rehash(x, tossSalt)>>11) / (1 << 53); u*(la+lb) < lb {
 		return a
 	}
 	return b
@@ -179,3 +182,6 @@ func (p *p2cEWMA) pick(uint64, bool, int) int {
 // tossRange is the ratio of two loads beyond which weighted P2C takes the
 // cheaper candidate outright instead of tossing.
 const tossRange = 3
+
+// tossSalt derives the toss of weighted P2C from its candidates' draw.
+const tossSalt = 0x7055

@@ -92,8 +92,11 @@ func New(opts ...Option) (*Selector, error) {
 		perTau:  1 / float64(c.decay),
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
-		fake:    c.clock,
+		clock:   &coarse,
 		slow:    slow,
+	}
+	if c.clock != nil {
+		s.sh.clock = &coarseClock{fake: c.clock}
 	}
 	s.cur.Store(&Picker{sh: s.sh}) // empty: Pick says ErrNoInstances
 	return s, nil
@@ -145,6 +148,12 @@ type PickOptions struct {
 	// when it is zero, the context's Route (WithRoute) applies, and when
 	// that is absent too, the selector's Split (WithSplit).
 	Route Route
+}
+
+// plain reports whether o neither routes nor filters: a pick with it
+// needs neither Picker.routed nor the fallback order.
+func (o *PickOptions) plain() bool {
+	return o.Exclude == nil && o.Tried == nil && o.Avoid == nil && o.Route.zero()
 }
 
 // step is a step of the fallback order of PickOptions.
@@ -200,7 +209,7 @@ func (d Done) Done(err error, latency time.Duration) {
 	}
 	d.release()
 	if d.sh.ewma {
-		d.observe(err, latency, d.sh.now())
+		d.observe(err, latency, d.sh.clock.read())
 	}
 }
 
@@ -224,7 +233,7 @@ func (d Done) Finish(err error) {
 	}
 	d.release()
 	if d.sh.ewma {
-		now := d.sh.now()
+		now := d.sh.clock.read()
 		d.observe(err, time.Duration(now-d.picked), now)
 	}
 }
@@ -240,17 +249,17 @@ func (d Done) release() {
 // Pick picks from the selector's current Picker: see Picker.Pick. It
 // never blocks and allocates nothing.
 func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
-	// Not s.cur.Load().Pick(ctx, o): a second copy of the Instance on
-	// return costs as much as a round-robin pick.
-	p := s.cur.Load()
-	if p.mayRoute(&o) {
-		p = p.routed(ctx, &o)
-	}
-	inst, d, err := p.pick(&o)
-	if err != nil {
-		return registry.Instance{}, Done{}, err
-	}
-	return *inst, d, nil
+	// Small enough to be inlined: the Instance is copied once, straight
+	// into the caller's variable (or not at all when the caller drops
+	// it), and o is passed by reference. Copying a 120-byte result
+	// through a callee costs as much as a round-robin pick.
+	inst, d, err := s.pick(ctx, &o)
+	return *inst, d, err
+}
+
+// pick picks from the current Picker.
+func (s *Selector) pick(ctx context.Context, o *PickOptions) (*registry.Instance, Done, error) {
+	return s.cur.Load().pick(ctx, o)
 }
 
 // Picker returns the selector's current Picker: the immutable view built
@@ -270,21 +279,43 @@ func (s *Selector) Picker() *Picker { return s.cur.Load() }
 // The Route of o, else of ctx (WithRoute), else the selector's Split,
 // narrows the instances the pick chooses from.
 func (p *Picker) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
-	if p.mayRoute(&o) {
-		p = p.routed(ctx, &o)
-	}
-	inst, d, err := p.pick(&o)
-	if err != nil {
-		return registry.Instance{}, Done{}, err
-	}
-	return *inst, d, nil
+	inst, d, err := p.pick(ctx, &o)
+	return *inst, d, err
 }
 
-// pick is Pick without the copy of the Instance, which its callers make
-// once.
-func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
+// none is what pick returns with an error: the zero Instance, which the
+// callers copy (never modify).
+var none registry.Instance
+
+// pick is Pick without the copy of the Instance, which its inlined
+// callers make once. With an error it returns &none and the zero Done.
+//
+// The common pick — no split on the picker, no Route, Exclude, Tried or
+// Avoid in o, no Route in any context, no instance warming up — takes
+// the direct path: the strategy's choice is the answer. Each of those
+// tests is a load of a flag the pick would read anyway; what they
+// guard is in pickSlow.
+func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, Done, error) {
+	if !p.direct || !o.plain() || routesInContext.Load() || p.sh.warmEnd.Load() != 0 {
+		return p.pickSlow(ctx, o)
+	}
+	var h uint64
+	keyed := false
+	if p.keyed && o.Key != "" {
+		h, keyed = xxhash.Sum64String(o.Key), true
+	}
+	i := p.algo.pick(h, keyed, 0)
+	return p.take(&p.insts[i], p.eps[i])
+}
+
+// pickSlow is pick with routing, slow start and the fallback order of
+// PickOptions.
+func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*registry.Instance, Done, error) {
+	if p.mayRoute(o) {
+		p = p.routed(ctx, o)
+	}
 	if len(p.insts) == 0 {
-		return nil, Done{}, ErrNoInstances
+		return &none, Done{}, ErrNoInstances
 	}
 	var h uint64
 	keyed := false
@@ -298,9 +329,15 @@ func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
 	inst, ep := &p.insts[i], p.eps[i]
 	if (o.Exclude != nil || o.Tried != nil || o.Avoid != nil) && o.rejects(inst, untried) {
 		if inst, ep = p.fallback(h, keyed, o); inst == nil {
-			return nil, Done{}, ErrAllExcluded
+			return &none, Done{}, ErrAllExcluded
 		}
 	}
+	return p.take(inst, ep)
+}
+
+// take returns the picked instance and its Done, counting the request
+// in flight when the strategy needs it.
+func (p *Picker) take(inst *registry.Instance, ep *endpoint) (*registry.Instance, Done, error) {
 	if !p.track {
 		return inst, Done{}, nil
 	}
@@ -310,7 +347,7 @@ func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
 	}
 	d := Done{ep: ep, sh: p.sh}
 	if p.sh.ewma {
-		d.picked = p.sh.now()
+		d.picked = p.sh.clock.read()
 	}
 	return inst, d, nil
 }
@@ -436,6 +473,7 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 	p.sel = s
 	p.routes = newRouteCache()
 	p.splitRoutes()
+	p.direct = len(p.insts) > 0 && p.canary == nil
 	return p
 }
 
@@ -475,6 +513,7 @@ func (s *Selector) assemble(snap registry.Snapshot, insts []registry.Instance, e
 	if len(active) > 0 {
 		p.algo = s.newAlgorithm(p, prev)
 	}
+	p.direct = len(active) > 0 // build clears it when it adds a split
 	return p
 }
 
@@ -606,6 +645,7 @@ type Picker struct {
 	canary *Picker // WithSplit: the split's instances, and
 	track  bool    // count requests in flight
 	keyed  bool    // the algorithm uses PickOptions.Key
+	direct bool    // instances and no split: a plain pick is the strategy's
 
 	rest     *Picker // the others; nil without a split
 	rnd      rng
