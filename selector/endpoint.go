@@ -20,9 +20,9 @@ type endpoint struct {
 
 // shared is the state of a Selector that Done and picks need.
 type shared struct {
-	perTau  float64 // 1 ÷ the peak-EWMA time constant in ns (a product is cheaper than a quotient)
-	bounded bool    // count the in-flight total for bounded loads
-	ewma    bool    // Done updates the latency estimate
+	perTau  float64      // 1 ÷ the peak-EWMA time constant in ns (a product is cheaper than a quotient)
+	bounded bool         // count the in-flight total for bounded loads
+	ewma    bool         // Done updates the latency estimate
 	clock   *coarseClock // &coarse, or a test's clock
 	total   atomic.Int64 // requests in flight over all instances
 	// warmEnd is when the last slow start in progress ends (monotonic
