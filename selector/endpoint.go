@@ -21,6 +21,7 @@ type endpoint struct {
 // shared is the state of a Selector that Done and picks need.
 type shared struct {
 	perTau  float64      // 1 ÷ the peak-EWMA time constant in ns (a product is cheaper than a quotient)
+	keep    float64      // 1 − observeGrain/τ ≤ the decay within observeGrain (see settled)
 	bounded bool         // count the in-flight total for bounded loads
 	ewma    bool         // Done updates the latency estimate
 	clock   *coarseClock // &coarse, or a test's clock
@@ -63,7 +64,7 @@ func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool, now 
 			rtt = max(rtt, 2*cost)
 		}
 		stamp := ep.stamp.Load()
-		w := decay(float64(now-stamp) * sh.perTau)
+		w := decay(float64(max(now-stamp, 0)) * sh.perTau)
 		cost *= w
 		next := rtt
 		if rtt <= cost {
@@ -77,6 +78,15 @@ func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool, now 
 			return
 		}
 	}
+}
+
+// settled reports whether observe would drop a successful call's
+// latency: the estimate was updated within observeGrain and the latency
+// is below it. keep (1 − observeGrain/τ) is a lower bound of the decay
+// over less than observeGrain, so settled implies observe's own test
+// without computing the decay.
+func (ep *endpoint) settled(latency time.Duration, now int64, keep float64) bool {
+	return now-ep.stamp.Load() < observeGrain && float64(latency) <= math.Float64frombits(ep.cost.Load())*keep
 }
 
 // penalty is the load of an instance with no latency sample yet but with
@@ -93,24 +103,34 @@ func (sh *shared) load(ep *endpoint, now int64, inv float64) float64 {
 	cost := math.Float64frombits(ep.cost.Load())
 	pending := float64(ep.inflight.Load())
 	if cost == 0 {
-		if pending > 0 {
-			return penalty + pending
-		}
-		return 0
+		return unmeasured(pending)
 	}
-	return cost * decay(float64(now-ep.stamp.Load())*sh.perTau) * (pending*inv + 1)
+	if age := now - ep.stamp.Load(); age > 0 {
+		cost *= decay(float64(age) * sh.perTau)
+	}
+	return cost * (pending*inv + 1)
 }
 
-// decay returns e^(−x) for x ≥ 0 (1 for x ≤ 0). Between frequent calls x is
-// tiny and a Taylor polynomial (error < x⁴/24 < 3·10⁻⁹) replaces math.Exp.
-func decay(x float64) float64 {
-	switch {
-	case x <= 0:
-		return 1
-	case x < 1.0/64:
-		return 1 - x*(1-x*(0.5-x/6))
+// unmeasured is the load of an instance with no latency estimate.
+func unmeasured(pending float64) float64 {
+	if pending > 0 {
+		return penalty + pending
 	}
-	return math.Exp(-x)
+	return 0
 }
+
+// decay returns e^(−x) for x ≥ 0. Between frequent calls x is tiny and a
+// Taylor polynomial (error < x⁴/24 < 3·10⁻⁹) replaces math.Exp.
+func decay(x float64) float64 {
+	if x < 1.0/64 {
+		return 1 + x*(x*(0.5-x*(1.0/6))-1)
+	}
+	return expNeg(x)
+}
+
+// expNeg is e^(−x), out of line so that decay is inlined.
+//
+//go:noinline
+func expNeg(x float64) float64 { return math.Exp(-x) }
 
 func mul64(a, b uint64) (hi, lo uint64) { return bits.Mul64(a, b) }

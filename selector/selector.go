@@ -90,6 +90,7 @@ func New(opts ...Option) (*Selector, error) {
 	s := &Selector{cfg: c, eps: map[string]*endpoint{}}
 	s.sh = &shared{
 		perTau:  1 / float64(c.decay),
+		keep:    1 - float64(observeGrain)/float64(c.decay),
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
 		clock:   &coarse,
@@ -209,11 +210,15 @@ func (d Done) Done(err error, latency time.Duration) {
 	}
 	d.release()
 	if d.sh.ewma {
-		d.observe(err, latency, d.sh.clock.read())
+		now := d.sh.clock.read()
+		if err != nil || !d.ep.settled(latency, now, d.sh.keep) {
+			d.observe(err, latency, now)
+		}
 	}
 }
 
-// observe feeds a call's latency to the peak EWMA at now.
+// observe feeds a call's latency to the peak EWMA at now. Done and
+// Finish call it only when the estimate may change (see settled).
 func (d Done) observe(err error, latency time.Duration, now int64) {
 	if err != nil && errors.Is(err, context.Canceled) {
 		return
@@ -234,7 +239,10 @@ func (d Done) Finish(err error) {
 	d.release()
 	if d.sh.ewma {
 		now := d.sh.clock.read()
-		d.observe(err, time.Duration(now-d.picked), now)
+		latency := time.Duration(now - d.picked)
+		if err != nil || !d.ep.settled(latency, now, d.sh.keep) {
+			d.observe(err, latency, now)
+		}
 	}
 }
 
