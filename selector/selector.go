@@ -304,26 +304,44 @@ var none registry.Instance
 // tests is a load of a flag the pick would read anyway; what they
 // guard is in pickSlow.
 func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, Done, error) {
-	if !p.direct || !o.plain() || routesInContext.Load() || p.sh.warmEnd.Load() != 0 {
-		return p.pickSlow(ctx, o)
+	var inst *registry.Instance
+	var ep *endpoint
+	if p.direct && o.plain() && !routesInContext.Load() && p.sh.warmEnd.Load() == 0 {
+		var h uint64
+		keyed := false
+		if p.keyed && o.Key != "" {
+			h, keyed = xxhash.Sum64String(o.Key), true
+		}
+		i := p.algo.pick(h, keyed, 0)
+		inst, ep = &p.insts[i], p.eps[i]
+	} else {
+		var err error
+		if p, inst, ep, err = p.pickSlow(ctx, o); err != nil {
+			return &none, Done{}, err
+		}
 	}
-	var h uint64
-	keyed := false
-	if p.keyed && o.Key != "" {
-		h, keyed = xxhash.Sum64String(o.Key), true
+	if !p.track {
+		return inst, Done{}, nil
 	}
-	i := p.algo.pick(h, keyed, 0)
-	return p.take(&p.insts[i], p.eps[i])
+	ep.inflight.Add(1)
+	if p.sh.bounded {
+		p.sh.total.Add(1)
+	}
+	d := Done{ep: ep, sh: p.sh}
+	if p.sh.ewma {
+		d.picked = p.sh.clock.read()
+	}
+	return inst, d, nil
 }
 
 // pickSlow is pick with routing, slow start and the fallback order of
-// PickOptions.
-func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*registry.Instance, Done, error) {
+// PickOptions. It returns the picker it picked from (a route's) too.
+func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *registry.Instance, *endpoint, error) {
 	if p.mayRoute(o) {
 		p = p.routed(ctx, o)
 	}
 	if len(p.insts) == 0 {
-		return &none, Done{}, ErrNoInstances
+		return p, nil, nil, ErrNoInstances
 	}
 	var h uint64
 	keyed := false
@@ -337,27 +355,10 @@ func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*registry.Instan
 	inst, ep := &p.insts[i], p.eps[i]
 	if (o.Exclude != nil || o.Tried != nil || o.Avoid != nil) && o.rejects(inst, untried) {
 		if inst, ep = p.fallback(h, keyed, o); inst == nil {
-			return &none, Done{}, ErrAllExcluded
+			return p, nil, nil, ErrAllExcluded
 		}
 	}
-	return p.take(inst, ep)
-}
-
-// take returns the picked instance and its Done, counting the request
-// in flight when the strategy needs it.
-func (p *Picker) take(inst *registry.Instance, ep *endpoint) (*registry.Instance, Done, error) {
-	if !p.track {
-		return inst, Done{}, nil
-	}
-	ep.inflight.Add(1)
-	if p.sh.bounded {
-		p.sh.total.Add(1)
-	}
-	d := Done{ep: ep, sh: p.sh}
-	if p.sh.ewma {
-		d.picked = p.sh.clock.read()
-	}
-	return inst, d, nil
+	return p, inst, ep, nil
 }
 
 // fallback is the slow path of Pick: the strategy proposed an instance o
