@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -75,14 +74,16 @@ func gokitBalancer(rr bool, n int) lb.Balancer {
 	return lb.NewRandom(eps, 1)
 }
 
-// A picker runs one pick and its feedback.
-type picker func()
+// A picker runs one pick and its feedback; i counts the calls of one
+// goroutine (the keyed pickers take their key from it, so that the
+// benchmark's own random draw is not counted as the selector's).
+type picker func(i int)
 
 func roster(s *selector.Selector, withClock bool) picker {
 	ctx := context.Background()
 	if withClock {
 		// What a caller of P2CEWMA writes: measure the call's latency.
-		return func() {
+		return func(int) {
 			_, done, err := s.Pick(ctx, selector.PickOptions{})
 			if err != nil {
 				panic(err)
@@ -91,7 +92,7 @@ func roster(s *selector.Selector, withClock bool) picker {
 			done.Done(nil, time.Since(start))
 		}
 	}
-	return func() {
+	return func(int) {
 		_, done, err := s.Pick(ctx, selector.PickOptions{})
 		if err != nil {
 			panic(err)
@@ -106,7 +107,7 @@ func roster(s *selector.Selector, withClock bool) picker {
 // times the call itself.
 func rosterFinish(s *selector.Selector) picker {
 	ctx := context.Background()
-	return func() {
+	return func(int) {
 		_, done, err := s.Pick(ctx, selector.PickOptions{})
 		if err != nil {
 			panic(err)
@@ -122,8 +123,8 @@ func rosterKeyed(s *selector.Selector) picker {
 	for i := range keys {
 		keys[i] = "user-" + strconv.Itoa(i)
 	}
-	return func() {
-		_, done, err := s.Pick(ctx, selector.PickOptions{Key: keys[rand.Uint32()&1023]})
+	return func(i int) {
+		_, done, err := s.Pick(ctx, selector.PickOptions{Key: keys[i&1023]})
 		if err != nil {
 			panic(err)
 		}
@@ -133,7 +134,7 @@ func rosterKeyed(s *selector.Selector) picker {
 
 func kratos(s kselector.Selector) picker {
 	ctx := context.Background()
-	return func() {
+	return func(int) {
 		_, done, err := s.Select(ctx)
 		if err != nil {
 			panic(err)
@@ -143,7 +144,7 @@ func kratos(s kselector.Selector) picker {
 }
 
 func gokit(b lb.Balancer) picker {
-	return func() {
+	return func(int) {
 		if _, err := b.Endpoint(); err != nil {
 			panic(err)
 		}
@@ -212,14 +213,14 @@ func run(b *testing.B, parallel bool) {
 						b.ReportAllocs()
 						b.ResetTimer()
 						if !parallel {
-							for b.Loop() {
-								pick()
+							for i := 0; b.Loop(); i++ {
+								pick(i)
 							}
 							return
 						}
 						b.RunParallel(func(pb *testing.PB) {
-							for pb.Next() {
-								pick()
+							for i := 0; pb.Next(); i++ {
+								pick(i)
 							}
 						})
 					})
