@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -75,8 +76,7 @@ func gokitBalancer(rr bool, n int) lb.Balancer {
 }
 
 // A picker runs one pick and its feedback; i counts the calls of one
-// goroutine (the keyed pickers take their key from it, so that the
-// benchmark's own random draw is not counted as the selector's).
+// goroutine (the keyed pickers choose their key by it).
 type picker func(i int)
 
 func roster(s *selector.Selector, withClock bool) picker {
@@ -116,15 +116,23 @@ func rosterFinish(s *selector.Selector) picker {
 	}
 }
 
-// rosterKeyed picks with an affinity key, for the hashing strategies.
+// rosterKeyed picks with an affinity key, for the hashing strategies:
+// 1,024 user IDs in a random order fixed in advance (65,536 draws long,
+// so that neither caches nor branch predictors learn a cycle), so the
+// benchmark's own random draw is not counted as the selector's.
 func rosterKeyed(s *selector.Selector) picker {
 	ctx := context.Background()
 	keys := make([]string, 1024)
 	for i := range keys {
 		keys[i] = "user-" + strconv.Itoa(i)
 	}
+	r := rand.New(rand.NewPCG(1, 2))
+	order := make([]uint16, 1<<16)
+	for i := range order {
+		order[i] = uint16(r.IntN(len(keys)))
+	}
 	return func(i int) {
-		_, done, err := s.Pick(ctx, selector.PickOptions{Key: keys[i&1023]})
+		_, done, err := s.Pick(ctx, selector.PickOptions{Key: keys[order[i&(1<<16-1)]]})
 		if err != nil {
 			panic(err)
 		}
