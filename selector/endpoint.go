@@ -99,24 +99,23 @@ const penalty = float64(math.MaxInt64 >> 16)
 // instance that was slow and then left idle recovers. inv is the mean
 // weight ÷ the instance's weight: an instance of twice the weight carries
 // twice the requests in flight at the same load.
+//
+// It does not branch on the instance's state (an estimate or none, a
+// stamp from this tick or an older one): P2C's candidates are random, so
+// such a branch would be mispredicted about as often as not.
 func (sh *shared) load(ep *endpoint, now int64, inv float64) float64 {
-	cost := math.Float64frombits(ep.cost.Load())
-	pending := float64(ep.inflight.Load())
-	if cost == 0 {
-		return unmeasured(pending)
+	bits := ep.cost.Load()
+	inflight := ep.inflight.Load()
+	pending := float64(inflight)
+	age := float64(max(now-ep.stamp.Load(), 0))
+	l := math.Float64bits(math.Float64frombits(bits) * roughDecay(age*sh.perTau) * (pending*inv + 1))
+	// No estimate yet: 0 when idle, else the penalty plus the requests
+	// in flight.
+	none := math.Float64bits((penalty + pending) * float64(min(max(inflight, 0), 1)))
+	if bits == 0 {
+		l = none
 	}
-	if age := now - ep.stamp.Load(); age > 0 {
-		cost *= decay(float64(age) * sh.perTau)
-	}
-	return cost * (pending*inv + 1)
-}
-
-// unmeasured is the load of an instance with no latency estimate.
-func unmeasured(pending float64) float64 {
-	if pending > 0 {
-		return penalty + pending
-	}
-	return 0
+	return math.Float64frombits(l)
 }
 
 // decay returns e^(−x) for x ≥ 0. Between frequent calls x is tiny and a
@@ -124,6 +123,16 @@ func unmeasured(pending float64) float64 {
 func decay(x float64) float64 {
 	if x < 1.0/64 {
 		return 1 + x*(x*(0.5-x*(1.0/6))-1)
+	}
+	return expNeg(x)
+}
+
+// roughDecay is decay to within 1.3·10⁻⁴ (1 − x for x < 1/64), for
+// comparing loads: the polynomial's three more products lie on the
+// critical path of a pick, and a load is only ever compared with another.
+func roughDecay(x float64) float64 {
+	if x < 1.0/64 {
+		return 1 - x
 	}
 	return expNeg(x)
 }
