@@ -166,10 +166,10 @@ func (p *p2cEWMA) pick(uint64, bool, int) int {
 		return a
 	}
 	la, lb := p.sh.load(p.eps[a], now, p.inv[a]), p.sh.load(p.eps[b], now, p.inv[b])
-	// The toss: a with probability lb / (la + lb) (one half when both
-	// are 0); u is uniform in [0, 1), from the draw that chose a and b,
-	// mixed: a second draw would cost a tenth of the pick, and given a
-	// and b, x still has most of its 64 random bits.
+	// The toss: a with probability lb / (la + lb) (b when both are 0: b
+	// is as random as a); u is uniform in [0, 1), from the draw that
+	// chose a and b, mixed: a second draw would cost a tenth of the pick,
+	// and given a and b, x still has most of its 64 random bits.
 	u := float64(rehash(x, tossSalt)>>11) / (1 << 53)
 	i := b
 	if u*(la+lb) < lb {

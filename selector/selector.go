@@ -646,7 +646,7 @@ func (s *Selector) Close() error {
 // A Picker is safe for concurrent use. Get one from Selector.Picker; the
 // zero Picker has no instances.
 type Picker struct {
-	// What every pick reads comes first, in one cache line.
+	// What every pick reads comes first (two cache lines).
 	insts  []registry.Instance // candidates: weight > 0, or all draining
 	eps    []*endpoint         // state of insts[i]
 	algo   algorithm
