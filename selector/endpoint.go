@@ -20,10 +20,11 @@ type endpoint struct {
 
 // shared is the state of a Selector that Done and picks need.
 type shared struct {
-	perTau  float64 // 1 ÷ the peak-EWMA time constant in ns (a product is cheaper than a quotient)
-	bounded bool    // count the in-flight total for bounded loads
-	ewma    bool    // Done updates the latency estimate
-	fake    func() int64
+	perTau  float64      // 1 ÷ the peak-EWMA time constant in ns (a product is cheaper than a quotient)
+	keep    float64      // 1 − observeGrain/τ ≤ the decay within observeGrain (see settled)
+	bounded bool         // count the in-flight total for bounded loads
+	ewma    bool         // Done updates the latency estimate
+	clock   *coarseClock // &coarse, or a test's clock
 	total   atomic.Int64 // requests in flight over all instances
 	// warmEnd is when the last slow start in progress ends (monotonic
 	// ns), 0 when none is: a pick checks ramps only while it is set.
@@ -38,14 +39,6 @@ const observeGrain = int64(time.Millisecond)
 
 // monotonic returns monotonic nanoseconds since the process started.
 func monotonic() int64 { return int64(time.Since(epoch)) }
-
-// now returns the selector's time: the coarse clock, or a test's clock.
-func (sh *shared) now() int64 {
-	if sh.fake != nil {
-		return sh.fake()
-	}
-	return coarse.read()
-}
 
 // observe folds one latency sample into ep's peak EWMA (Finagle's
 // PeakEwma). The estimate decays toward 0 while no sample arrives (Finagle
@@ -71,7 +64,7 @@ func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool, now 
 			rtt = max(rtt, 2*cost)
 		}
 		stamp := ep.stamp.Load()
-		w := decay(float64(now-stamp) * sh.perTau)
+		w := decay(float64(max(now-stamp, 0)) * sh.perTau)
 		cost *= w
 		next := rtt
 		if rtt <= cost {
@@ -87,6 +80,15 @@ func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool, now 
 	}
 }
 
+// settled reports whether observe would drop a successful call's
+// latency: the estimate was updated within observeGrain and the latency
+// is below it. keep (1 − observeGrain/τ) is a lower bound of the decay
+// over less than observeGrain, so settled implies observe's own test
+// without computing the decay.
+func (ep *endpoint) settled(latency time.Duration, now int64, keep float64) bool {
+	return now-ep.stamp.Load() < observeGrain && float64(latency) <= math.Float64frombits(ep.cost.Load())*keep
+}
+
 // penalty is the load of an instance with no latency sample yet but with
 // requests outstanding: it is tried once, then avoided until its first
 // answer (Finagle).
@@ -97,28 +99,47 @@ const penalty = float64(math.MaxInt64 >> 16)
 // instance that was slow and then left idle recovers. inv is the mean
 // weight ÷ the instance's weight: an instance of twice the weight carries
 // twice the requests in flight at the same load.
+//
+// It does not branch on the instance's state (an estimate or none, a
+// stamp from this tick or an older one): P2C's candidates are random, so
+// such a branch would be mispredicted about as often as not.
 func (sh *shared) load(ep *endpoint, now int64, inv float64) float64 {
-	cost := math.Float64frombits(ep.cost.Load())
-	pending := float64(ep.inflight.Load())
-	if cost == 0 {
-		if pending > 0 {
-			return penalty + pending
-		}
-		return 0
+	bits := ep.cost.Load()
+	inflight := ep.inflight.Load()
+	pending := float64(inflight)
+	age := float64(max(now-ep.stamp.Load(), 0))
+	l := math.Float64bits(math.Float64frombits(bits) * roughDecay(age*sh.perTau) * (pending*inv + 1))
+	// No estimate yet: 0 when idle, else the penalty plus the requests
+	// in flight.
+	none := math.Float64bits((penalty + pending) * float64(min(max(inflight, 0), 1)))
+	if bits == 0 {
+		l = none
 	}
-	return cost * decay(float64(now-ep.stamp.Load())*sh.perTau) * (pending*inv + 1)
+	return math.Float64frombits(l)
 }
 
-// decay returns e^(−x) for x ≥ 0 (1 for x ≤ 0). Between frequent calls x is
-// tiny and a Taylor polynomial (error < x⁴/24 < 3·10⁻⁹) replaces math.Exp.
+// decay returns e^(−x) for x ≥ 0. Between frequent calls x is tiny and a
+// Taylor polynomial (error < x⁴/24 < 3·10⁻⁹) replaces math.Exp.
 func decay(x float64) float64 {
-	switch {
-	case x <= 0:
-		return 1
-	case x < 1.0/64:
-		return 1 - x*(1-x*(0.5-x/6))
+	if x < 1.0/64 {
+		return 1 + x*(x*(0.5-x*(1.0/6))-1)
 	}
-	return math.Exp(-x)
+	return expNeg(x)
 }
+
+// roughDecay is decay to within 1.3·10⁻⁴ (1 − x for x < 1/64), for
+// comparing loads: the polynomial's three more products lie on the
+// critical path of a pick, and a load is only ever compared with another.
+func roughDecay(x float64) float64 {
+	if x < 1.0/64 {
+		return 1 - x
+	}
+	return expNeg(x)
+}
+
+// expNeg is e^(−x), out of line so that decay is inlined.
+//
+//go:noinline
+func expNeg(x float64) float64 { return math.Exp(-x) }
 
 func mul64(a, b uint64) (hi, lo uint64) { return bits.Mul64(a, b) }

@@ -143,39 +143,51 @@ func sameWeights(w []uint32) bool {
 	return true
 }
 
+// pick chooses between the candidates with conditional moves rather than
+// branches: which one wins is random, so a branch on it is mispredicted
+// half the time, and each miss costs more than the comparison.
 func (p *p2cEWMA) pick(uint64, bool, int) int {
 	n := uint64(len(p.eps))
 	if n == 1 {
 		return 0
 	}
-	now := p.sh.now()
+	now := p.sh.clock.read()
 	if p.sample == nil {
 		a, b := p.rnd.pair(n)
+		i := a
 		if p.sh.load(p.eps[b], now, 1) < p.sh.load(p.eps[a], now, 1) {
-			return int(b)
+			i = b
 		}
-		return int(a)
+		return int(i)
 	}
-	a, b := p.sample.pair()
+	x := p.rnd.next()
+	a, b := p.sample.pick32(uint32(x>>32)), p.sample.pick32(uint32(x))
 	if a == b {
 		return a
 	}
 	la, lb := p.sh.load(p.eps[a], now, p.inv[a]), p.sh.load(p.eps[b], now, p.inv[b])
-	switch {
-	case la == lb:
-		return a // a fair toss: a is as random as b
-	case la > tossRange*lb:
-		return b
-	case lb > tossRange*la:
-		return a
+	// The toss: a with probability lb / (la + lb) (b when both are 0: b
+	// is as random as a); u is uniform in [0, 1), from the draw that
+	// chose a and b, mixed: a second draw would cost a tenth of the pick,
+	// and given a and b, x still has most of its 64 random bits.
+	u := float64(rehash(x, tossSalt)>>11) / (1 << 53)
+	i := b
+	if u*(la+lb) < lb {
+		i = a
 	}
-	// a with probability lb / (la + lb); u is uniform in [0, 1).
-	if u := float64(p.rnd.next()>>11) / (1 << 53); u*(la+lb) < lb {
-		return a
+	// Beyond tossRange the cheaper one wins outright.
+	if lb > tossRange*la {
+		i = a
 	}
-	return b
+	if la > tossRange*lb {
+		i = b
+	}
+	return i
 }
 
 // tossRange is the ratio of two loads beyond which weighted P2C takes the
 // cheaper candidate outright instead of tossing.
 const tossRange = 3
+
+// tossSalt derives the toss of weighted P2C from its candidates' draw.
+const tossSalt = 0x7055

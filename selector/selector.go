@@ -90,10 +90,14 @@ func New(opts ...Option) (*Selector, error) {
 	s := &Selector{cfg: c, eps: map[string]*endpoint{}}
 	s.sh = &shared{
 		perTau:  1 / float64(c.decay),
+		keep:    1 - float64(observeGrain)/float64(c.decay),
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
-		fake:    c.clock,
+		clock:   &coarse,
 		slow:    slow,
+	}
+	if c.clock != nil {
+		s.sh.clock = &coarseClock{fake: c.clock}
 	}
 	s.cur.Store(&Picker{sh: s.sh}) // empty: Pick says ErrNoInstances
 	return s, nil
@@ -145,6 +149,12 @@ type PickOptions struct {
 	// when it is zero, the context's Route (WithRoute) applies, and when
 	// that is absent too, the selector's Split (WithSplit).
 	Route Route
+}
+
+// plain reports whether o neither routes nor filters: a pick with it
+// needs neither Picker.routed nor the fallback order.
+func (o *PickOptions) plain() bool {
+	return o.Exclude == nil && o.Tried == nil && o.Avoid == nil && o.Route.zero()
 }
 
 // step is a step of the fallback order of PickOptions.
@@ -200,11 +210,15 @@ func (d Done) Done(err error, latency time.Duration) {
 	}
 	d.release()
 	if d.sh.ewma {
-		d.observe(err, latency, d.sh.now())
+		now := d.sh.clock.read()
+		if err != nil || !d.ep.settled(latency, now, d.sh.keep) {
+			d.observe(err, latency, now)
+		}
 	}
 }
 
-// observe feeds a call's latency to the peak EWMA at now.
+// observe feeds a call's latency to the peak EWMA at now. Done and
+// Finish call it only when the estimate may change (see settled).
 func (d Done) observe(err error, latency time.Duration, now int64) {
 	if err != nil && errors.Is(err, context.Canceled) {
 		return
@@ -224,8 +238,11 @@ func (d Done) Finish(err error) {
 	}
 	d.release()
 	if d.sh.ewma {
-		now := d.sh.now()
-		d.observe(err, time.Duration(now-d.picked), now)
+		now := d.sh.clock.read()
+		latency := time.Duration(now - d.picked)
+		if err != nil || !d.ep.settled(latency, now, d.sh.keep) {
+			d.observe(err, latency, now)
+		}
 	}
 }
 
@@ -240,17 +257,17 @@ func (d Done) release() {
 // Pick picks from the selector's current Picker: see Picker.Pick. It
 // never blocks and allocates nothing.
 func (s *Selector) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
-	// Not s.cur.Load().Pick(ctx, o): a second copy of the Instance on
-	// return costs as much as a round-robin pick.
-	p := s.cur.Load()
-	if p.mayRoute(&o) {
-		p = p.routed(ctx, &o)
-	}
-	inst, d, err := p.pick(&o)
-	if err != nil {
-		return registry.Instance{}, Done{}, err
-	}
-	return *inst, d, nil
+	// Small enough to be inlined: the Instance is copied once, straight
+	// into the caller's variable (or not at all when the caller drops
+	// it), and o is passed by reference. Copying a 120-byte result
+	// through a callee costs as much as a round-robin pick.
+	inst, d, err := s.pick(ctx, &o)
+	return *inst, d, err
+}
+
+// pick picks from the current Picker.
+func (s *Selector) pick(ctx context.Context, o *PickOptions) (*registry.Instance, Done, error) {
+	return s.cur.Load().pick(ctx, o)
 }
 
 // Picker returns the selector's current Picker: the immutable view built
@@ -270,21 +287,61 @@ func (s *Selector) Picker() *Picker { return s.cur.Load() }
 // The Route of o, else of ctx (WithRoute), else the selector's Split,
 // narrows the instances the pick chooses from.
 func (p *Picker) Pick(ctx context.Context, o PickOptions) (registry.Instance, Done, error) {
-	if p.mayRoute(&o) {
-		p = p.routed(ctx, &o)
-	}
-	inst, d, err := p.pick(&o)
-	if err != nil {
-		return registry.Instance{}, Done{}, err
-	}
-	return *inst, d, nil
+	inst, d, err := p.pick(ctx, &o)
+	return *inst, d, err
 }
 
-// pick is Pick without the copy of the Instance, which its callers make
-// once.
-func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
+// none is what pick returns with an error: the zero Instance, which the
+// callers copy (never modify).
+var none registry.Instance
+
+// pick is Pick without the copy of the Instance, which its inlined
+// callers make once. With an error it returns &none and the zero Done.
+//
+// The common pick — no split on the picker, no Route, Exclude, Tried or
+// Avoid in o, no Route in any context, no instance warming up — takes
+// the direct path: the strategy's choice is the answer. Each of those
+// tests is a load of a flag the pick would read anyway; what they
+// guard is in pickSlow.
+func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, Done, error) {
+	var inst *registry.Instance
+	var ep *endpoint
+	if p.direct && o.plain() && !routesInContext.Load() && p.sh.warmEnd.Load() == 0 {
+		var h uint64
+		keyed := false
+		if p.keyed && o.Key != "" {
+			h, keyed = xxhash.Sum64String(o.Key), true
+		}
+		i := p.algo.pick(h, keyed, 0)
+		inst, ep = &p.insts[i], p.eps[i]
+	} else {
+		var err error
+		if p, inst, ep, err = p.pickSlow(ctx, o); err != nil {
+			return &none, Done{}, err
+		}
+	}
+	if !p.track {
+		return inst, Done{}, nil
+	}
+	ep.inflight.Add(1)
+	if p.sh.bounded {
+		p.sh.total.Add(1)
+	}
+	d := Done{ep: ep, sh: p.sh}
+	if p.sh.ewma {
+		d.picked = p.sh.clock.read()
+	}
+	return inst, d, nil
+}
+
+// pickSlow is pick with routing, slow start and the fallback order of
+// PickOptions. It returns the picker it picked from (a route's) too.
+func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *registry.Instance, *endpoint, error) {
+	if p.mayRoute(o) {
+		p = p.routed(ctx, o)
+	}
 	if len(p.insts) == 0 {
-		return nil, Done{}, ErrNoInstances
+		return p, nil, nil, ErrNoInstances
 	}
 	var h uint64
 	keyed := false
@@ -298,21 +355,10 @@ func (p *Picker) pick(o *PickOptions) (*registry.Instance, Done, error) {
 	inst, ep := &p.insts[i], p.eps[i]
 	if (o.Exclude != nil || o.Tried != nil || o.Avoid != nil) && o.rejects(inst, untried) {
 		if inst, ep = p.fallback(h, keyed, o); inst == nil {
-			return nil, Done{}, ErrAllExcluded
+			return p, nil, nil, ErrAllExcluded
 		}
 	}
-	if !p.track {
-		return inst, Done{}, nil
-	}
-	ep.inflight.Add(1)
-	if p.sh.bounded {
-		p.sh.total.Add(1)
-	}
-	d := Done{ep: ep, sh: p.sh}
-	if p.sh.ewma {
-		d.picked = p.sh.now()
-	}
-	return inst, d, nil
+	return p, inst, ep, nil
 }
 
 // fallback is the slow path of Pick: the strategy proposed an instance o
@@ -436,6 +482,7 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 	p.sel = s
 	p.routes = newRouteCache()
 	p.splitRoutes()
+	p.direct = len(p.insts) > 0 && p.canary == nil
 	return p
 }
 
@@ -475,6 +522,7 @@ func (s *Selector) assemble(snap registry.Snapshot, insts []registry.Instance, e
 	if len(active) > 0 {
 		p.algo = s.newAlgorithm(p, prev)
 	}
+	p.direct = len(active) > 0 // build clears it when it adds a split
 	return p
 }
 
@@ -598,7 +646,7 @@ func (s *Selector) Close() error {
 // A Picker is safe for concurrent use. Get one from Selector.Picker; the
 // zero Picker has no instances.
 type Picker struct {
-	// What every pick reads comes first, in one cache line.
+	// What every pick reads comes first (two cache lines).
 	insts  []registry.Instance // candidates: weight > 0, or all draining
 	eps    []*endpoint         // state of insts[i]
 	algo   algorithm
@@ -606,6 +654,7 @@ type Picker struct {
 	canary *Picker // WithSplit: the split's instances, and
 	track  bool    // count requests in flight
 	keyed  bool    // the algorithm uses PickOptions.Key
+	direct bool    // instances and no split: a plain pick is the strategy's
 
 	rest     *Picker // the others; nil without a split
 	rnd      rng

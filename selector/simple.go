@@ -78,10 +78,19 @@ func newAlias(p *Picker) *alias {
 func (a *alias) pick(uint64, bool, int) int {
 	r := a.rnd.next()
 	i := (r >> 32) * a.n >> 32 // the top 32 bits pick the column
-	if uint64(uint32(r)) < a.prob[i] {
-		return int(i)
-	}
-	return int(a.alias[i])
+	return a.choose(i, uint64(uint32(r)))
+}
+
+// choose keeps column i with probability prob[i]/2^32 (coin is uniform
+// in [0, 2^32)), else takes its alias. It does not branch on the coin:
+// the coin is random, so a branch on it would be mispredicted half the
+// time, and the compiler does not turn this one into a conditional move.
+func (a *alias) choose(i, coin uint64) int {
+	j := uint64(a.alias[i])
+	// All ones when coin < prob[i]: both are at most 2^32, so the sign
+	// of the difference tells.
+	keep := uint64(int64(coin-a.prob[i]) >> 63)
+	return int(j ^ (j^i)&keep)
 }
 
 // pick32 picks from 32 random bits, so that one 64-bit draw gives two
@@ -90,11 +99,7 @@ func (a *alias) pick(uint64, bool, int) int {
 // 32 − log2(n) bits: 18 bits at n = 10,000).
 func (a *alias) pick32(u uint32) int {
 	x := uint64(u) * a.n
-	i := x >> 32
-	if (x & 0xffffffff) < a.prob[i] {
-		return int(i)
-	}
-	return int(a.alias[i])
+	return a.choose(x>>32, x&0xffffffff)
 }
 
 // pair draws two samples from one random number.

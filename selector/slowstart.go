@@ -98,7 +98,7 @@ func (sh *shared) startWarm(ep *endpoint) {
 	if sh.slow.window == 0 {
 		return
 	}
-	now := max(sh.now(), 1) // 0 means "not warming"
+	now := max(sh.clock.read(), 1) // 0 means "not warming"
 	ep.warmFrom.Store(now)
 	end := now + sh.slow.window
 	for {
@@ -113,7 +113,7 @@ func (sh *shared) startWarm(ep *endpoint) {
 // slow-start fraction, else asks the strategy again; called only while
 // some instance is warming.
 func (p *Picker) warm(i int, h uint64, keyed bool) int {
-	now := p.sh.now()
+	now := p.sh.clock.read()
 	if end := p.sh.warmEnd.Load(); now >= end {
 		p.sh.warmEnd.CompareAndSwap(end, 0)
 		return i
