@@ -65,13 +65,16 @@ func (sh *shared) observe(ep *endpoint, latency time.Duration, failed bool, now 
 		}
 		stamp := ep.stamp.Load()
 		w := decay(float64(max(now-stamp, 0)) * sh.perTau)
-		cost *= w
+		cost *= w // the estimate now: decayed since its last sample
 		next := rtt
 		if rtt <= cost {
 			if now-stamp < observeGrain {
 				return
 			}
-			next = cost*w + rtt*(1-w)
+			// old·w + rtt·(1 − w), and cost is already old·w: weighting
+			// it by w again made the old estimate count w² and recovery
+			// from a peak about twice as fast as τ says.
+			next = cost + rtt*(1-w)
 		}
 		if ep.cost.CompareAndSwap(old, math.Float64bits(next)) {
 			ep.stamp.Store(now)

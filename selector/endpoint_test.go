@@ -54,3 +54,21 @@ func TestSettledImpliesObserveDrops(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveAveragesLowerSample: a sample below the estimate moves it by
+// the weight 1 − w of its age, the old estimate keeping w (not w², which
+// let an estimate recover from a peak twice as fast as τ says).
+func TestObserveAveragesLowerSample(t *testing.T) {
+	const tau = 10 * time.Second
+	sh := &shared{perTau: 1 / float64(tau), keep: 1 - float64(observeGrain)/float64(tau)}
+	var ep endpoint
+	t0 := int64(time.Hour)
+	sh.observe(&ep, 100*time.Millisecond, false, t0)
+	age := tau / 2
+	sh.observe(&ep, 10*time.Millisecond, false, t0+int64(age))
+	w := decay(float64(age) * sh.perTau)
+	want := float64(100*time.Millisecond)*w + float64(10*time.Millisecond)*(1-w)
+	if got := math.Float64frombits(ep.cost.Load()); math.Abs(got-want) > 1 {
+		t.Errorf("estimate after a lower sample %v later = %.0f ns, want %.0f ns (100ms·%.3f + 10ms·%.3f)", age, got, want, w, 1-w)
+	}
+}
