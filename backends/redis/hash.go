@@ -19,7 +19,8 @@ import (
 // scripts with a change log (the package doc, "Layout hash").
 type hashLayout struct {
 	*conn
-	mux *logMux // the change-log reads of all watches
+	mux    *logMux  // the change-log reads of all watches
+	sweeps *sweeper // the sweeps of all watched services
 }
 
 // limits: PX TTLs, in milliseconds.
@@ -39,7 +40,7 @@ type hashKeys struct {
 	idx     string
 	rev     string
 	log     string
-	sweeper string // who sweeps the service: a watch's token, PX lease
+	sweeper string // who sweeps the service: a process's token, PX lease
 }
 
 func (h *hashLayout) hkeys(service string) hashKeys {
@@ -128,64 +129,6 @@ if a + b > 0 then
   settle(KEYS[2], KEYS[3], KEYS[4], tonumber(ARGV[3]))
 end
 return a + b
-`)
-
-// sweeperClaimScript takes a service's sweeper lease for a watch (ARGV[1],
-// its token) unless another watch holds it. Reply: {1, 0} when taken, else
-// {0, ms until the holder's lease runs out unless renewed}. A lease without
-// expiry (only a hand-made key has none) gets one, so that a stray key
-// cannot stop sweeps for good.
-//
-// KEYS: sweeper. ARGV: token, lease ms.
-var sweeperClaimScript = luaScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
-local left = redis.call('PTTL', KEYS[1])
-if left == -1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  left = tonumber(ARGV[2])
-end
-return {0, left}
-`)
-
-// sweepScript is run by the holder of the sweeper lease (ARGV[4]); it
-// renews the lease, removes members whose deadline passed and whose record
-// is gone (PTTL also makes Redis expire it now), logging each removal. A
-// member whose record still lives (its deadline was not moved, say by a
-// restored snapshot) gets the record's real deadline back. It returns the
-// number removed and the milliseconds until the next deadline (-1: none),
-// or {-1, ms left} when another watch holds the lease: the caller lost it
-// (paused for longer than the lease) and steps down.
-//
-// KEYS: idx, rev, log, sweeper. ARGV: instance key prefix, log cap,
-// batch size, token, lease ms, linger ms.
-var sweepScript = luaScript(luaNow + luaKeep + `
-local holder = redis.call('GET', KEYS[4])
-if holder and holder ~= ARGV[4] then return {-1, redis.call('PTTL', KEYS[4])} end
-redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[5])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
-local n = 0
-for _, id in ipairs(due) do
-  local k = ARGV[1] .. id
-  local pttl = redis.call('PTTL', k)
-  if pttl == -2 then
-    redis.call('ZREM', KEYS[1], id)
-    local rev = redis.call('INCR', KEYS[2])
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*', 'rev', rev, 'op', 'del', 'id', id)
-    n = n + 1
-  elseif pttl >= 0 then
-    redis.call('ZADD', KEYS[1], now + pttl, id)
-  else
-    redis.call('ZADD', KEYS[1], now + 3600000, id)
-  end
-end
-if #due > 0 then settle(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[6])) end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local wait = -1
-if first[2] then
-  wait = tonumber(first[2]) - now
-  if wait < 0 then wait = 0 end
-end
-return {n, wait}
 `)
 
 // servicesScript records a service's latest deadline in the services
@@ -357,51 +300,6 @@ func (h *hashLayout) snapshot(ctx context.Context, c goredis.Scripter, service s
 	}
 	driver.SortInstances(s.Instances)
 	return s, res[1], nil
-}
-
-// sweepBatch is the most members one sweep removes; a full batch means
-// more may be due, and the sweeper goes again at once.
-const sweepBatch = 100
-
-// sweepLeaseIntervals is the sweeper lease in sweep intervals: the holder
-// renews it at every sweep, so it survives two missed ones.
-const sweepLeaseIntervals = 3
-
-func (h *hashLayout) sweepLease() time.Duration { return sweepLeaseIntervals * h.o.Sweep }
-
-// claimSweeper takes the service's sweeper lease for token if nobody holds
-// it; otherwise it returns how long the holder's lease runs unless renewed.
-func (h *hashLayout) claimSweeper(ctx context.Context, service, token string) (ok bool, left time.Duration, err error) {
-	res, err := sweeperClaimScript.Run(ctx, h.mux.client(), []string{h.hkeys(service).sweeper}, token, h.sweepLease().Milliseconds()).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("reply of %d items", len(res))
-	}
-	if err != nil {
-		return false, 0, h.wrap("sweep "+service, err)
-	}
-	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
-}
-
-// sweep runs the sweep script once as the holder of token. It returns how
-// long until the next deadline (negative: none), or lost = true and how
-// long the new holder's lease runs when another watch took it over.
-func (h *hashLayout) sweep(ctx context.Context, service, token string) (wait time.Duration, lost bool, err error) {
-	k := h.hkeys(service)
-	res, err := sweepScript.Run(ctx, h.mux.client(), []string{k.idx, k.rev, k.log, k.sweeper},
-		k.inst, h.o.MaxLen, sweepBatch, token, h.sweepLease().Milliseconds(), h.o.Linger.Milliseconds()).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("reply of %d items", len(res))
-	}
-	if err != nil {
-		return 0, false, h.wrap("sweep "+service, err)
-	}
-	switch {
-	case res[0] < 0:
-		return time.Duration(res[1]) * time.Millisecond, true, nil
-	case res[0] >= sweepBatch:
-		return 0, false, nil // more due: go again at once
-	}
-	return time.Duration(res[1]) * time.Millisecond, false, nil
 }
 
 func (h *hashLayout) services(ctx context.Context) ([]string, error) {
