@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -21,7 +22,47 @@ type hashLayout struct {
 	*conn
 	mux    *logMux  // the change-log reads of all watches
 	sweeps *sweeper // the sweeps of all watched services
+	marks  svcMarks // what this driver wrote to the services index
 }
+
+// svcMarks remembers, per service, the latest deadline a driver wrote to
+// the services index (server milliseconds).
+type svcMarks struct {
+	mu     sync.Mutex
+	m      map[string]int64
+	writes int
+}
+
+// stale reports whether the index's entry for svc may be more than ttl/2
+// behind deadline, so that a heartbeat must refresh it.
+func (s *svcMarks) stale(svc string, deadline int64, ttl time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[svc] < deadline-ttl.Milliseconds()/2
+}
+
+// wrote records a write; every 1,024 writes it forgets the services whose
+// mark is over svcMarkAge older than this one, so that the map follows the
+// services the process registers now.
+func (s *svcMarks) wrote(svc string, deadline int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]int64{}
+	}
+	s.m[svc] = max(s.m[svc], deadline)
+	if s.writes++; s.writes%1024 == 0 {
+		for k, d := range s.m {
+			if d < deadline-svcMarkAge.Milliseconds() {
+				delete(s.m, k)
+			}
+		}
+	}
+}
+
+// svcMarkAge is how long a service's mark outlives its last write. A
+// forgotten mark costs one write more.
+const svcMarkAge = time.Hour
 
 // limits: PX TTLs, in milliseconds.
 func (h *hashLayout) limits() driver.Limits {
@@ -190,8 +231,6 @@ type hashReg struct {
 	id   string
 	ttl  time.Duration
 	data string
-
-	svcWritten time.Time // last write of the services index
 }
 
 func (h *hashLayout) register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
@@ -224,14 +263,15 @@ func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) 
 	// The services index lives in another slot (one hot key on Cluster),
 	// so it is a second, best effort write: Services double-checks every
 	// entry against the service's own index. Its score is a deadline, so
-	// refreshing it every other heartbeat (every TTL/2) keeps it ahead of
-	// the clock.
-	if op != "heartbeat" || time.Since(r.svcWritten) >= r.ttl/2 {
+	// refreshing it once the score is TTL/2 behind (every other heartbeat)
+	// keeps it ahead of the clock; the registrations of a service in one
+	// process share that refresh.
+	if op != "heartbeat" || r.h.marks.stale(r.svc, deadline, r.ttl) {
 		err := servicesScript.Run(ctx, r.h.c, []string{r.h.servicesKey()}, r.svc, deadline, r.h.o.Linger.Milliseconds()).Err()
 		if err != nil {
 			return false, r.h.wrap(op+" "+r.svc+"/"+r.id, err)
 		}
-		r.svcWritten = time.Now()
+		r.h.marks.wrote(r.svc, deadline)
 	}
 	return res[1] == 1, nil
 }

@@ -2,7 +2,9 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -154,5 +156,51 @@ func TestHashDeadlineFromServerClock(t *testing.T) {
 	pttl := rdb.PTTL(ctx, "roster:{clock}:i:clock").Val()
 	if pttl <= time.Hour-2*time.Second || pttl > time.Hour {
 		t.Fatalf("record PTTL %v, want about 1h", pttl)
+	}
+}
+
+// The registrations of one service in one process share the refresh of
+// the services index: its entry is rewritten once per TTL/2 in all, not
+// once per TTL/2 for each registration, and Services keeps listing the
+// service.
+func TestHashServicesIndexSharedRefresh(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	const (
+		n   = 20
+		ttl = time.Second // heartbeats every ~333ms
+	)
+	r := open(t, "redis://"+srv.Addr())
+	mon := startMonitor(t, srv.Addr())
+	for i := range n {
+		if _, err := r.Register(ctx, registry.Instance{Service: "shared", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}, registry.WithTTL(ttl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, from := mon.since(0)
+	const window = 3 * time.Second
+	time.Sleep(window)
+	lines, _ := mon.since(from)
+	writes, beats := 0, 0
+	for _, l := range lines {
+		switch {
+		case l.isScript(rredis.ServicesScriptSHA):
+			writes++
+		case l.args[0] == "evalsha":
+			beats++
+		}
+	}
+	t.Logf("%d heartbeat scripts, %d services index writes in %v", beats, writes, window)
+	// Per registration it would be n per TTL/2: 120 here. Shared, one per
+	// TTL/2 and heartbeat round: about 6, 12 with scheduling jitter.
+	if max := 2 * int(window/(ttl/2)); writes > max || writes == 0 {
+		t.Errorf("%d services index writes in %v, want 1 to %d", writes, window, max)
+	}
+	if beats < n*int(window/ttl) {
+		t.Errorf("%d heartbeats in %v for %d leases of TTL %v: the leases did not run", beats, window, n, ttl)
+	}
+	if svcs, err := r.Services(ctx); err != nil || !slices.Contains(svcs, "shared") {
+		t.Fatalf("Services = %v, %v; want it to list shared", svcs, err)
 	}
 }
