@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	rredis "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/backends/redis/redistest"
@@ -268,12 +271,17 @@ func BenchmarkWatchersSweepLoad(b *testing.B) {
 				}
 			}
 			time.Sleep(4 * time.Second) // past the first claims and a lease
+			rdb := srv.Client()
+			defer rdb.Close()
+			before := commandStats(ctx, b, rdb)
 			mon := startMonitor(b, srv.Addr())
 			b.ResetTimer()
 			time.Sleep(time.Duration(b.N) * time.Second) // the measuring window
 			b.StopTimer()
 			lines, _ := mon.since(0)
+			after := commandStats(ctx, b, rdb)
 			sweepLoad(b, lines, c.services)
+			reportCommandStats(b, before, after)
 		})
 	}
 }
@@ -315,6 +323,49 @@ func sweepLoad(b *testing.B, lines []monitorLine, services int) {
 	b.ReportMetric(count["svc-sweeps"]/float64(b.N)/float64(services), "sweeps/svc/s")
 	b.ReportMetric(float64(most), "max-sweepers/svc")
 	b.ReportMetric(0, "ns/op")
+}
+
+// commandStats reads INFO commandstats: calls per command (commands run
+// by scripts included).
+func commandStats(ctx context.Context, b *testing.B, rdb *goredis.Client) map[string]float64 {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseFloat(calls, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
+}
+
+// reportCommandStats reports the server's commands per second between two
+// INFO commandstats readings (the INFO and MONITOR calls themselves
+// left out), and logs the five most frequent.
+func reportCommandStats(b *testing.B, before, after map[string]float64) {
+	type stat struct {
+		name string
+		rate float64
+	}
+	var all []stat
+	total := 0.0
+	for name, n := range after {
+		if name == "info" || name == "monitor" {
+			continue
+		}
+		r := (n - before[name]) / float64(b.N)
+		total += r
+		all = append(all, stat{name, r})
+	}
+	slices.SortFunc(all, func(x, y stat) int { return cmp.Compare(y.rate, x.rate) })
+	b.Logf("server commands/s (INFO commandstats): %.0f; top: %v", total, all[:min(5, len(all))])
+	b.ReportMetric(total, "server-cmds/s")
 }
 
 // scriptKeys returns the KEYS of an EVALSHA line.
