@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"time"
 
@@ -78,6 +79,9 @@ func (s *stream) Next(ctx context.Context) (driver.Snapshot, error) {
 			}
 		}
 		if s.dirty || !s.sent {
+			if s.drain(); s.needList {
+				continue
+			}
 			s.dirty, s.sent = false, true
 			return s.snapshot(), nil
 		}
@@ -103,22 +107,7 @@ func (s *stream) wait(ctx context.Context) error {
 		s.needList = true
 		return fmt.Errorf("etcd: watch %s: %w: connection to the server lost", s.service, driver.ErrUnavailable)
 	case resp, ok := <-s.wch:
-		s.lastSign = time.Now()
-		if !ok || resp.Canceled || resp.Err() != nil {
-			// Compacted past our revision, leader lost, or closed by the
-			// client library: whatever it was, relist and watch again.
-			s.needList = true
-			return nil
-		}
-		if resp.Header.Revision > 0 && resp.Header.Revision < s.rev {
-			// The server's revision went back: data wiped or restored.
-			s.needList = true
-			return nil
-		}
-		if resp.IsProgressNotify() {
-			return nil
-		}
-		s.apply(resp.Events)
+		s.handle(resp, ok)
 		return nil
 	case <-timer.C:
 		if time.Since(s.lastSign) < p {
@@ -147,6 +136,54 @@ func (s *stream) wait(ctx context.Context) error {
 		return nil
 	}
 }
+
+// handle takes one watch response.
+func (s *stream) handle(resp clientv3.WatchResponse, ok bool) {
+	s.lastSign = time.Now()
+	switch {
+	case !ok || resp.Canceled || resp.Err() != nil:
+		// Compacted past our revision, leader lost, or closed by the
+		// client library: whatever it was, relist and watch again.
+		s.needList = true
+	case resp.Header.Revision > 0 && resp.Header.Revision < s.rev:
+		// The server's revision went back: data wiped or restored.
+		s.needList = true
+	case !resp.IsProgressNotify():
+		s.apply(resp.Events)
+	}
+}
+
+// maxDrain bounds the responses one snapshot takes in, so that a service
+// that never stops changing still gets snapshots out.
+const maxDrain = 10000
+
+// drain takes in the watch responses that are already waiting, before a
+// snapshot is built: a snapshot costs O(n log n) in the service's size, so
+// one per response would make a watcher of a 10,000-instance service
+// registering at a few thousand a second fall ever further behind (it did:
+// the watchers of 10,000 instances in one service had not converged 40s
+// after the last registration). A burst becomes one snapshot.
+//
+// The client library hands responses over one at a time from a goroutine
+// of its own, which must run between two of them: a receive that finds
+// none ready yields a few times before it concludes that none is waiting.
+func (s *stream) drain() {
+	idle := 0
+	for n := 0; n < maxDrain && idle < drainYields && !s.needList && s.wch != nil; {
+		select {
+		case resp, ok := <-s.wch:
+			s.handle(resp, ok)
+			n, idle = n+1, 0
+		default:
+			idle++
+			runtime.Gosched()
+		}
+	}
+}
+
+// drainYields is how many times drain yields without finding a response
+// before it stops.
+const drainYields = 3
 
 func (s *stream) apply(evs []*clientv3.Event) {
 	for _, ev := range evs {
@@ -240,13 +277,17 @@ func (s *stream) stopWatch() {
 	}
 }
 
+// snapshot builds the state's snapshot. The instances are shared with
+// the state, not copied: apply replaces an instance, never modifies one,
+// and readers must not modify a published snapshot (driver.Snapshot).
+// Copying them cost two allocations per instance on every change, 8.5ms
+// per snapshot of a 10,000-instance service.
 func (s *stream) snapshot() driver.Snapshot {
-	ids := slices.Sorted(maps.Keys(s.state))
-	out := make([]driver.Instance, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, s.state[id].Clone())
+	ids := slices.Sorted(maps.Keys(s.state)) // sorting strings moves less than sorting instances
+	out := make([]driver.Instance, len(ids))
+	for i, id := range ids {
+		out[i] = s.state[id]
 	}
-	driver.SortInstances(out)
 	return driver.Snapshot{Service: s.service, Instances: out, Revision: uint64(s.rev), At: time.Now()}
 }
 

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -280,5 +281,43 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	cancel()
 	if _, err := d.Register(ctx, registry.Instance{ID: "a", Service: "svc", Address: "127.0.0.1:1"}, 2*time.Second); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Register with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+// A watcher that falls behind a burst of changes catches up in one
+// snapshot, not one per change: snapshots of a large service cost
+// O(n log n) each, and one per registration never caught up with 10,000
+// instances registering into one service.
+func TestStreamCoalescesBursts(t *testing.T) {
+	c := startServer(t)
+	d := newTestDriver(t, c, time.Minute)
+	st, err := d.Watch(t.Context(), "burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if s, err := nextWithin(t, st, 10*time.Second); err != nil || len(s.Instances) != 0 {
+		t.Fatalf("first snapshot: %v, %v", ids(s), err)
+	}
+	const n = 300
+	for i := range n {
+		register(t, d, "burst", fmt.Sprintf("i%03d", i))
+	}
+	// Every put is written before the watcher reads again: it takes in
+	// what has arrived by then in a few snapshots, not 300.
+	calls := 0
+	for {
+		s, err := nextWithin(t, st, 10*time.Second)
+		if err != nil {
+			t.Fatalf("after %d snapshots: %v", calls, err)
+		}
+		calls++
+		if len(s.Instances) == n {
+			break
+		}
+	}
+	t.Logf("%d registrations reached the watcher in %d snapshots", n, calls)
+	if calls > n/10 {
+		t.Fatalf("%d snapshots for %d registrations made while the watcher was not reading; want a few", calls, n)
 	}
 }

@@ -1,12 +1,17 @@
 package redis_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	rredis "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/backends/redis/redistest"
@@ -226,62 +231,151 @@ func BenchmarkPropagationCrash(b *testing.B) {
 	}
 }
 
-// BenchmarkWatchersSweepLoad: N registries (processes) watch one service
-// with the default sweep interval (1s); one iteration is one second of
-// MONITOR output. Reported per second: sweep scripts, sweeper claims,
-// snapshots (the watches' quiet relists), all commands clients sent, and
-// the commands those scripts ran inside Redis.
+// BenchmarkWatchersSweepLoad: P registries (processes) watch the same S
+// services (one instance each) with the default sweep interval (1s); one
+// iteration is one second of MONITOR output. Reported per second: sweep
+// and claim scripts, service sweeps per service (at most one per interval
+// is the bound across all processes), the most processes that swept any
+// one service, snapshots (the watches' quiet relists), all commands
+// clients sent, and the commands their scripts ran inside Redis.
 //
 //	go test -run '^$' -bench WatchersSweepLoad -benchtime 10x ./backends/redis/
 func BenchmarkWatchersSweepLoad(b *testing.B) {
-	for _, n := range []int{1, 10, 50} {
-		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
+	for _, c := range []struct{ procs, services int }{{1, 1}, {10, 1}, {50, 1}, {100, 100}} {
+		b.Run(fmt.Sprintf("processes=%d/services=%d", c.procs, c.services), func(b *testing.B) {
 			srv := redistest.Start(b)
 			ctx := context.Background()
 			owner, _ := registry.Open(ctx, "redis://"+srv.Addr())
 			defer owner.Close()
-			if _, err := owner.Register(ctx, registry.Instance{Service: "load", Address: "10.0.0.1:80"}, registry.WithTTL(time.Minute)); err != nil {
-				b.Fatal(err)
+			svc := func(i int) string { return fmt.Sprintf("load-%03d", i) }
+			for i := range c.services {
+				if _, err := owner.Register(ctx, registry.Instance{Service: svc(i), Address: "10.0.0.1:80"}, registry.WithTTL(time.Minute)); err != nil {
+					b.Fatal(err)
+				}
 			}
-			for range n {
+			for range c.procs {
 				r, err := registry.Open(ctx, "redis://"+srv.Addr())
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer r.Close()
-				w, err := r.Watch(ctx, "load")
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer w.Close()
-				if _, err := w.Next(ctx); err != nil {
-					b.Fatal(err)
+				for i := range c.services {
+					w, err := r.Watch(ctx, svc(i))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer w.Close()
+					if _, err := w.Next(ctx); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
+			time.Sleep(4 * time.Second) // past the first claims and a lease
+			rdb := srv.Client()
+			defer rdb.Close()
+			before := commandStats(ctx, b, rdb)
 			mon := startMonitor(b, srv.Addr())
 			b.ResetTimer()
 			time.Sleep(time.Duration(b.N) * time.Second) // the measuring window
 			b.StopTimer()
 			lines, _ := mon.since(0)
-			count := map[string]float64{}
-			for _, l := range lines {
-				switch {
-				case l.client == "lua":
-					count["in-script-cmds"]++
-					continue
-				case l.isScript(rredis.SweepScriptSHA):
-					count["sweeps"]++
-				case l.isScript(rredis.SweeperClaimScriptSHA):
-					count["claims"]++
-				case l.isScript(rredis.SnapshotScriptSHA):
-					count["snapshots"]++
-				}
-				count["cmds"]++
-			}
-			for _, k := range []string{"sweeps", "claims", "snapshots", "cmds", "in-script-cmds"} {
-				b.ReportMetric(count[k]/float64(b.N), k+"/s")
-			}
-			b.ReportMetric(0, "ns/op")
+			after := commandStats(ctx, b, rdb)
+			sweepLoad(b, lines, c.services)
+			reportCommandStats(b, before, after)
 		})
 	}
+}
+
+// sweepLoad reports what MONITOR lines cost per second of b.N.
+func sweepLoad(b *testing.B, lines []monitorLine, services int) {
+	count := map[string]float64{}
+	sweepers := map[string]map[string]bool{} // service key → clients that swept it
+	for _, l := range lines {
+		switch {
+		case l.client == "lua":
+			count["in-script-cmds"]++
+			continue
+		case l.isScript(rredis.SweepScriptSHA):
+			count["sweep-scripts"]++
+			for _, k := range scriptKeys(l) {
+				if strings.HasSuffix(k, ":sweeper") {
+					count["svc-sweeps"]++
+					if sweepers[k] == nil {
+						sweepers[k] = map[string]bool{}
+					}
+					sweepers[k][l.client] = true
+				}
+			}
+		case l.isScript(rredis.SweeperClaimScriptSHA):
+			count["claim-scripts"]++
+		case l.isScript(rredis.SnapshotScriptSHA):
+			count["snapshots"]++
+		}
+		count["cmds"]++
+	}
+	most := 0
+	for _, cs := range sweepers {
+		most = max(most, len(cs))
+	}
+	for _, k := range []string{"sweep-scripts", "claim-scripts", "snapshots", "cmds", "in-script-cmds"} {
+		b.ReportMetric(count[k]/float64(b.N), k+"/s")
+	}
+	b.ReportMetric(count["svc-sweeps"]/float64(b.N)/float64(services), "sweeps/svc/s")
+	b.ReportMetric(float64(most), "max-sweepers/svc")
+	b.ReportMetric(0, "ns/op")
+}
+
+// commandStats reads INFO commandstats: calls per command (commands run
+// by scripts included).
+func commandStats(ctx context.Context, b *testing.B, rdb *goredis.Client) map[string]float64 {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseFloat(calls, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
+}
+
+// reportCommandStats reports the server's commands per second between two
+// INFO commandstats readings (the INFO and MONITOR calls themselves
+// left out), and logs the five most frequent.
+func reportCommandStats(b *testing.B, before, after map[string]float64) {
+	type stat struct {
+		name string
+		rate float64
+	}
+	var all []stat
+	total := 0.0
+	for name, n := range after {
+		if name == "info" || name == "monitor" {
+			continue
+		}
+		r := (n - before[name]) / float64(b.N)
+		total += r
+		all = append(all, stat{name, r})
+	}
+	slices.SortFunc(all, func(x, y stat) int { return cmp.Compare(y.rate, x.rate) })
+	b.Logf("server commands/s (INFO commandstats): %.0f; top: %v", total, all[:min(5, len(all))])
+	b.ReportMetric(total, "server-cmds/s")
+}
+
+// scriptKeys returns the KEYS of an EVALSHA line.
+func scriptKeys(l monitorLine) []string {
+	if len(l.args) < 3 {
+		return nil
+	}
+	n, err := strconv.Atoi(l.args[2])
+	if err != nil || len(l.args) < 3+n {
+		return nil
+	}
+	return l.args[3 : 3+n]
 }

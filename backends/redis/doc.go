@@ -54,25 +54,35 @@
 // connections, so a process watching 1,000 services holds four. A
 // revision that does not follow the last one (a trimmed log, a FLUSHALL, a
 // failover that lost writes) makes it relist; so does a quiet period without
-// entries (option quiet, default 10s), and so does a broken read (if the
+// entries (option quiet, default 10s) if the revision counter moved, and so
+// does a broken read (if the
 // relist fails as well, the stream reports ErrUnavailable and the registry
 // marks the watcher stale).
 //
 // Sweeps announce crashed instances: a script removes members whose deadline
-// passed and whose key is gone, and logs their removal. One watch per
+// passed and whose key is gone, and logs their removal. One process per
 // service sweeps at a time, across all processes: the holder of the
 // sweeper key, taken with SET NX PX and renewed by every sweep for 3 sweep
-// intervals. The holder sweeps when the earliest deadline in the index
-// falls due, when a put arrives, and at least every sweep interval (option
-// sweep, default 1s), from a small goroutine with its own timer; so a
-// crashed instance reaches watchers within its TTL plus, at worst, one
-// sweep interval — typically a few milliseconds after its TTL. The other
-// watches only try to take the key when the holder's lease would run out
-// (a cheap script, about once per lease each), so when the holder's
-// process dies or its watch ends, another takes over within 3¼ sweep
-// intervals and sweeps at once. Until then removals wait: a crash reaches
-// watchers within the later of TTL + sweep and 3¼ sweep intervals after
-// the holder's end.
+// intervals. A driver sweeps all the services its watches follow from one
+// goroutine with its own clock, in rounds: once per sweep interval (option
+// sweep, default 1s) a round renews the leases it holds and sweeps those
+// services, and claims the leases whose holder's would have run out; the
+// scripts of a round cover up to 128 services each (services of one hash
+// slot on Cluster) and go in one pipeline, so a process watching 1,000
+// services runs 8 scripts a round, not 1,000. Between rounds only the
+// services whose earliest deadline falls due, or whose log showed a put
+// (the new member may be the earliest), are swept, together when they fall
+// due together; so a crashed instance reaches watchers within its TTL
+// plus, at worst, one sweep interval — typically a few milliseconds after
+// its TTL. When the holder's process dies or its last watch of the service
+// ends, another takes over in its first round after the lease runs out —
+// within 4 sweep intervals — and sweeps at once. Until then removals wait:
+// a crash reaches watchers within the later of TTL + sweep and 4 sweep
+// intervals after the holder's end.
+//
+// A quiet watch (no log entry for option quiet) reads the service's
+// revision counter, one GET; it relists only when the counter is not the
+// one it has reached.
 //
 // # Forgetting (hash)
 //
@@ -107,8 +117,8 @@
 // after the watch's position. Their revision (1, say, after 57) does not
 // follow the watch's, which is a gap: the watch relists and delivers the
 // new state. Only a server clock set back by more than linger could place
-// new entries before a watch's position; its quiet relist then delivers
-// them within quiet. The registry keeps the revisions its Watchers see
+// new entries before a watch's position; its quiet check then relists
+// within quiet, unless the new counter happens to equal the old one. The registry keeps the revisions its Watchers see
 // monotonic across such a restart of the counter, as across a FLUSHALL.
 //
 // Options: prefix (default "roster"; no '{' or '}', so the prefix ends

@@ -6,6 +6,7 @@ var (
 	SweepScriptSHA        = sweepScript.Hash()
 	SweeperClaimScriptSHA = sweeperClaimScript.Hash()
 	SnapshotScriptSHA     = snapshotScript.Hash()
+	ServicesScriptSHA     = servicesScript.Hash()
 )
 
 // PublicOptions are the options registered as public with driver.Register.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -19,8 +20,49 @@ import (
 // scripts with a change log (the package doc, "Layout hash").
 type hashLayout struct {
 	*conn
-	mux *logMux // the change-log reads of all watches
+	mux    *logMux  // the change-log reads of all watches
+	sweeps *sweeper // the sweeps of all watched services
+	marks  svcMarks // what this driver wrote to the services index
 }
+
+// svcMarks remembers, per service, the latest deadline a driver wrote to
+// the services index (server milliseconds).
+type svcMarks struct {
+	mu     sync.Mutex
+	m      map[string]int64
+	writes int
+}
+
+// stale reports whether the index's entry for svc may be more than ttl/2
+// behind deadline, so that a heartbeat must refresh it.
+func (s *svcMarks) stale(svc string, deadline int64, ttl time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[svc] < deadline-ttl.Milliseconds()/2
+}
+
+// wrote records a write; every 1,024 writes it forgets the services whose
+// mark is over svcMarkAge older than this one, so that the map follows the
+// services the process registers now.
+func (s *svcMarks) wrote(svc string, deadline int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]int64{}
+	}
+	s.m[svc] = max(s.m[svc], deadline)
+	if s.writes++; s.writes%1024 == 0 {
+		for k, d := range s.m {
+			if d < deadline-svcMarkAge.Milliseconds() {
+				delete(s.m, k)
+			}
+		}
+	}
+}
+
+// svcMarkAge is how long a service's mark outlives its last write. A
+// forgotten mark costs one write more.
+const svcMarkAge = time.Hour
 
 // limits: PX TTLs, in milliseconds.
 func (h *hashLayout) limits() driver.Limits {
@@ -39,7 +81,7 @@ type hashKeys struct {
 	idx     string
 	rev     string
 	log     string
-	sweeper string // who sweeps the service: a watch's token, PX lease
+	sweeper string // who sweeps the service: a process's token, PX lease
 }
 
 func (h *hashLayout) hkeys(service string) hashKeys {
@@ -130,64 +172,6 @@ end
 return a + b
 `)
 
-// sweeperClaimScript takes a service's sweeper lease for a watch (ARGV[1],
-// its token) unless another watch holds it. Reply: {1, 0} when taken, else
-// {0, ms until the holder's lease runs out unless renewed}. A lease without
-// expiry (only a hand-made key has none) gets one, so that a stray key
-// cannot stop sweeps for good.
-//
-// KEYS: sweeper. ARGV: token, lease ms.
-var sweeperClaimScript = luaScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, 0} end
-local left = redis.call('PTTL', KEYS[1])
-if left == -1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  left = tonumber(ARGV[2])
-end
-return {0, left}
-`)
-
-// sweepScript is run by the holder of the sweeper lease (ARGV[4]); it
-// renews the lease, removes members whose deadline passed and whose record
-// is gone (PTTL also makes Redis expire it now), logging each removal. A
-// member whose record still lives (its deadline was not moved, say by a
-// restored snapshot) gets the record's real deadline back. It returns the
-// number removed and the milliseconds until the next deadline (-1: none),
-// or {-1, ms left} when another watch holds the lease: the caller lost it
-// (paused for longer than the lease) and steps down.
-//
-// KEYS: idx, rev, log, sweeper. ARGV: instance key prefix, log cap,
-// batch size, token, lease ms, linger ms.
-var sweepScript = luaScript(luaNow + luaKeep + `
-local holder = redis.call('GET', KEYS[4])
-if holder and holder ~= ARGV[4] then return {-1, redis.call('PTTL', KEYS[4])} end
-redis.call('SET', KEYS[4], ARGV[4], 'PX', ARGV[5])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
-local n = 0
-for _, id in ipairs(due) do
-  local k = ARGV[1] .. id
-  local pttl = redis.call('PTTL', k)
-  if pttl == -2 then
-    redis.call('ZREM', KEYS[1], id)
-    local rev = redis.call('INCR', KEYS[2])
-    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*', 'rev', rev, 'op', 'del', 'id', id)
-    n = n + 1
-  elseif pttl >= 0 then
-    redis.call('ZADD', KEYS[1], now + pttl, id)
-  else
-    redis.call('ZADD', KEYS[1], now + 3600000, id)
-  end
-end
-if #due > 0 then settle(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[6])) end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local wait = -1
-if first[2] then
-  wait = tonumber(first[2]) - now
-  if wait < 0 then wait = 0 end
-end
-return {n, wait}
-`)
-
 // servicesScript records a service's latest deadline in the services
 // index, drops services whose deadline passed more than linger ago, and
 // keeps the index itself until linger after the latest deadline written.
@@ -247,8 +231,6 @@ type hashReg struct {
 	id   string
 	ttl  time.Duration
 	data string
-
-	svcWritten time.Time // last write of the services index
 }
 
 func (h *hashLayout) register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
@@ -281,14 +263,15 @@ func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) 
 	// The services index lives in another slot (one hot key on Cluster),
 	// so it is a second, best effort write: Services double-checks every
 	// entry against the service's own index. Its score is a deadline, so
-	// refreshing it every other heartbeat (every TTL/2) keeps it ahead of
-	// the clock.
-	if op != "heartbeat" || time.Since(r.svcWritten) >= r.ttl/2 {
+	// refreshing it once the score is TTL/2 behind (every other heartbeat)
+	// keeps it ahead of the clock; the registrations of a service in one
+	// process share that refresh.
+	if op != "heartbeat" || r.h.marks.stale(r.svc, deadline, r.ttl) {
 		err := servicesScript.Run(ctx, r.h.c, []string{r.h.servicesKey()}, r.svc, deadline, r.h.o.Linger.Milliseconds()).Err()
 		if err != nil {
 			return false, r.h.wrap(op+" "+r.svc+"/"+r.id, err)
 		}
-		r.svcWritten = time.Now()
+		r.h.marks.wrote(r.svc, deadline)
 	}
 	return res[1] == 1, nil
 }
@@ -357,51 +340,6 @@ func (h *hashLayout) snapshot(ctx context.Context, c goredis.Scripter, service s
 	}
 	driver.SortInstances(s.Instances)
 	return s, res[1], nil
-}
-
-// sweepBatch is the most members one sweep removes; a full batch means
-// more may be due, and the sweeper goes again at once.
-const sweepBatch = 100
-
-// sweepLeaseIntervals is the sweeper lease in sweep intervals: the holder
-// renews it at every sweep, so it survives two missed ones.
-const sweepLeaseIntervals = 3
-
-func (h *hashLayout) sweepLease() time.Duration { return sweepLeaseIntervals * h.o.Sweep }
-
-// claimSweeper takes the service's sweeper lease for token if nobody holds
-// it; otherwise it returns how long the holder's lease runs unless renewed.
-func (h *hashLayout) claimSweeper(ctx context.Context, service, token string) (ok bool, left time.Duration, err error) {
-	res, err := sweeperClaimScript.Run(ctx, h.mux.client(), []string{h.hkeys(service).sweeper}, token, h.sweepLease().Milliseconds()).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("reply of %d items", len(res))
-	}
-	if err != nil {
-		return false, 0, h.wrap("sweep "+service, err)
-	}
-	return res[0] == 1, time.Duration(res[1]) * time.Millisecond, nil
-}
-
-// sweep runs the sweep script once as the holder of token. It returns how
-// long until the next deadline (negative: none), or lost = true and how
-// long the new holder's lease runs when another watch took it over.
-func (h *hashLayout) sweep(ctx context.Context, service, token string) (wait time.Duration, lost bool, err error) {
-	k := h.hkeys(service)
-	res, err := sweepScript.Run(ctx, h.mux.client(), []string{k.idx, k.rev, k.log, k.sweeper},
-		k.inst, h.o.MaxLen, sweepBatch, token, h.sweepLease().Milliseconds(), h.o.Linger.Milliseconds()).Int64Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("reply of %d items", len(res))
-	}
-	if err != nil {
-		return 0, false, h.wrap("sweep "+service, err)
-	}
-	switch {
-	case res[0] < 0:
-		return time.Duration(res[1]) * time.Millisecond, true, nil
-	case res[0] >= sweepBatch:
-		return 0, false, nil // more due: go again at once
-	}
-	return time.Duration(res[1]) * time.Millisecond, false, nil
 }
 
 func (h *hashLayout) services(ctx context.Context) ([]string, error) {

@@ -2,9 +2,14 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	rredis "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/backends/redis/redistest"
@@ -155,4 +160,94 @@ func TestHashDeadlineFromServerClock(t *testing.T) {
 	if pttl <= time.Hour-2*time.Second || pttl > time.Hour {
 		t.Fatalf("record PTTL %v, want about 1h", pttl)
 	}
+}
+
+// The registrations of one service in one process share the refresh of
+// the services index: its entry is rewritten once per TTL/2 in all, not
+// once per TTL/2 for each registration, and Services keeps listing the
+// service.
+func TestHashServicesIndexSharedRefresh(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	const (
+		n   = 20
+		ttl = time.Second // heartbeats every ~333ms
+	)
+	r := open(t, "redis://"+srv.Addr())
+	mon := startMonitor(t, srv.Addr())
+	for i := range n {
+		if _, err := r.Register(ctx, registry.Instance{Service: "shared", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}, registry.WithTTL(ttl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, from := mon.since(0)
+	const window = 3 * time.Second
+	time.Sleep(window)
+	lines, _ := mon.since(from)
+	writes, beats := 0, 0
+	for _, l := range lines {
+		switch {
+		case l.isScript(rredis.ServicesScriptSHA):
+			writes++
+		case l.args[0] == "evalsha":
+			beats++
+		}
+	}
+	t.Logf("%d heartbeat scripts, %d services index writes in %v", beats, writes, window)
+	// Per registration it would be n per TTL/2: 120 here. Shared, one per
+	// TTL/2 and heartbeat round: about 6, 12 with scheduling jitter.
+	if max := 2 * int(window/(ttl/2)); writes > max || writes == 0 {
+		t.Errorf("%d services index writes in %v, want 1 to %d", writes, window, max)
+	}
+	if beats < n*int(window/ttl) {
+		t.Errorf("%d heartbeats in %v for %d leases of TTL %v: the leases did not run", beats, window, n, ttl)
+	}
+	if svcs, err := r.Services(ctx); err != nil || !slices.Contains(svcs, "shared") {
+		t.Fatalf("Services = %v, %v; want it to list shared", svcs, err)
+	}
+}
+
+// A quiet watch checks the revision counter (one GET) instead of
+// relisting; a change that bypassed the change log moves the counter, and
+// the check relists and delivers it within quiet.
+func TestHashQuietCheck(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	rdb := srv.Client()
+	defer rdb.Close()
+	const quiet = 300 * time.Millisecond
+	r := open(t, "redis://"+srv.Addr())
+	obs := open(t, fmt.Sprintf("redis://%s?quiet=%v", srv.Addr(), quiet))
+	if _, err := r.Register(ctx, registry.Instance{Service: "quiet", Address: "10.0.0.1:80"}, registry.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	w, err := obs.Watch(ctx, "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	nextWith(ctx, t, w, 0, 1)
+	mon := startMonitor(t, srv.Addr())
+	_, from := mon.since(0)
+	gets := mon.waitLines(t, from, 3, 10*quiet+5*time.Second, "quiet checks", func(l monitorLine) bool {
+		return l.args[0] == "get" && len(l.args) == 2 && strings.HasSuffix(l.args[1], "{quiet}:rev")
+	})
+	lines, _ := mon.since(from)
+	for _, l := range lines {
+		if l.isScript(rredis.SnapshotScriptSHA) && l.at.Before(gets[2].at) {
+			t.Fatalf("a quiet watch relisted (snapshot at %v) with nothing changed", l.at)
+		}
+	}
+	// A second instance written behind the log's back.
+	in := `{"id":"raw","service":"quiet","address":"10.0.0.2:80"}`
+	if err := rdb.Set(ctx, "roster:{quiet}:i:raw", in, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.ZAdd(ctx, "roster:{quiet}:idx", goredis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "raw"})
+	rdb.Incr(ctx, "roster:{quiet}:rev")
+	wctx, cancel := context.WithTimeout(ctx, 2*quiet+5*time.Second)
+	defer cancel()
+	nextWith(wctx, t, w, 0, 2)
 }

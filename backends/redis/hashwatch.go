@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,10 +13,6 @@ import (
 
 	"github.com/roster-go/roster/registry/driver"
 )
-
-// minSweepGap keeps a watch from sweeping in a tight loop when a deadline
-// is due but its record is still alive for a few more microseconds.
-const minSweepGap = 5 * time.Millisecond
 
 // hashStream follows one service: the driver's logMux reads its change
 // log (one XREAD BLOCK for many services); the stream applies the entries
@@ -38,18 +33,14 @@ type hashStream struct {
 	lastActive time.Time // last log entry or relist
 	readFailed bool      // the last XREAD failed
 
-	kick        chan struct{} // 1-buffered: "sweep now"
-	stopSweeper context.CancelFunc
-	sweepErr    atomic.Pointer[error] // why the sweeper gave up
-	token       string                // names this watch in the sweeper lease
-	holding     bool                  // this watch sweeps; owned by the sweeper goroutine
+	sweepErr atomic.Pointer[error] // why the driver's sweeper gave up on the service
 
 	closeOnce sync.Once
 	closed    chan struct{}
 }
 
 func (h *hashLayout) watch(ctx context.Context, service string) (driver.Stream, error) {
-	st := &hashStream{h: h, svc: service, keys: h.hkeys(service), closed: make(chan struct{}), token: fmt.Sprintf("%016x", rand.Uint64())}
+	st := &hashStream{h: h, svc: service, keys: h.hkeys(service), closed: make(chan struct{})}
 	if err := st.relist(ctx); err != nil {
 		return nil, err
 	}
@@ -59,82 +50,8 @@ func (h *hashLayout) watch(ctx context.Context, service string) (driver.Stream, 
 	}
 	st.sub = sub
 	st.pending = true
-	st.kick = make(chan struct{}, 1)
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	st.stopSweeper = cancel
-	go st.sweeper(sctx)
+	h.sweeps.add(st)
 	return st, nil
-}
-
-// sweeper sweeps the service when the earliest deadline in its index falls
-// due, when a put arrives (the new member may be the earliest), and at
-// least every sweep interval — if this watch holds the service's sweeper
-// lease. Otherwise it tries to take the lease when the holder's would run
-// out: N watchers of a service, in any number of processes, cost one sweep
-// per interval plus one cheap claim per lease for each of the others, and
-// a dead holder is replaced within a lease.
-// It keeps its own clock: a Redis blocking read's timeout is only as
-// precise as the server's hz (100ms at the default 10), too coarse to time
-// expiry announcements.
-func (st *hashStream) sweeper(ctx context.Context) {
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-st.kick:
-			if !st.holding {
-				continue // the holder reads the same put
-			}
-		case <-t.C:
-		}
-		next, err := st.sweepTurn(ctx)
-		if err != nil && ctx.Err() == nil {
-			next, err = st.sweepTurn(ctx) // the watch client does not retry
-		}
-		if err != nil && ctx.Err() == nil {
-			// The client failed twice in a row: the backend is
-			// unreachable. A blocked read on a silent (blackholed) link
-			// would only notice after its block plus a 10s read timeout:
-			// report the failure now, and make the shared read reconnect.
-			st.sweepErr.CompareAndSwap(nil, &err)
-			st.sub.poke()
-			st.sub.shard.interrupt()
-			return
-		}
-		t.Reset(next)
-	}
-}
-
-// sweepTurn sweeps if this watch holds the sweeper lease or can take it,
-// and returns when to come back.
-func (st *hashStream) sweepTurn(ctx context.Context) (time.Duration, error) {
-	if !st.holding {
-		ok, left, err := st.h.claimSweeper(ctx, st.svc, st.token)
-		if err != nil || !ok {
-			return st.untilFree(left), err
-		}
-		st.holding = true
-	}
-	wait, lost, err := st.h.sweep(ctx, st.svc, st.token)
-	switch {
-	case err != nil:
-		return 0, err
-	case lost: // wait is the new holder's lease
-		st.holding = false
-		return st.untilFree(wait), nil
-	case wait >= 0 && wait < st.h.o.Sweep:
-		return max(wait+time.Millisecond, minSweepGap), nil
-	}
-	return st.h.o.Sweep, nil
-}
-
-// untilFree is when to claim the lease again, given how long the holder's
-// runs unless renewed: just after that, with a jitter of up to a quarter
-// sweep interval so that the watchers of a service do not claim at once.
-func (st *hashStream) untilFree(left time.Duration) time.Duration {
-	return max(left, minSweepGap) + rand.N(st.h.o.Sweep/4+1)
 }
 
 // relist replaces the stream's state with a fresh snapshot, and moves the
@@ -189,7 +106,7 @@ func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
 			return driver.Snapshot{}, *serr
 		}
 		if time.Since(st.lastActive) >= st.h.o.Quiet {
-			if s, ok, err := st.resync(ctx); err != nil || ok {
+			if s, ok, err := st.quietCheck(ctx); err != nil || ok {
 				return s, err
 			}
 		}
@@ -207,6 +124,24 @@ func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
 			return s, err
 		}
 	}
+}
+
+// quietCheck runs after quiet without log entries. The revision counter
+// moves with every change, in the same script, so an unchanged counter
+// means nothing was missed: one GET instead of a relist, which reads every
+// record (megabytes at 10,000 instances, for every watching process each
+// quiet period). Anything else — a FLUSHALL, a failover that lost writes,
+// a counter that restarted, a failed read — relists.
+func (st *hashStream) quietCheck(ctx context.Context) (driver.Snapshot, bool, error) {
+	rev, err := st.h.mux.client().Get(ctx, st.keys.rev).Uint64()
+	if errors.Is(err, goredis.Nil) {
+		rev, err = 0, nil // forgotten: an empty service
+	}
+	if err == nil && rev == st.rev {
+		st.lastActive = time.Now()
+		return driver.Snapshot{}, false, nil
+	}
+	return st.resync(ctx)
 }
 
 // readFailure handles a failed shared read. A broken connection may have
@@ -263,10 +198,7 @@ func (st *hashStream) apply(m goredis.XMessage) bool {
 		st.insts[in.ID] = in
 		// A new member may expire before the sweep scheduled so far:
 		// sweep now, which learns the earliest deadline again.
-		select {
-		case st.kick <- struct{}{}:
-		default:
-		}
+		st.h.sweeps.kick(st.svc)
 	case "del":
 		delete(st.insts, str("id"))
 	default:
@@ -310,7 +242,7 @@ func (st *hashStream) fail(ctx context.Context, err error) error {
 func (st *hashStream) Close() error {
 	st.closeOnce.Do(func() {
 		close(st.closed)
-		st.stopSweeper()
+		st.h.sweeps.remove(st)
 		st.sub.unsubscribe()
 	})
 	return nil

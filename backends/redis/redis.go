@@ -63,6 +63,7 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	}
 	h := &hashLayout{conn: cn}
 	h.mux = &logMux{h: h}
+	h.sweeps = newSweeper(h)
 	return &Driver{cn, h}, nil
 }
 
@@ -111,6 +112,7 @@ func (d *Driver) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	if h, ok := d.layout.(*hashLayout); ok {
+		h.sweeps.close()
 		h.mux.close()
 	}
 	if err := d.c.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +117,83 @@ func oneSweeper(t *testing.T, mon *monitor, from, n int, sweep time.Duration) st
 		t.Fatalf("%d sweeps in %v; at most one per %v wants at least %v", n, span, sweep, min)
 	}
 	return lines[0].client
+}
+
+// One process watching many services sweeps them in batches: a round is
+// one script per 128 services, not one per service; between rounds, only
+// the services whose earliest deadline falls due are swept, together when
+// they fall due together. Crashed instances in every service are
+// announced all the same, within TTL + sweep + margin.
+func TestHashSweepsBatched(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	const (
+		services = 300 // three chunks: 128 + 128 + 44
+		sweep    = 300 * time.Millisecond
+		ttl      = 1500 * time.Millisecond
+		margin   = 2 * time.Second
+	)
+	r := open(t, "redis://"+srv.Addr())
+	obs := open(t, fmt.Sprintf("redis://%s?sweep=%v&quiet=1m", srv.Addr(), sweep))
+	ws := make([]*registry.Watcher, services)
+	leases := make([]*registry.Lease, services)
+	for i := range ws {
+		svc := fmt.Sprintf("batch-%03d", i)
+		w, err := obs.Watch(ctx, svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		ws[i] = w
+		if leases[i], err = r.Register(ctx, registry.Instance{Service: svc, Address: "10.0.0.1:80"}, registry.WithTTL(ttl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, w := range ws {
+		nextWith(ctx, t, w, i, 1)
+	}
+	mon := startMonitor(t, srv.Addr())
+	_, from := mon.since(0)
+	start := time.Now()
+	for _, l := range leases {
+		l.Abandon()
+	}
+	wctx, cancel := context.WithDeadline(ctx, start.Add(ttl+sweep+margin))
+	defer cancel()
+	for i, w := range ws {
+		nextWith(wctx, t, w, i, 0)
+	}
+	el := time.Since(start)
+	lines, _ := mon.since(from)
+	scripts, most := 0, 0
+	for _, l := range lines {
+		if l.isScript(rredis.SweepScriptSHA) && len(l.args) > 2 {
+			keys, _ := strconv.Atoi(l.args[2])
+			scripts, most = scripts+1, max(most, keys/4)
+		}
+	}
+	t.Logf("%d crashes in %d services announced in %v by %d sweep scripts (up to %d services each)", services, services, el, scripts, most)
+	if most != 128 {
+		t.Errorf("the largest sweep script covered %d services; a round of %d held services wants chunks of 128", most, services)
+	}
+	// Unbatched, each service costs a script per interval and one more
+	// for its crash: over 600 here.
+	if scripts >= services {
+		t.Errorf("%d sweep scripts for %d services in %v; batched sweeps want far fewer", scripts, services, el)
+	}
+}
+
+// nextWith reads w until it lists n instances.
+func nextWith(ctx context.Context, t *testing.T, w *registry.Watcher, i, n int) {
+	t.Helper()
+	for {
+		s, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("watcher %d: %d instances wanted: %v", i, n, err)
+		}
+		if !s.Stale && len(s.Instances) == n {
+			return
+		}
+	}
 }

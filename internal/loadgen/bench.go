@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/roster-go/roster/registry"
@@ -26,6 +27,9 @@ type bench struct {
 	changed chan struct{}       // closed and replaced on every update of seen
 	wg      sync.WaitGroup
 	stop    context.CancelFunc
+
+	holding atomic.Bool  // the hold step runs
+	flaps   atomic.Int64 // during the hold: leases leaving healthy, instances leaving a watcher's view
 }
 
 func (b *bench) service(i int) string { return fmt.Sprintf("bench-%s-s%04d", b.run, i%b.c.Services) }
@@ -52,7 +56,7 @@ func (b *bench) register(ctx context.Context, rep *Report) error {
 	start := time.Now()
 	err := parallel(ctx, b.c.Workers, b.c.Instances, func(ctx context.Context, i int) error {
 		inst := registry.Instance{Service: b.service(i), Address: fmt.Sprintf("127.0.0.1:%d", 1024+i)}
-		l, err := b.procs[i%len(b.procs)].Register(ctx, inst, registry.WithTTL(b.c.TTL))
+		l, err := b.procs[i%len(b.procs)].Register(ctx, inst, registry.WithTTL(b.c.TTL), registry.WithStateHook(b.leaseState))
 		b.mu.Lock()
 		b.leases[i] = l
 		b.mu.Unlock()
@@ -145,6 +149,9 @@ func (b *bench) follow(ctx context.Context, w *registry.Watcher, wi, s int) {
 			ids[in.ID] = true
 		}
 		b.mu.Lock()
+		if b.holding.Load() {
+			b.countDropped(b.seen[wi][s], ids)
+		}
 		b.seen[wi][s] = ids
 		close(b.changed)
 		b.changed = make(chan struct{})
@@ -221,14 +228,34 @@ func (b *bench) goneFromAll(i int, id string) func() bool {
 	}
 }
 
+// leaseState counts a lease leaving the healthy state during the hold.
+func (b *bench) leaseState(s registry.LeaseState, _ error) {
+	if s != registry.LeaseHealthy && b.holding.Load() {
+		b.flaps.Add(1)
+	}
+}
+
+// countDropped counts the instances of before that after lacks: during
+// the hold nothing is deregistered, so each one is a flap.
+func (b *bench) countDropped(before, after map[string]bool) {
+	for id := range before {
+		if !after[id] {
+			b.flaps.Add(1)
+		}
+	}
+}
+
 func (b *bench) hold(ctx context.Context, rep *Report) error {
 	cpu0, cmds0 := cpuTime(), b.commands(ctx)
 	start := time.Now()
+	b.holding.Store(true)
 	select {
 	case <-time.After(b.c.Hold):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	b.holding.Store(false)
+	rep.Flaps = int(b.flaps.Load())
 	el := time.Since(start)
 	rep.HoldMS = ms(el)
 	rep.ClientCPUPercent = 100 * (cpuTime() - cpu0).Seconds() / el.Seconds()

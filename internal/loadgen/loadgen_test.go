@@ -41,8 +41,8 @@ func check(t *testing.T, url string, network bool) loadgen.Report {
 	if rep.Crash.MaxMS < 1000 { // an abandoned lease lives until its TTL runs out
 		t.Errorf("crash reached the watchers in %.0fms, before a TTL could run out", rep.Crash.MaxMS)
 	}
-	if rep.UnhealthyLeases != 0 {
-		t.Errorf("%d leases unhealthy while held", rep.UnhealthyLeases)
+	if rep.UnhealthyLeases != 0 || rep.Flaps != 0 {
+		t.Errorf("%d leases unhealthy while held, %d flaps", rep.UnhealthyLeases, rep.Flaps)
 	}
 	if network && (rep.ConnsRegistering <= 0 || rep.ConnsWatching <= 0) {
 		t.Errorf("connections not counted: %d registering, %d watching", rep.ConnsRegistering, rep.ConnsWatching)

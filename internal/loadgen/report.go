@@ -40,7 +40,10 @@ type Report struct {
 	HoldMS               float64 `json:"hold_ms"`
 	ClientCPUPercent     float64 `json:"client_cpu_percent"`      // of one core, whole process
 	ServerCommandsPerSec float64 `json:"server_commands_per_sec"` // Redis only; 0 elsewhere
-	UnhealthyLeases      int     `json:"unhealthy_leases"`
+	UnhealthyLeases      int     `json:"unhealthy_leases"`        // at the end of the hold
+	// Flaps counts, during the hold, leases that left the healthy state
+	// and instances that left a watcher's view (none is deregistered then).
+	Flaps int `json:"flaps"`
 
 	Lookup     Latency `json:"lookup"`
 	Deregister Latency `json:"deregister_to_watchers"`
@@ -90,6 +93,7 @@ func (r Report) WriteTable(w io.Writer) error {
 		{"heartbeat client CPU", fmt.Sprintf("%.1f%% of one core over %.0fs (TTL %v)", r.ClientCPUPercent, r.HoldMS/1000, time.Duration(r.TTL))},
 		{"server commands", perSec(r.ServerCommandsPerSec)},
 		{"unhealthy leases", strconv.Itoa(r.UnhealthyLeases)},
+		{"flaps during the hold", strconv.Itoa(r.Flaps)},
 		{"lookup", lat(r.Lookup)},
 		{"deregister → watchers", lat(r.Deregister)},
 		{"crash → watchers", lat(r.Crash)},

@@ -21,20 +21,23 @@ import (
 
 // run is the part of a report the plot reads.
 type run struct {
-	Backend    string  `json:"backend"`
-	Load       float64 `json:"load"`
-	Instances  float64 `json:"instances"`
-	Services   float64 `json:"services"`
-	RegPerSec  float64 `json:"register_per_sec"`
-	CPU        float64 `json:"client_cpu_percent"`
-	Commands   float64 `json:"server_commands_per_sec"`
-	Unhealthy  float64 `json:"unhealthy_leases"`
-	Deregister latency `json:"deregister_to_watchers"`
-	Crash      latency `json:"crash_to_watchers"`
-	Lookup     latency `json:"lookup"`
-	Heap       float64 `json:"heap_per_watched_service_bytes"`
-	ConnsW     float64 `json:"conns_watching"`
-	Conns      float64 `json:"conns_total"`
+	Backend    string   `json:"backend"`
+	Series     string   `json:"series"` // "" or "curve": drawn; other series are in the table only
+	HoldMS     float64  `json:"hold_ms"`
+	Flaps      *float64 `json:"flaps"` // nil: not counted by that run's roster bench
+	Load       float64  `json:"load"`
+	Instances  float64  `json:"instances"`
+	Services   float64  `json:"services"`
+	RegPerSec  float64  `json:"register_per_sec"`
+	CPU        float64  `json:"client_cpu_percent"`
+	Commands   float64  `json:"server_commands_per_sec"`
+	Unhealthy  float64  `json:"unhealthy_leases"`
+	Deregister latency  `json:"deregister_to_watchers"`
+	Crash      latency  `json:"crash_to_watchers"`
+	Lookup     latency  `json:"lookup"`
+	Heap       float64  `json:"heap_per_watched_service_bytes"`
+	ConnsW     float64  `json:"conns_watching"`
+	Conns      float64  `json:"conns_total"`
 }
 
 type latency struct {
@@ -135,7 +138,7 @@ func drawPanel(w io.Writer, p panel, runs []run, x0, y0 float64) {
 	for _, b := range backends(runs) {
 		var pts []string
 		for _, r := range runs {
-			if v := p.value(r); r.Backend == b && v > 0 {
+			if v := p.value(r); r.Backend == b && v > 0 && r.onCurve() {
 				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(r.Instances), py(v)))
 				fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px(r.Instances), py(v), color(b))
 			}
@@ -144,6 +147,11 @@ func drawPanel(w io.Writer, p panel, runs []run, x0, y0 float64) {
 	}
 	fmt.Fprintf(w, `<text x="%.0f" y="%.0f" text-anchor="middle">instances</text>`+"\n", x0+pw/2, y0+ph+28)
 }
+
+// onCurve reports whether r belongs to the cost curves (N = 10 … 10,000
+// with S = N/10): the other series (one service, long holds) would draw a
+// second point at the same N.
+func (r run) onCurve() bool { return r.Series == "" || r.Series == "curve" }
 
 // axisRange is the decades covering the positive values of f.
 func axisRange(runs []run, f func(run) float64) [2]float64 {
@@ -200,15 +208,18 @@ func legend(w io.Writer, runs []run, x, y int) {
 
 // table prints the runs as a Markdown table.
 func table(w io.Writer, runs []run) {
-	fmt.Fprintln(w, "| backend | N | S | load | reg/s | heartbeat CPU | server cmd/s | unhealthy | lookup p50/p99 ms | deregister → watchers p50/p99/max ms | crash → watchers p50/max s | heap/watched svc | conns watching / all |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| backend | N | S | hold s | load | reg/s | heartbeat CPU | server cmd/s | unhealthy / flaps | lookup p50/p99 ms | deregister → watchers p50/p99/max ms | crash → watchers p50/max s | heap/watched svc | conns watching / all |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range runs {
-		cmds := "–"
+		cmds, flaps := "–", "–"
 		if r.Commands > 0 {
 			cmds = fmt.Sprintf("%.0f", r.Commands)
 		}
-		fmt.Fprintf(w, "| %s | %g | %g | %.1f | %.0f | %.1f%% | %s | %g | %.2f / %.2f | %.1f / %.1f / %.1f | %.1f / %.1f | %.1f KiB | %g / %g |\n",
-			r.Backend, r.Instances, r.Services, r.Load, r.RegPerSec, r.CPU, cmds, r.Unhealthy,
+		if r.Flaps != nil {
+			flaps = fmt.Sprintf("%g", *r.Flaps)
+		}
+		fmt.Fprintf(w, "| %s | %g | %g | %.0f | %.1f | %.0f | %.1f%% | %s | %g / %s | %.2f / %.2f | %.1f / %.1f / %.1f | %.1f / %.1f | %.1f KiB | %g / %g |\n",
+			r.Backend, r.Instances, r.Services, r.HoldMS/1000, r.Load, r.RegPerSec, r.CPU, cmds, r.Unhealthy, flaps,
 			r.Lookup.P50, r.Lookup.P99, r.Deregister.P50, r.Deregister.P99, r.Deregister.Max,
 			r.Crash.P50/1000, r.Crash.Max/1000, r.Heap/1024, r.ConnsW, r.Conns)
 	}

@@ -17,11 +17,13 @@ func TestDraw(t *testing.T) {
 			lines = append(lines, `{"backend":"`+b+`","instances":`+n+`,"register_per_sec":500,"client_cpu_percent":2.5,"deregister_to_watchers":{"p99_ms":12},"conns_total":9}`)
 		}
 	}
+	// Another series at the same size: in the table, not on the curves.
+	lines = append(lines, `{"backend":"redis","series":"one-service","instances":1000,"register_per_sec":90,"client_cpu_percent":9,"deregister_to_watchers":{"p99_ms":99},"conns_total":9}`)
 	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	runs, err := read(in)
-	if err != nil || len(runs) != 6 {
+	if err != nil || len(runs) != 7 {
 		t.Fatalf("read = %d runs, %v", len(runs), err)
 	}
 	var b strings.Builder
@@ -50,9 +52,14 @@ func TestReadRejectsBadJSON(t *testing.T) {
 
 func TestTable(t *testing.T) {
 	var b strings.Builder
-	table(&b, []run{{Backend: "redis", Instances: 10, Services: 1, RegPerSec: 700}})
+	flaps := 2.0
+	table(&b, []run{{Backend: "redis", Instances: 10, Services: 1, RegPerSec: 700, HoldMS: 300000}, {Backend: "etcd", Instances: 10, Services: 1, Flaps: &flaps}})
 	rows := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(rows) != 3 || !strings.HasPrefix(rows[2], "| redis | 10 | 1 |") {
+	if len(rows) != 4 || !strings.HasPrefix(rows[2], "| redis | 10 | 1 | 300 |") {
 		t.Fatalf("table:\n%s", b.String())
+	}
+	// Flaps: "–" where the run did not count them, else the count.
+	if !strings.Contains(rows[2], "| 0 / – |") || !strings.Contains(rows[3], "| 0 / 2 |") {
+		t.Errorf("unhealthy / flaps cells:\n%s", b.String())
 	}
 }
