@@ -411,16 +411,6 @@ func encode(in driver.Instance) (string, error) {
 	return string(b), nil
 }
 
-// decode reads a stored value. The key is the truth for service and ID.
-func decode(service, id string, val []byte) (driver.Instance, bool) {
-	var in driver.Instance
-	if err := json.Unmarshal(val, &in); err != nil || in.Address == "" {
-		return driver.Instance{}, false
-	}
-	in.ID, in.Service = id, service
-	return in, true
-}
-
 // idOf returns the instance ID of a key under servicePrefix, or false for
 // keys deeper in the tree.
 func idOf(servicePrefix string, key []byte) (string, bool) {
@@ -471,7 +461,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 		if !ok {
 			continue
 		}
-		if in, ok := decode(service, id, kv.Value); ok {
+		if in, ok := driver.DecodeStored(service, id, kv.Value); ok {
 			snap.Instances = append(snap.Instances, in)
 		}
 	}

@@ -203,7 +203,7 @@ func (s *stream) apply(evs []*clientv3.Event) {
 			}
 			continue
 		}
-		in, ok := decode(s.service, id, ev.Kv.Value)
+		in, ok := driver.DecodeStored(s.service, id, ev.Kv.Value)
 		switch {
 		case !ok && had:
 			delete(s.state, id)
@@ -243,7 +243,7 @@ func (s *stream) relist(ctx context.Context) error {
 	state := make(map[string]driver.Instance, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		if id, ok := idOf(s.sp, kv.Key); ok {
-			if in, ok := decode(s.service, id, kv.Value); ok {
+			if in, ok := driver.DecodeStored(s.service, id, kv.Value); ok {
 				state[id] = in
 			}
 		}

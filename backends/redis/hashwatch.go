@@ -88,15 +88,24 @@ func (st *hashStream) current() driver.Snapshot {
 	return s
 }
 
-func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
+// opening answers a watch's Next without reading: ErrClosed once the
+// stream is closed, else the snapshot the watch opened with, once (ok).
+func opening(svc string, closed <-chan struct{}, pending *bool, first driver.Snapshot) (driver.Snapshot, bool, error) {
 	select {
-	case <-st.closed:
-		return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
+	case <-closed:
+		return driver.Snapshot{}, true, fmt.Errorf("redis: watch %s: %w", svc, driver.ErrClosed)
 	default:
 	}
-	if st.pending {
-		st.pending = false
-		return st.last, nil
+	if *pending {
+		*pending = false
+		return first, true, nil
+	}
+	return driver.Snapshot{}, false, nil
+}
+
+func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
+	if s, ok, err := opening(st.svc, st.closed, &st.pending, st.last); ok {
+		return s, err
 	}
 	for {
 		if err := ctx.Err(); err != nil {

@@ -177,14 +177,8 @@ func (st *keysStream) listen() {
 }
 
 func (st *keysStream) Next(ctx context.Context) (driver.Snapshot, error) {
-	select {
-	case <-st.closed:
-		return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
-	default:
-	}
-	if st.pending {
-		st.pending = false
-		return st.last, nil
+	if s, ok, err := opening(st.svc, st.closed, &st.pending, st.last); ok {
+		return s, err
 	}
 	t := time.NewTimer(st.ks.o.Poll)
 	defer t.Stop()

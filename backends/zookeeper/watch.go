@@ -182,7 +182,7 @@ func (s *stream) readInstance(ctx context.Context, id string) error {
 	}
 	s.dataW[id] = ch
 	s.rev = max(s.rev, uint64(st.Mzxid))
-	if in, ok := decode(s.service, id, val); ok {
+	if in, ok := driver.DecodeStored(s.service, id, val); ok {
 		s.insts[id] = in
 	} else {
 		delete(s.insts, id)

@@ -283,17 +283,6 @@ func encode(in driver.Instance) ([]byte, error) {
 	return b, nil
 }
 
-// decode reads a stored value. The znode's path is the truth for service
-// and ID.
-func decode(service, id string, val []byte) (driver.Instance, bool) {
-	var in driver.Instance
-	if err := json.Unmarshal(val, &in); err != nil || in.Address == "" {
-		return driver.Instance{}, false
-	}
-	in.ID, in.Service = id, service
-	return in, true
-}
-
 // List implements driver.Driver: the service znode's children, then each
 // child's data.
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
@@ -382,7 +371,7 @@ func (d *Driver) get(ctx context.Context, conn *zk.Conn, service, id string) (*d
 	if err != nil {
 		return nil, nil, err
 	}
-	if in, ok := decode(service, id, val); ok {
+	if in, ok := driver.DecodeStored(service, id, val); ok {
 		return &in, st, nil
 	}
 	return nil, st, nil

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"encoding/json"
 	"maps"
 	"net"
 	"slices"
@@ -55,6 +56,18 @@ func (i Instance) Clone() Instance {
 		i.Metadata = maps.Clone(i.Metadata)
 	}
 	return i
+}
+
+// DecodeStored reads an instance stored in Instance's JSON form under a
+// key (or path) that is the truth for its service and ID, as etcd and
+// ZooKeeper store them; false for a value that is not one.
+func DecodeStored(service, id string, val []byte) (Instance, bool) {
+	var in Instance
+	if err := json.Unmarshal(val, &in); err != nil || in.Address == "" {
+		return Instance{}, false
+	}
+	in.ID, in.Service = id, service
+	return in, true
 }
 
 // Snapshot is the set of live instances of one service at one point in
