@@ -22,6 +22,9 @@
 //	request_timeout  bound on every call, default 5s
 //	sweep_interval   how often a registrant deletes expired registrations,
 //	                 default 10s
+//	qps              the client's request rate limit, burst twice that;
+//	                 default 200 (a heartbeat is 2 requests, every TTL/3:
+//	                 about 300 leases at TTL 10s)
 //
 // Credentials come from the kubeconfig or the service account, never from
 // the URL; errors never contain a token.

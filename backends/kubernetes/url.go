@@ -16,7 +16,7 @@ import (
 // publicOptions are the URL options whose values may appear in errors:
 // all of them (the kubeconfig path is only a path; tokens never appear in
 // a k8s:// URL).
-var publicOptions = []string{"namespace", "kubeconfig", "context", "request_timeout", "sweep_interval"}
+var publicOptions = []string{"namespace", "kubeconfig", "context", "request_timeout", "sweep_interval", "qps"}
 
 func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
 	opts, err := ParseURL(u)
@@ -42,13 +42,18 @@ func ParseURL(u *url.URL) (Options, error) {
 		return o, invalid(u, "want k8s://?namespace=… or k8s://in-cluster?namespace=…")
 	}
 	var kubeconfig, kubeContext string
+	var qps int
 	q.String("namespace", &o.Namespace)
 	q.String("kubeconfig", &kubeconfig)
 	q.String("context", &kubeContext)
 	q.Duration("request_timeout", &o.RequestTimeout)
 	q.Duration("sweep_interval", &o.SweepInterval)
+	q.Int("qps", &qps)
 	if err := q.Err(); err != nil {
 		return o, err
+	}
+	if qps > maxQPS {
+		return o, invalid(u, "option qps=%d: at most %d", qps, maxQPS)
 	}
 	switch u.Host {
 	case "":
@@ -67,8 +72,15 @@ func ParseURL(u *url.URL) (Options, error) {
 	if err != nil {
 		return o, invalid(u, "client configuration: %v", err)
 	}
+	if qps > 0 {
+		o.Config.QPS, o.Config.Burst = float32(qps), 2*qps
+	}
 	return o, nil
 }
+
+// maxQPS bounds the qps option: a client limit far above what one
+// apiserver serves is no limit at all.
+const maxQPS = 100000
 
 // loadKubeconfig follows kubectl's rules: the file given, else $KUBECONFIG,
 // else ~/.kube/config, else the in-cluster configuration; the namespace

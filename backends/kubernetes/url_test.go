@@ -64,6 +64,14 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
+func TestParseURLQPS(t *testing.T) {
+	kc := url.QueryEscape(writeKubeconfig(t, "shop"))
+	o, err := parse(t, "k8s://?kubeconfig="+kc+"&qps=1000")
+	if err != nil || o.Config.QPS != 1000 || o.Config.Burst != 2000 {
+		t.Fatalf("qps=1000: QPS %v burst %v, %v; want 1000 and 2000", o.Config.QPS, o.Config.Burst, err)
+	}
+}
+
 func TestParseURLInvalid(t *testing.T) {
 	kc := url.QueryEscape(writeKubeconfig(t, "shop"))
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
@@ -75,6 +83,9 @@ func TestParseURLInvalid(t *testing.T) {
 		"k8s://in-cluster?kubeconfig=" + kc, // both
 		"k8s://in-cluster",                  // not in a pod
 		"k8s://?kubeconfig=" + kc + "&request_timeout=soon",
+		"k8s://?kubeconfig=" + kc + "&qps=0",
+		"k8s://?kubeconfig=" + kc + "&qps=-5",
+		"k8s://?kubeconfig=" + kc + "&qps=100001",
 		"k8s://?kubeconfig=" + kc + "&token=" + secretToken,
 		"k8s://u:" + secretToken + "@?kubeconfig=" + kc,
 	} {
