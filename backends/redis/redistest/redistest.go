@@ -160,7 +160,7 @@ func (s *Server) start() error {
 	if err := s.proc.Start(cmd, logPath); err != nil {
 		return fmt.Errorf("redistest: %w", err)
 	}
-	if err := waitReady(s.Addr(), s.pass, s.proc.Done()); err != nil {
+	if err := waitReady(s.Addr(), s.pass, cmd.Process.Pid, s.proc.Done()); err != nil {
 		s.proc.Kill()
 		return fmt.Errorf("redistest: %s on port %d: %w (log: %s)", s.bin, s.port, err,
 			strings.TrimSpace(testserver.LogTail(logPath, 800)))
@@ -168,16 +168,23 @@ func (s *Server) start() error {
 	return nil
 }
 
-// waitReady polls PING until the server answers or 10s pass.
-func waitReady(addr, pass string, exited <-chan struct{}) error {
+// waitReady polls until the server answers as process pid, or 10s pass.
+// The port was free when it was chosen, but another test's server may
+// have bound it first: then this one exits with a bind error while the
+// other answers PING, and a Sentinel group was seen to monitor a Cluster
+// node that way (every command MOVED). The process ID tells them apart.
+func waitReady(addr, pass string, pid int, exited <-chan struct{}) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, Password: pass, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
+			if got := infoField(info, "process_id"); got != strconv.Itoa(pid) {
+				return fmt.Errorf("%w: the server on the port is process %s, not ours (%d)", errPortTaken, got, pid)
+			}
 			return nil
 		}
 		select {
@@ -190,6 +197,19 @@ func waitReady(addr, pass string, exited <-chan struct{}) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// errPortTaken: another server answered on the port chosen.
+var errPortTaken = errors.New("port taken")
+
+// infoField returns the value of one "name:value" line of INFO.
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // shutdown stops the process: SHUTDOWN SAVE or NOSAVE, then a kill if it
