@@ -15,9 +15,11 @@ package consultest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -55,6 +57,7 @@ type Agent struct {
 	dir   testserver.Dir
 	addr  string // 127.0.0.1:port of the HTTP API
 	ports []int  // http, server, serf-lan, serf-wan, dns
+	node  string // a name of its own: see waitReady
 	args  []string
 	token string // management token with ACLs (StartACL), else ""
 
@@ -94,7 +97,7 @@ func newAgent(dir, token string, args []string) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{bin: bin, args: args, token: token}
+	a := &Agent{bin: bin, args: args, token: token, node: fmt.Sprintf("roster-test-%016x", rand.Uint64())}
 	if a.dir, err = testserver.NewDir(dir, "roster-consul-"); err != nil {
 		return nil, fmt.Errorf("consultest: %w", err)
 	}
@@ -150,7 +153,7 @@ func (a *Agent) start() error {
 		"-client", "127.0.0.1", "-bind", "127.0.0.1",
 		"-http-port", strconv.Itoa(a.ports[0]), "-server-port", strconv.Itoa(a.ports[1]),
 		"-serf-lan-port", strconv.Itoa(a.ports[2]), "-serf-wan-port", strconv.Itoa(a.ports[3]),
-		"-grpc-port", "-1", "-dns-port", strconv.Itoa(a.ports[4]),
+		"-grpc-port", "-1", "-dns-port", strconv.Itoa(a.ports[4]), "-node", a.node,
 		"-data-dir", filepath.Join(a.dir.Path, "data"),
 		"-hcl", "limits { http_max_conns_per_client = 4096 }",
 		"-log-level", "warn"}, a.args...)
@@ -166,7 +169,10 @@ func (a *Agent) start() error {
 
 // waitReady polls until the agent has a leader and its own node is in the
 // catalog with a passing serfHealth (the `consul` service is listed as
-// passing): registrations made after that sync at once.
+// passing): registrations made after that sync at once. The ports were
+// free when chosen, but another test's agent may have bound the HTTP port
+// first and would pass those checks while this one exits: the agent must
+// answer with its own node name.
 func (a *Agent) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(30 * time.Second)
 	c := &http.Client{Timeout: time.Second}
@@ -179,6 +185,12 @@ func (a *Agent) waitReady(exited <-chan struct{}) error {
 		}
 		if time.Now().After(deadline) {
 			return errors.New("no leader within 30s")
+		}
+		if self, ok := get(c, "http://"+a.addr+"/v1/agent/self", a.token); ok {
+			var v struct{ Config struct{ NodeName string } }
+			if err := json.Unmarshal([]byte(self), &v); err == nil && v.Config.NodeName != a.node {
+				return fmt.Errorf("the agent on %s is another one (node %q, not %s)", a.addr, v.Config.NodeName, a.node)
+			}
 		}
 		if body, ok := get(c, "http://"+a.addr+"/v1/status/leader", a.token); ok && len(body) > 2 && body != `""` {
 			if body, ok := get(c, "http://"+a.addr+"/v1/health/service/consul?passing", a.token); ok && strings.Contains(body, `"Service"`) {
