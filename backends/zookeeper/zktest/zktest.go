@@ -169,7 +169,7 @@ minSessionTimeout=%d
 maxSessionTimeout=60000
 forceSync=no
 admin.enableServer=false
-4lw.commands.whitelist=srvr,ruok,mntr
+4lw.commands.whitelist=srvr,ruok,mntr,conf
 `, TickTime.Milliseconds(), s.dataDir(), s.clientPort, 2*TickTime.Milliseconds())
 	if s.peers != "" {
 		cfg += s.peers
@@ -209,7 +209,10 @@ func (s *Server) launch() error {
 }
 
 // waitReady polls the srvr command until the server reports its mode
-// (standalone, leader or follower): it then serves clients.
+// (standalone, leader or follower): it then serves clients. The port was
+// free when chosen, but another test's server may have bound it first and
+// would answer while this one exits: the server must report this one's
+// data directory (conf).
 func (s *Server) waitReady(limit time.Duration) error {
 	exited := s.proc.Done()
 	deadline := time.Now().Add(limit)
@@ -220,6 +223,10 @@ func (s *Server) waitReady(limit time.Duration) error {
 		default:
 		}
 		if strings.Contains(s.fourLetter("srvr"), "Mode: ") {
+			if conf := s.fourLetter("conf"); !strings.Contains(conf, "dataDir="+s.dataDir()+"/") &&
+				!strings.Contains(conf, "dataDir="+s.dataDir()+"\n") {
+				return fmt.Errorf("zktest: the server on %s is another one (not in %s)", s.Addr(), s.dataDir())
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
