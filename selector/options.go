@@ -68,7 +68,7 @@ func ParseStrategy(name string) (Strategy, error) {
 			return s, nil
 		}
 	}
-	return "", fmt.Errorf("selector: strategy %q: %w (known: %v)", name, ErrUnknownStrategy, strategies)
+	return "", fmt.Errorf("%w %q (known: %v)", ErrUnknownStrategy, name, strategies)
 }
 
 // Defaults of the tunable strategies.
@@ -152,16 +152,16 @@ func (c *config) validate() error {
 		return err
 	}
 	if c.vnodes < 1 || c.vnodes > 1<<16 {
-		return fmt.Errorf("selector: virtual nodes %d: %w (want 1..65536)", c.vnodes, ErrInvalidOption)
+		return fmt.Errorf("%w: virtual nodes %d (want 1 to 65536)", ErrInvalidOption, c.vnodes)
 	}
 	if c.bound != 0 && !(c.bound >= 1 && c.bound <= 100) {
-		return fmt.Errorf("selector: bounded load %v: %w (want ≥ 1)", c.bound, ErrInvalidOption)
+		return fmt.Errorf("%w: bounded load %v (want 1 to 100)", ErrInvalidOption, c.bound)
 	}
 	if c.maglevSize != 0 && (c.maglevSize < 7 || c.maglevSize > 1<<26 || !isPrime(c.maglevSize)) {
-		return fmt.Errorf("selector: maglev table size %d: %w (want a prime)", c.maglevSize, ErrInvalidOption)
+		return fmt.Errorf("%w: maglev table size %d (want a prime from 7 to 2^26)", ErrInvalidOption, c.maglevSize)
 	}
 	if c.decay <= 0 {
-		return fmt.Errorf("selector: decay %v: %w", c.decay, ErrInvalidOption)
+		return fmt.Errorf("%w: decay %v (want > 0)", ErrInvalidOption, c.decay)
 	}
 	c.choices = min(max(c.choices, 2), 10)
 	return c.split.validate()

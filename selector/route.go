@@ -117,7 +117,7 @@ func (s *Split) validate() error {
 		return nil
 	}
 	if !(s.Percent >= 0 && s.Percent <= 100) || s.Route.IsZero() {
-		return fmt.Errorf("selector: split %+v: %w (want a Route and Percent in [0, 100])", *s, ErrInvalidOption)
+		return fmt.Errorf("%w: split of %v%% to route %+v (want a Route and Percent in [0, 100])", ErrInvalidOption, s.Percent, s.Route)
 	}
 	return nil
 }

@@ -62,8 +62,8 @@ type slowStart struct {
 func (s SlowStart) validate() (slowStart, error) {
 	if s.Window < 0 || s.Aggression < 0 || s.MinWeightPercent < 0 || s.MinWeightPercent > 100 ||
 		math.IsNaN(s.Aggression) || math.IsInf(s.Aggression, 0) || math.IsNaN(s.MinWeightPercent) {
-		return slowStart{}, fmt.Errorf("selector: slow start %+v: %w (want Window ≥ 0, Aggression ≥ 0, MinWeightPercent in [0, 100])",
-			s, ErrInvalidOption)
+		return slowStart{}, fmt.Errorf("%w: slow start %+v (want Window ≥ 0, Aggression ≥ 0, MinWeightPercent in [0, 100])",
+			ErrInvalidOption, s)
 	}
 	agg := s.Aggression
 	if agg == 0 {
