@@ -30,8 +30,38 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // WithResyncInterval sets how often a live watch re-lists its service in
 // full, to heal anything a backend's change feed missed. Each watch starts
 // at a random phase within the interval so that many clients started
-// together do not list together. Zero or negative disables resync.
-func WithResyncInterval(d time.Duration) Option { return func(o *options) { o.resync = d } }
+// together do not list together. Zero or negative disables resync;
+// intervals below 10ms are raised to 10ms, so a unit slip
+// (WithResyncInterval(1)) cannot relist in a busy loop.
+func WithResyncInterval(d time.Duration) Option {
+	return func(o *options) {
+		o.resync = d
+		if d > 0 {
+			o.resync = max(d, minResync)
+		}
+	}
+}
+
+// Floors of the timings a caller sets: below them a loop would spin.
+const (
+	minResync   = 10 * time.Millisecond
+	minInterval = time.Millisecond
+)
+
+// validateTimings rejects negative health-check and backoff durations,
+// which have no meaning (0 means the default).
+func (o *regOptions) validateTimings() error {
+	if o.checkInterval < 0 {
+		return invalid("health check interval", "%v is negative (0 means the heartbeat interval)", o.checkInterval)
+	}
+	if o.check != nil && o.checkInterval > 0 {
+		o.checkInterval = max(o.checkInterval, minInterval)
+	}
+	if o.backoffBase < 0 || o.backoffMax < 0 {
+		return invalid("retry backoff", "base %v, max %v: negative (0 means the default)", o.backoffBase, o.backoffMax)
+	}
+	return nil
+}
 
 // WithRecoveryWindow sets how long a watch keeps serving the instances it
 // served before a backend fault while their leases re-register (default
@@ -82,13 +112,15 @@ func WithTTL(d time.Duration) RegisterOption { return func(o *regOptions) { o.tt
 
 // WithHeartbeatInterval sets the heartbeat period (default TTL/3). The TTL
 // must be at least three intervals, so that one lost heartbeat never
-// expires a live instance; Register rejects anything shorter.
+// expires a live instance; Register rejects anything shorter. Intervals
+// below 1ms are raised to 1ms, so a unit slip cannot make a busy loop of
+// heartbeats.
 func WithHeartbeatInterval(d time.Duration) RegisterOption {
 	return func(o *regOptions) { o.interval = d }
 }
 
 // WithHealthCheck installs a local health check, run every interval
-// (default: the heartbeat interval). While it fails the instance is
+// (0: the heartbeat interval; at least 1ms; negative is an error). While it fails the instance is
 // withdrawn from the registry though the process lives on (a full thread
 // pool, a lost database); when it passes again the instance comes back.
 // If the first check fails, Register returns a withdrawn lease that
@@ -101,7 +133,8 @@ func WithHealthCheck(check func(context.Context) error, interval time.Duration) 
 // to re-register after the backend lost the registration (default 200ms
 // doubling up to the heartbeat interval, so that a lease is back within
 // one interval of the backend's return, at no more than the heartbeat
-// rate). Any positive durations are accepted; max 0 keeps the default.
+// rate). Any positive durations are accepted; 0 keeps the default and a
+// negative duration is an error.
 func WithRetryBackoff(base, max time.Duration) RegisterOption {
 	return func(o *regOptions) { o.backoffBase, o.backoffMax = base, max }
 }

@@ -171,7 +171,7 @@ func TestResyncRepairsARevisionResetTheStreamMissed(t *testing.T) {
 // countingDriver counts driver calls and the deregistrations in flight.
 type countingDriver struct {
 	*memory.Driver
-	heartbeats         atomic.Int64
+	heartbeats, lookups atomic.Int64
 	inFlight, maxDereg atomic.Int64
 	gate               chan struct{} // when set, each Deregister waits on it
 }
@@ -187,6 +187,11 @@ func (d *countingDriver) Register(ctx context.Context, in registry.Instance, ttl
 type countingReg struct {
 	driver.Registration
 	d *countingDriver
+}
+
+func (d *countingDriver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+	d.lookups.Add(1)
+	return d.Driver.List(ctx, service)
 }
 
 func (r *countingReg) Heartbeat(ctx context.Context) error {
@@ -277,6 +282,59 @@ func TestLeaseOptionsAtTheirExtremes(t *testing.T) {
 	waitUntil(t, 10*time.Second, "100 failed heartbeats", func() bool { return d.heartbeats.Load()-start >= 100 })
 	d.SetReachable(true)
 	waitUntil(t, 2*time.Second, "healthy again", func() bool { return l.State() == registry.LeaseHealthy && l.Err() == nil })
+}
+
+// TestTimingsBelowTheirFloors: a negative health-check interval or
+// backoff is ErrInvalid naming the option; a nanosecond where a second
+// was meant (resync, heartbeat and health-check intervals) is raised to
+// a floor instead of becoming a busy loop against the backend.
+func TestTimingsBelowTheirFloors(t *testing.T) {
+	ctx := context.Background()
+	d := &countingDriver{Driver: memory.NewDriver(memory.NewServer())}
+	r := registry.New(d, registry.WithResyncInterval(1))
+	defer r.Close()
+	in := registry.Instance{Service: "svc", Address: "127.0.0.1:1"}
+	ok := func(context.Context) error { return nil }
+	for field, opt := range map[string]registry.RegisterOption{
+		"health check interval": registry.WithHealthCheck(ok, -time.Second),
+		"retry backoff":         registry.WithRetryBackoff(-1, 0),
+		"heartbeat interval":    registry.WithHeartbeatInterval(-time.Second),
+	} {
+		var fe *registry.FieldError
+		if _, err := r.Register(ctx, in, opt); !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("Register with a negative %s = %v, want a FieldError naming it", field, err)
+		}
+	}
+	var checks atomic.Int64
+	l, err := r.Register(ctx, in, registry.WithTTL(time.Second), registry.WithHeartbeatInterval(1),
+		registry.WithHealthCheck(func(context.Context) error { checks.Add(1); return nil }, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.HeartbeatInterval(); got != time.Millisecond {
+		t.Errorf("heartbeat interval 1ns became %v, want the 1ms floor", got)
+	}
+	w, err := r.Watch(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, lk, ck := d.heartbeats.Load(), d.lookups.Load(), checks.Load()
+	start := time.Now()
+	time.Sleep(200 * time.Millisecond) // a window to count in, not a wait for an event
+	elapsed := time.Since(start)
+	w.Close()
+	l.Deregister(ctx)
+	// Floors of 1ms (heartbeat, check) and 10ms (resync, jittered down to
+	// half): a busy loop would make thousands in the window.
+	if n, max := d.heartbeats.Load()-hb, int64(elapsed/time.Millisecond)+2; n > max {
+		t.Errorf("%d heartbeats in %v, want at most %d (1ms floor)", n, elapsed, max)
+	}
+	if n, max := checks.Load()-ck, int64(elapsed/time.Millisecond)+2; n > max {
+		t.Errorf("%d health checks in %v, want at most %d (1ms floor)", n, elapsed, max)
+	}
+	if n, max := d.lookups.Load()-lk, int64(elapsed/(5*time.Millisecond))+2; n > max {
+		t.Errorf("%d relists in %v, want at most %d (10ms floor, jittered)", n, elapsed, max)
+	}
 }
 
 // TestUserCallbacksCannotCrashTheLease: a panicking health check counts

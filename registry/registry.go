@@ -148,9 +148,16 @@ func (r *Registry) newLease(inst Instance, o *regOptions) (*Lease, error) {
 	if interval == 0 {
 		interval = ttl / 3
 	}
-	if interval <= 0 || interval > ttl/3 {
+	if interval < 0 {
+		return nil, invalid("heartbeat interval", "%v is negative (0 means a third of the TTL)", interval)
+	}
+	if interval == 0 || interval > ttl/3 {
 		return nil, invalid("heartbeat interval", "%v: the TTL (%v) must be at least 3 heartbeat intervals", interval, ttl)
 	}
+	if err := o.validateTimings(); err != nil {
+		return nil, err
+	}
+	interval = max(interval, minInterval)
 	if o.backoffMax <= 0 {
 		// Re-registering no faster than heartbeating costs the backend no
 		// more than steady state, and brings every instance back within
