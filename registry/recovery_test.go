@@ -172,8 +172,8 @@ func TestResyncRepairsARevisionResetTheStreamMissed(t *testing.T) {
 type countingDriver struct {
 	*memory.Driver
 	heartbeats, lookups atomic.Int64
-	inFlight, maxDereg atomic.Int64
-	gate               chan struct{} // when set, each Deregister waits on it
+	inFlight, maxDereg  atomic.Int64
+	gate                chan struct{} // when set, each Deregister waits on it
 }
 
 func (d *countingDriver) Register(ctx context.Context, in registry.Instance, ttl time.Duration) (driver.Registration, error) {
