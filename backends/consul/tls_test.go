@@ -98,4 +98,14 @@ func TestMutualTLSAgent(t *testing.T) {
 			}
 		})
 	}
+	t.Run("HTTP to the TLS port", func(t *testing.T) {
+		r, err := registry.Open(t.Context(), fmt.Sprintf("consul://127.0.0.1:%d?timeout=2s", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if _, err := r.Lookup(t.Context(), "mtls-svc"); !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "speaks TLS only") {
+			t.Fatalf("Lookup = %v, want ErrInvalid saying the port speaks TLS only", err)
+		}
+	})
 }

@@ -185,6 +185,8 @@ type Driver struct {
 	lost   chan struct{} // closed and replaced when the connection drops
 	stop   context.CancelFunc
 	done   chan struct{}
+
+	plain portCheck // whether the endpoints speak TLS when we do not
 }
 
 // Options configure a Driver opened with New.
@@ -242,6 +244,12 @@ func New(opts Options) (*Driver, error) {
 		if isAuthErr(err) {
 			return nil, fmt.Errorf("etcd: connect: %w: authentication failed: %v", driver.ErrInvalid, err)
 		}
+		if cfg.TLS == nil {
+			pc := portCheck{endpoints: cfg.Endpoints}
+			if perr := pc.mixup(); perr != nil {
+				return nil, fmt.Errorf("etcd: connect: %w", perr)
+			}
+		}
 		return nil, fmt.Errorf("etcd: connect: %w: %v", driver.ErrUnavailable, err)
 	}
 	d, err := newDriver(cli, opts)
@@ -250,6 +258,9 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	d.ownsCli = true
+	if cfg.TLS == nil {
+		d.plain.endpoints = cfg.Endpoints
+	}
 	return d, nil
 }
 
@@ -321,6 +332,9 @@ func (d *Driver) monitor(ctx context.Context) {
 	st := conn.GetState()
 	for conn.WaitForStateChange(ctx, st) {
 		next := conn.GetState()
+		if next == connectivity.Ready {
+			d.plain.sound() // a working transport: the protocols match
+		}
 		if st == connectivity.Ready && next != connectivity.Ready {
 			d.lostMu.Lock()
 			close(d.lost)
@@ -365,12 +379,17 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 	case isAuthErr(err):
 		// A role without the prefix's range will not gain it by retrying.
 		return fmt.Errorf("etcd: %s: %w: %v (check the user's role: it needs readwrite on the prefix %s/)", what, driver.ErrInvalid, err, d.prefix)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
 	case refused(err):
 		// The server answered and said no to the input or the
 		// credentials: retrying the same request cannot succeed.
 		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrInvalid, err)
+	}
+	if perr := d.plain.mixup(); perr != nil {
+		return fmt.Errorf("etcd: %s: %w", what, perr)
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
 	default:
 		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrUnavailable, err)
 	}

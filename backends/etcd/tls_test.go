@@ -85,3 +85,30 @@ func TestTLSMisconfigured(t *testing.T) {
 		t.Fatalf("Open on a server with an expired certificate = %v, want ErrInvalid saying it has expired", err)
 	}
 }
+
+// TestPortMixups: etcd:// on a TLS-only cluster (gRPC sees connections
+// closed and waits for the timeout) and etcds:// on a plain one are
+// ErrInvalid naming the mix-up, not an outage retried forever.
+func TestPortMixups(t *testing.T) {
+	files := writeCerts(t, t.TempDir())
+	secure := startCluster(t, etcdtest.Config{TLS: files})
+	plain := startCluster(t, etcdtest.Config{})
+	hosts := func(u string) string { _, h, _ := strings.Cut(u[:strings.Index(u, "?")], "://"); return h }
+	ctx := t.Context()
+	for _, c := range []struct{ name, url, cause string }{
+		{"plain to a TLS cluster", "etcd://" + hosts(secure.URL("/m")) + "?request_timeout=1s", "speaks TLS only"},
+		{"plain with a user to a TLS cluster", "etcd://u:p@" + hosts(secure.URL("/m")) + "?request_timeout=1s&dial_timeout=1s", "speaks TLS only"},
+		{"TLS to a plain cluster", "etcds://" + hosts(plain.URL("/m")) + "?dial_timeout=1s&ca_file=" + files.CAFile, "does not speak TLS"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := registry.Open(ctx, c.url)
+			if err == nil {
+				defer r.Close()
+				_, err = r.Lookup(ctx, "svc")
+			}
+			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
+				t.Fatalf("Open+Lookup = %v, want ErrInvalid saying %q", err, c.cause)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -40,6 +41,10 @@ type conn struct {
 	o     Options
 	name  string // redacted, for errors
 
+	portChecked atomic.Bool           // diagnosePort found the port speaks what we speak
+	mixup       atomic.Pointer[mixup] // the last port mix-up it found
+	diagnosing  sync.Mutex
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -58,6 +63,7 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	boundRetries(&cp)
 	name := strings.Join(cp.Addrs, ",")
 	cn := &conn{copts: &cp, c: goredis.NewUniversalClient(&cp), o: o, name: name}
+	cn.c.AddHook(answered{cn})
 	if o.Layout == LayoutKeys {
 		return &Driver{cn, &keysLayout{conn: cn}}, nil
 	}
@@ -130,6 +136,9 @@ func (d *conn) enter(ctx context.Context) error {
 	if d.closed {
 		return fmt.Errorf("redis: %w", driver.ErrClosed)
 	}
+	if err := d.knownMixup(); err != nil {
+		return fmt.Errorf("redis: %w", err) // the error names the address
+	}
 	return nil
 }
 
@@ -157,9 +166,15 @@ func (d *conn) watchClient() goredis.UniversalClient {
 // the server's or handshake's own words. Other server replies and network
 // errors are ErrUnavailable: transient from the caller's view.
 func (d *conn) wrap(op string, err error) error {
-	switch {
-	case err == nil:
+	if err == nil {
 		return nil
+	}
+	if !refused(err) && !errors.Is(err, goredis.ErrClosed) && !errors.Is(err, context.Canceled) {
+		if perr := d.diagnosePort(); perr != nil {
+			return fmt.Errorf("redis: %s: %w", op, perr) // perr names the address
+		}
+	}
+	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("redis %s: %s: %w", d.name, op, err)
 	case errors.Is(err, goredis.ErrClosed):

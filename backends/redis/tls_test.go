@@ -68,3 +68,29 @@ func writeCerts(t *testing.T, dir string) redistest.TLSFiles {
 	f := testca.Write(t, dir)
 	return redistest.TLSFiles{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}
 }
+
+// TestPortMixups: rediss:// on the plain port (the handshake waits for an
+// answer Redis never sends) and redis:// on the TLS port (the server
+// closes each connection) are ErrInvalid naming the mix-up, not an outage
+// retried forever.
+func TestPortMixups(t *testing.T) {
+	t.Parallel()
+	f := writeCerts(t, t.TempDir())
+	srv := redistest.StartTLS(t, f)
+	for _, c := range []struct{ name, url, cause string }{
+		{"TLS to the plain port", "rediss://" + srv.Addr() + "/0?ca_file=" + f.CAFile, "does not speak TLS"},
+		{"plain to the TLS port", "redis://" + srv.TLSAddr() + "/0", "speaks TLS only"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := open(t, c.url)
+			_, err := r.Lookup(t.Context(), "tls")
+			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
+				t.Fatalf("Lookup = %v, want ErrInvalid saying %q", err, c.cause)
+			}
+			_, err = r.Register(t.Context(), registry.Instance{Service: "tls", Address: "127.0.0.1:80"})
+			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
+				t.Fatalf("Register = %v, want ErrInvalid saying %q", err, c.cause)
+			}
+		})
+	}
+}

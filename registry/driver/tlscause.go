@@ -6,8 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -28,6 +30,7 @@ var tlsCauses = []struct{ text, fix string }{
 	{"tls: bad certificate", "the server refused the client certificate (cert_file)"},
 	{"first record does not look like a TLS handshake", "the server does not speak TLS on this port (use the scheme without TLS, or the TLS port)"},
 	{"server gave HTTP response to HTTPS client", "the server does not speak TLS on this port (use the scheme without TLS, or the TLS port)"},
+	{"sent an HTTP request to an HTTPS server", "the server speaks TLS only on this port (use the backend's TLS scheme, with ca_file)"},
 }
 
 // TLSCause recognises a TLS handshake failure that retrying cannot fix —
@@ -94,5 +97,71 @@ func CheckTLS(ctx context.Context, addr string, cfg *tls.Config, wait time.Durat
 	if cause, ok := TLSCause(err); ok {
 		return true, fmt.Errorf("%w: TLS to %s: %s", ErrInvalid, addr, cause)
 	}
+	if err != nil && silentOrClosed(err) && answersPlain(ctx, addr, wait) {
+		return true, fmt.Errorf("%w: TLS to %s: %s (%v)", ErrInvalid, addr, notTLS, err)
+	}
 	return true, nil
+}
+
+const notTLS = "the server does not speak TLS on this port (use the scheme without TLS, or the TLS port)"
+
+// CheckPlain is CheckTLS for a client configured without TLS: it finds
+// at once a server that speaks only TLS on addr, which a plain client
+// sees only as connections closed on it — retried until the timeout.
+// It returns an error wrapping ErrInvalid when a TLS handshake with addr
+// succeeds, or fails only on the client's lack of a certificate; nil for
+// anything else (a plain server, no answer within wait). reached is
+// false when addr could not be dialled (nothing was checked).
+func CheckPlain(ctx context.Context, addr string, wait time.Duration) (reached bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false, nil
+	}
+	defer raw.Close()
+	// Only the protocol is in question here, not whom to trust.
+	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec
+	err = conn.HandshakeContext(ctx)
+	if err == nil || strings.Contains(err.Error(), "certificate required") || strings.Contains(err.Error(), "bad certificate") {
+		return true, fmt.Errorf("%w: %s speaks TLS only: use the backend's TLS scheme (rediss://, etcds://, consuls://) or tls=true, with ca_file", ErrInvalid, addr)
+	}
+	return true, nil
+}
+
+// silentOrClosed reports whether a handshake failed because the server
+// said nothing or hung up on the ClientHello — what a plain server does.
+func silentOrClosed(err error) bool {
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout()
+}
+
+// plainProbe makes a plain server answer: Redis replies with an error
+// (GET has too many arguments, or NOAUTH), an HTTP server with a status
+// line, and gRPC servers behind etcd's multiplexer serve it as HTTP/1.
+var plainProbe = []byte("GET / HTTP/1.0\r\n\r\n")
+
+// answersPlain reports whether the server at addr answers plainProbe in
+// clear text. A TLS record (alert or handshake) is not an answer, nor is
+// an HTTPS server's note that a plain request reached it.
+func answersPlain(ctx context.Context, addr string, wait time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	if _, err := c.Write(plainProbe); err != nil {
+		return false
+	}
+	buf := make([]byte, 128)
+	n, _ := io.ReadAtLeast(c, buf, 1)
+	reply := string(buf[:n])
+	return n > 0 && buf[0] != 0x15 && buf[0] != 0x16 && !strings.Contains(reply, "HTTPS")
 }
