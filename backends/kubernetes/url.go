@@ -86,6 +86,13 @@ const maxQPS = 100000
 // else ~/.kube/config, else the in-cluster configuration; the namespace
 // given, else the context's, else "default".
 func loadKubeconfig(path, kubeContext, namespace string) (*rest.Config, string, error) {
+	if path != "" {
+		// client-go reads the whole file: /dev/zero would fill the memory.
+		fi, err := os.Stat(path)
+		if err == nil && (!fi.Mode().IsRegular() || fi.Size() > maxKubeconfig) {
+			return nil, "", fmt.Errorf("kubeconfig %q: not a regular file of at most %d bytes", path, maxKubeconfig)
+		}
+	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = path
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
@@ -101,6 +108,9 @@ func loadKubeconfig(path, kubeContext, namespace string) (*rest.Config, string, 
 	}
 	return cfg, namespace, nil
 }
+
+// maxKubeconfig bounds the kubeconfig file read (real ones are a few KB).
+const maxKubeconfig = 16 << 20
 
 // inClusterNamespace is the pod's own namespace.
 func inClusterNamespace() string {

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"slices"
@@ -188,9 +189,9 @@ func (q *Query) Secret(name, env string, dst *string) {
 	case inURL:
 		*dst = v
 	case inFile:
-		b, err := os.ReadFile(file)
+		b, err := readFile(file, maxSecretFile)
 		if err != nil {
-			q.setErr(q.fail("option %s_file: cannot read %q: %v", name, file, unwrapPath(err)))
+			q.setErr(q.fail("option %s_file: cannot read %q: %v", name, file, err))
 			return
 		}
 		*dst = strings.TrimRight(string(b), "\r\n")
@@ -199,6 +200,32 @@ func (q *Query) Secret(name, env string, dst *string) {
 			*dst = ev
 		}
 	}
+}
+
+// Bounds of the files options name: a secret is a line, a PEM file a
+// few certificates (a full CA bundle is ~200 KB). Beyond them the file is
+// not what the option wants — /dev/zero would fill the memory.
+const (
+	maxSecretFile = 64 << 10
+	maxPEMFile    = 4 << 20
+)
+
+// readFile reads at most max bytes of path; a longer file is an error.
+// A pipe works too (password_file=<(pass show redis)).
+func readFile(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("larger than %d bytes", max)
+	}
+	return b, nil
 }
 
 // unwrapPath drops the *PathError wrapping (which repeats the path).
@@ -253,16 +280,24 @@ func loadTLS(ca, cert, key string) (*tls.Config, error) {
 		return nil, errors.New("cert_file and key_file go together")
 	}
 	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
+		certPEM, err := readFile(cert, maxPEMFile)
 		if err != nil {
-			return nil, fmt.Errorf("cert_file %q / key_file %q: %v", cert, key, unwrapPath(err))
+			return nil, fmt.Errorf("cert_file %q: %v", cert, err)
+		}
+		keyPEM, err := readFile(key, maxPEMFile)
+		if err != nil {
+			return nil, fmt.Errorf("key_file %q: %v", key, err)
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("cert_file %q / key_file %q: %v", cert, key, err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	if ca != "" {
-		pem, err := os.ReadFile(ca)
+		pem, err := readFile(ca, maxPEMFile)
 		if err != nil {
-			return nil, fmt.Errorf("ca_file %q: %v", ca, unwrapPath(err))
+			return nil, fmt.Errorf("ca_file %q: %v", ca, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {

@@ -2,6 +2,7 @@ package driver_test
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -141,5 +142,45 @@ func TestQueryTLS(t *testing.T) {
 	q, _ = parse(t, "x://h?tls=true&ca_file=/nonexistent/ca.pem")
 	if q.TLS(false); !errors.Is(q.Err(), driver.ErrInvalid) || !strings.Contains(q.Err().Error(), "/nonexistent/ca.pem") {
 		t.Errorf("missing CA file: %v", q.Err())
+	}
+}
+
+// TestQueryFilesAreBounded: a file option naming an endless or huge file
+// (/dev/zero, a log) is an error naming the option and the bound, never
+// a read that fills the memory; a pipe holding a secret works.
+func TestQueryFilesAreBounded(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, make([]byte, 5<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{
+		"x://h?password_file=/dev/zero",
+		"x://h?password_file=" + big,
+		"x://h?tls=true&ca_file=/dev/zero",
+		"x://h?tls=true&ca_file=" + big,
+		"x://h?tls=true&cert_file=/dev/zero&key_file=/dev/zero",
+	} {
+		q, err := parse(t, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pw string
+		q.Secret("password", "", &pw)
+		q.TLS(false)
+		if err := q.Err(); !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "larger than") {
+			t.Errorf("%s: %v, want ErrInvalid saying the file is larger than the bound", raw, err)
+		}
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.WriteString("piped-secret\n"); w.Close() }()
+	defer r.Close()
+	q, _ := parse(t, fmt.Sprintf("x://h?password_file=/dev/fd/%d", r.Fd()))
+	var pw string
+	q.Secret("password", "", &pw)
+	if err := q.Err(); err != nil || pw != "piped-secret" {
+		t.Errorf("password_file on a pipe: %q, %v", pw, err)
 	}
 }
