@@ -80,7 +80,7 @@ func TestParseURLInvalid(t *testing.T) {
 		"k8s://?kubeconfig=" + kc + "&namespcae=x",     // unknown option
 		"k8s://?kubeconfig=" + kc + "&context=missing", // no such context
 		"k8s://?kubeconfig=/nonexistent/kubeconfig",
-		"k8s://?kubeconfig=/dev/zero", // client-go would read it until the memory is full
+		"k8s://?kubeconfig=/dev/zero",       // client-go would read it until the memory is full
 		"k8s://in-cluster?kubeconfig=" + kc, // both
 		"k8s://in-cluster",                  // not in a pod
 		"k8s://?kubeconfig=" + kc + "&request_timeout=soon",
