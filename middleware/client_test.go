@@ -435,6 +435,39 @@ func TestSnapshotDirColdStartDuringOutage(t *testing.T) {
 	}
 }
 
+// TestSnapshotDirRefusesAlteredFiles: a persisted snapshot is held to
+// what the registry serves from a backend. A file altered on disk — an
+// address that is not host:port, a control character, another service's
+// instance, a repeated ID — is not served at a cold start.
+func TestSnapshotDirRefusesAlteredFiles(t *testing.T) {
+	good := `{"id":"a1","service":"api","address":"127.0.0.1:1","weight":100}`
+	for name, inst := range map[string]string{
+		"address":       `{"id":"a2","service":"api","address":"evil host:80","weight":100}`,
+		"control":       `{"id":"a2","service":"api","address":"127.0.0.1:2","weight":100,"version":"1\u001b[2J"}`,
+		"other service": `{"id":"a2","service":"billing","address":"127.0.0.1:2","weight":100}`,
+		"repeated ID":   good,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := `{"format":1,"snapshot":{"service":"api","revision":1,"instances":[` + good + `,` + inst + `]}}`
+			if err := os.WriteFile(filepath.Join(dir, "api.json"), []byte(file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			d := memory.NewDriver(memory.NewServer())
+			d.SetReachable(false)
+			cold := registry.New(d)
+			defer cold.Close()
+			c := newClient(t, cold, middleware.WithSnapshotDir(dir), middleware.WithFirstSnapshotTimeout(200*time.Millisecond))
+			if err := c.Do(context.Background(), "api", get); err == nil {
+				t.Fatal("a call went to an instance of an altered snapshot file")
+			}
+			if s, _ := c.Snapshot("api"); len(s.Instances) != 0 {
+				t.Fatalf("served %d instances of an altered snapshot file", len(s.Instances))
+			}
+		})
+	}
+}
+
 func TestUnknownStrategyFailsAtConstruction(t *testing.T) {
 	e := newEnv(t)
 	_, err := middleware.NewClient(e.reader, middleware.WithSelector(selectorStrategy("bogus")))
