@@ -59,6 +59,18 @@ func longName(prefix string, n int) string {
 	return prefix + strings.Repeat("a", n-len(prefix))
 }
 
+// longHost returns a host name of n bytes in labels of at most 63.
+func longHost(n int) string {
+	var b strings.Builder
+	for b.Len() < n {
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(strings.Repeat("h", min(63, n-b.Len())))
+	}
+	return b.String()
+}
+
 // allAtOnce puts every field that fits together at its limit: a backend
 // storing its own fields beside the user's (Consul's Meta) must still
 // accept the user's whole budget.
@@ -113,8 +125,8 @@ var limitCases = []limitCase{
 		at:   func(in *registry.Instance) { in.ID = longName("id-", registry.MaxIDLen) },
 		past: func(in *registry.Instance) { in.ID = longName("id-", registry.MaxIDLen+1) }},
 	{name: "host length", field: "address",
-		at:   func(in *registry.Instance) { in.Address = longName("h", registry.MaxHostLen) + ":65535" },
-		past: func(in *registry.Instance) { in.Address = longName("h", registry.MaxHostLen+1) + ":65535" }},
+		at:   func(in *registry.Instance) { in.Address = longHost(registry.MaxHostLen) + ":65535" },
+		past: func(in *registry.Instance) { in.Address = longHost(registry.MaxHostLen+1) + ":65535" }},
 	{name: "encoded size", field: "instance",
 		at:   func(in *registry.Instance) { encodedTo(in, registry.MaxEncodedSize) },
 		past: func(in *registry.Instance) { encodedTo(in, registry.MaxEncodedSize+1) }},

@@ -21,9 +21,15 @@ const MaxHostLen = 253
 //   - an IPv4 host is four decimal octets without leading zeros (a host
 //     of only digits and dots that is not one, such as "010.0.0.1", is
 //     rejected: resolvers read it as octal or not at all);
+//   - an IPv4-mapped IPv6 host is its IPv4 address
+//     ("[::ffff:10.0.0.1]:80" → "10.0.0.1:80");
+//   - the unspecified address ("0.0.0.0", "[::]") is rejected: it is
+//     where a server listens, not an address a client can dial;
 //   - brackets hold only an IPv6 address ("[h]:80" is rejected);
 //   - any other host is a DNS-style name of letters, digits, '-', '_' and
-//     '.' (no empty label, at most MaxHostLen bytes), lower-cased.
+//     '.' (labels of 1 to 63 bytes that neither start nor end with '-',
+//     at most MaxHostLen bytes), lower-cased, whose last label is not a
+//     number: resolvers read "0x7f.0.0.1" and "0x7f000001" as 127.0.0.1.
 //
 // Errors are *FieldError on "address" (they wrap ErrInvalid).
 func CanonicalAddress(addr string) (string, error) {
@@ -74,16 +80,33 @@ func canonicalHost(host string, bracketed bool) (string, error) {
 		case ip.Zone() != "":
 			return "", invalid("address", "IPv6 zone %q not allowed", ip.Zone())
 		}
-		return ip.String(), nil
+		return dialable(ip.Unmap())
 	}
-	if strings.Trim(host, "0123456789.") == "" {
+	if strings.Trim(host, "0123456789.") == "" || numericLabel(host[strings.LastIndexByte(host, '.')+1:]) {
 		ip, err := netip.ParseAddr(host)
 		if err != nil || !ip.Is4() {
 			return "", invalid("address", "host %q is neither an IPv4 address nor a name", host)
 		}
-		return ip.String(), nil
+		return dialable(ip)
 	}
 	return hostName(host)
+}
+
+// dialable returns ip's text unless it is the unspecified address.
+func dialable(ip netip.Addr) (string, error) {
+	if ip.IsUnspecified() {
+		return "", invalid("address", "%s is the unspecified address, where a server listens: register an address clients can reach", ip)
+	}
+	return ip.String(), nil
+}
+
+// numericLabel reports whether a host's last label reads as a number to
+// a resolver: decimal digits, or 0x and hexadecimal digits.
+func numericLabel(l string) bool {
+	if h, ok := strings.CutPrefix(strings.ToLower(l), "0x"); ok {
+		return strings.Trim(h, "0123456789abcdef") == ""
+	}
+	return l != "" && strings.Trim(l, "0123456789") == ""
 }
 
 func hostName(host string) (string, error) {
@@ -96,6 +119,14 @@ func hostName(host string) (string, error) {
 		}
 		if r == '.' && (i == 0 || i == len(host)-1 || host[i-1] == '.') {
 			return "", invalid("address", "host %q has an empty label", host)
+		}
+	}
+	for _, l := range strings.Split(host, ".") {
+		if len(l) > 63 {
+			return "", invalid("address", "host %q: a label of %d bytes, at most 63 allowed", host, len(l))
+		}
+		if l[0] == '-' || l[len(l)-1] == '-' {
+			return "", invalid("address", "host %q: label %q starts or ends with '-'", host, l)
 		}
 	}
 	return strings.ToLower(host), nil

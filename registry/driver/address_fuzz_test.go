@@ -3,6 +3,7 @@ package driver_test
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"strconv"
 	"testing"
 
@@ -16,7 +17,8 @@ import (
 // holds the forms people type: signs, leading zeros, brackets, zones,
 // upper case, IPv4-in-IPv6.
 func FuzzCanonicalAddress(f *testing.F) {
-	for _, s := range []string{"10.0.0.1:8080", "[::1]:80", "h:+80", "x:00080", "[h]:80", "H:80"} {
+	for _, s := range []string{"10.0.0.1:8080", "[::1]:80", "h:+80", "x:00080", "[h]:80", "H:80",
+		"[::ffff:10.0.0.1]:80", "0.0.0.0:80", "[::]:80", "0x7f.0.0.1:80", "-h:80"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, addr string) {
@@ -38,6 +40,11 @@ func FuzzCanonicalAddress(f *testing.F) {
 		n, perr := strconv.Atoi(port)
 		if err != nil || host == "" || perr != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
 			t.Fatalf("canonical form %q of %q: host %q port %q", c, addr, host, port)
+		}
+		// One endpoint, one spelling: no IPv4-mapped form, no address no
+		// client can dial.
+		if ip, err := netip.ParseAddr(host); err == nil && (ip.Is4In6() || ip.IsUnspecified()) {
+			t.Fatalf("canonical form %q of %q: host %v", c, addr, ip)
 		}
 	})
 }

@@ -48,7 +48,7 @@ func TestCanonicalAddress(t *testing.T) {
 		"[0:0:0:0:0:0:0:1]:80":  "[::1]:80",
 		"[2001:DB8::0001]:9000": "[2001:db8::1]:9000",
 		"my_host-1:65535":       "my_host-1:65535",
-		"[::ffff:1.2.3.4]:1":    "[::ffff:1.2.3.4]:1",
+		"[::ffff:1.2.3.4]:1":    "1.2.3.4:1",
 	}
 	for in, want := range same {
 		if got, err := CanonicalAddress(in); err != nil || got != want {
