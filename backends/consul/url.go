@@ -118,6 +118,17 @@ func (o *Options) validate() error {
 	return nil
 }
 
+// String formats the options with the token masked, so that logging them
+// (%v, %+v, slog) never prints it.
+func (o Options) String() string {
+	type plain Options // no String method: formats field by field
+	p := plain(o)
+	if p.Token != "" {
+		p.Token = "xxxxx"
+	}
+	return fmt.Sprintf("%+v", p)
+}
+
 // ParseURL reads Options from a consul:// or consuls:// URL with
 // driver.Query, so options are spelled, read and rejected as on every
 // backend (see the package doc for the list). A missing host is

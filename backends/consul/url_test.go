@@ -2,6 +2,7 @@ package consul_test
 
 import (
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -112,3 +113,13 @@ func TestPublicOptions(t *testing.T) {
 // tlsFiles writes a CA and a certificate it signs for 127.0.0.1 and
 // "consul.test" into dir: ca.pem, cert.pem, key.pem.
 func tlsFiles(t *testing.T, dir string) { testca.Write(t, dir, "consul.test") }
+
+// TestOptionsFormatMasksToken: logging the options never prints the token.
+func TestOptionsFormatMasksToken(t *testing.T) {
+	o := consul.Options{Address: "127.0.0.1:8500", Token: "s3cret-token"}
+	for _, s := range []string{fmt.Sprint(o), fmt.Sprintf("%+v", o), fmt.Sprintf("%v", &o), fmt.Sprintf("%s", o)} {
+		if strings.Contains(s, "s3cret") || !strings.Contains(s, "127.0.0.1:8500") {
+			t.Errorf("formatted options %q: token printed or address missing", s)
+		}
+	}
+}

@@ -209,6 +209,17 @@ type Options struct {
 	ProgressInterval time.Duration
 }
 
+// String formats the options with the password masked, so that logging
+// them (%v, %+v, slog) never prints it.
+func (o Options) String() string {
+	type plain Options // no String method: formats field by field
+	p := plain(o)
+	if p.Client.Password != "" {
+		p.Client.Password = "xxxxx"
+	}
+	return fmt.Sprintf("%+v", p)
+}
+
 // New connects a Driver. The client connects lazily: an unreachable
 // cluster shows as ErrUnavailable on the first calls, not here (unless
 // credentials are set, which are checked at once).

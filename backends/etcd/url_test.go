@@ -282,3 +282,15 @@ func TestAuthentication(t *testing.T) {
 		t.Fatalf("Lookup without credentials on an auth-enabled server = %v, want an error", sn.Instances)
 	}
 }
+
+// TestOptionsFormatMasksPassword: logging the options never prints the
+// password.
+func TestOptionsFormatMasksPassword(t *testing.T) {
+	o := Options{Prefix: "/roster"}
+	o.Client.Endpoints, o.Client.Username, o.Client.Password = []string{"127.0.0.1:2379"}, "roster", "s3cret-pw"
+	for _, s := range []string{fmt.Sprint(o), fmt.Sprintf("%+v", o), fmt.Sprintf("%v", &o)} {
+		if strings.Contains(s, "s3cret") || !strings.Contains(s, "/roster") {
+			t.Errorf("formatted options %q: password printed or prefix missing", s)
+		}
+	}
+}
