@@ -113,8 +113,15 @@ func New(cfg Config) (*Agent, error) {
 // Registry returns the registry the agent uses.
 func (a *Agent) Registry() *registry.Registry { return a.reg }
 
-// ServeHTTP serves the agent's API, metrics and dashboard.
-func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the agent's API, metrics and dashboard to the
+// programs of its host, and refuses web pages (see foreign).
+func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if reason := foreign(r); reason != "" {
+		writeJSON(w, http.StatusForbidden, Error{Error: reason, Code: "forbidden"})
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
 
 // Close deregisters the local processes, expires every pending token,
 // stops following services and ends open long polls and event streams.

@@ -312,14 +312,14 @@ func BenchmarkPickReportHandler(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			w := httptest.NewRecorder()
-			a.ServeHTTP(w, httptest.NewRequest("POST", "/v1/pick", bytes.NewReader(pickBody)))
+			a.ServeHTTP(w, localRequest("POST", "/v1/pick", bytes.NewReader(pickBody)))
 			var p agent.PickResponse
 			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 				b.Fatal(err)
 			}
 			body, _ := json.Marshal(agent.ReportRequest{Token: p.Token, Outcome: "success", LatencyMS: 1.5})
 			w = httptest.NewRecorder()
-			a.ServeHTTP(w, httptest.NewRequest("POST", "/v1/report", bytes.NewReader(body)))
+			a.ServeHTTP(w, localRequest("POST", "/v1/report", bytes.NewReader(body)))
 			if w.Code != 204 {
 				b.Fatal(w.Code)
 			}

@@ -40,9 +40,15 @@
 //     soon as the index differs from N, or after ?wait (default 5m, at
 //     most 10m) with the unchanged state. An index from an earlier run of
 //     the agent differs, so the poll answers at once.
-//   - Errors are JSON {"error","code"}: 400 invalid, 404 not_found (an
-//     unknown token or registration), 429 too_many, 503 no_instances,
-//     stale, unavailable or closed.
+//   - Errors are JSON {"error","code"}: 400 invalid, 403 forbidden (a
+//     request of a web page: see below), 404 not_found (an unknown token
+//     or registration), 429 too_many, 503 no_instances, stale,
+//     unavailable or closed.
+//   - The API has no authentication, so it serves programs of its host
+//     only: a request with an Origin other than the agent's own (a
+//     cross-site form or fetch from a browser on the host) is refused,
+//     and over TCP so is a Host other than a loopback address or
+//     localhost (DNS rebinding). Listen on loopback or a Unix socket.
 //   - Local registrations are leases the agent holds: they live while
 //     the agent does and are deregistered by Close. With check_url the
 //     instance is withdrawn while its process's HTTP check fails.
