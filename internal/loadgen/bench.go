@@ -43,6 +43,11 @@ func (b *bench) open(ctx context.Context, rep *Report) error {
 		}
 		b.procs = append(b.procs, r)
 	}
+	// Registries open lazily: ask once, so that an unreachable or
+	// refusing one is the error, not the watch step's timeout.
+	if _, err := b.procs[0].Lookup(ctx, b.service(0)); err != nil {
+		return fmt.Errorf("the registry does not answer: %w", err)
+	}
 	rep.serverBase = base
 	rep.Server = serverStats(ctx, b.procs[0])
 	return nil
