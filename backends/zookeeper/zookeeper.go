@@ -14,12 +14,21 @@
 //
 // Give every host its port, or none (2181 for all). The path is the root
 // znode under which services live (default /roster): the driver prefixes
-// its paths with it, as a chroot would. User and password, when given, are
-// added to every session as digest credentials; the password never
-// appears in an error or in driver.Redact's output. Options:
+// its paths with it, as a chroot would. Each root is a namespace of its
+// own; so that no root can lie inside another's, the segments of a root
+// below the first must be names no service can have (/apps/_roster,
+// /teams/Payments; /apps/roster is refused, as it would be the service
+// "roster" of the root /apps). User and password, when given, are added to
+// every session as digest credentials; the password never appears in an
+// error or in driver.Redact's output. Options:
 //
 //	session_timeout   timeout of the session that reads and watches, default 10s
 //	request_timeout   bound on every call, default 5s
+//	password_file     file holding the digest password of the URL's user
+//
+// Without a password in the URL or password_file, a URL that names a user
+// takes the password from $ROSTER_ZOOKEEPER_PASSWORD. The driver speaks
+// plain TCP: the TLS options of the other backends are refused.
 //
 // # Data model
 //
@@ -85,6 +94,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,6 +159,9 @@ func New(opts Options) (*Driver, error) {
 	if root == "/" || root[0] != '/' {
 		return nil, driver.Invalid("root", "%q: want an absolute znode path below /, such as /roster", opts.Root)
 	}
+	if err := checkNesting(root); err != nil {
+		return nil, err
+	}
 	if opts.SessionTimeout <= 0 {
 		opts.SessionTimeout = DefaultSessionTimeout
 	}
@@ -164,6 +177,29 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// checkNesting refuses a root that could lie inside another root's
+// namespace. A driver reads and writes only <root>/<service>[/<id>], with
+// service a valid service name; a root nested in another, such as /a/b
+// in /a, would be tenant /a's service "b", which /a could list, register
+// into and delete from. So every segment of a root below the first must
+// be a name no service can have (one with an upper-case letter or a
+// leading '_': /apps/_roster, /teams/Payments): then no root's znodes are
+// ever another root's services, and roots never overlap.
+func checkNesting(root string) error {
+	segs := strings.Split(root[1:], "/")
+	for i := 1; i < len(segs); i++ {
+		if driver.ValidateService(segs[i]) != nil {
+			continue
+		}
+		parent := "/" + strings.Join(segs[:i], "/")
+		return driver.Invalid("root", "%s: its segment %q is a valid service name, so the root would be the "+
+			"service %q of the root %s and share its namespace: use a root of one segment (%s-%s) or name "+
+			"the deeper segments as no service can be named, with a leading '_' or an upper-case letter (%s/_%s)",
+			root, segs[i], segs[i], parent, parent, segs[i], parent, segs[i])
+	}
+	return nil
 }
 
 // Root returns the root znode.
