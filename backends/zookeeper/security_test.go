@@ -88,18 +88,6 @@ func TestPasswordOutsideURL(t *testing.T) {
 	}
 }
 
-// TestTLSOptionsRefused: the driver speaks plain TCP; a TLS option is
-// refused by name rather than ignored.
-func TestTLSOptionsRefused(t *testing.T) {
-	for _, opt := range []string{"tls=true", "ca_file=/ca.pem", "cert_file=/c.pem&key_file=/k.pem", "server_name=zk", "skip_verify=true"} {
-		u, _ := url.Parse("zk://h/r?" + opt)
-		_, err := zookeeper.ParseURL(u)
-		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "TLS is not supported") {
-			t.Errorf("%s: %v, want ErrInvalid saying TLS is not supported", opt, err)
-		}
-	}
-}
-
 // TestDigestACL: with credentials from a file, the driver's znodes carry
 // the ACL auth:all + world:read. Another digest identity (its password
 // from the environment) reads them but cannot delete, overwrite or add

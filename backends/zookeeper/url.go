@@ -11,7 +11,7 @@ import (
 )
 
 // publicOptions are the URL options whose values are not secrets.
-var publicOptions = []string{"session_timeout", "request_timeout"}
+var publicOptions = []string{"session_timeout", "request_timeout", "tls", "ca_file", "cert_file", "server_name", "skip_verify"}
 
 var openURL = driver.OpenWith(ParseURL, New)
 
@@ -26,9 +26,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	q.Duration("session_timeout", &o.SessionTimeout)
 	q.Duration("request_timeout", &o.RequestTimeout)
-	if err := noTLS(q); err != nil {
-		return o, err
-	}
+	o.TLS = q.TLS(false)
 	if err := credentials(u, q, &o); err != nil {
 		return o, err
 	}
@@ -75,22 +73,6 @@ func credentials(u *url.URL, q *driver.Query, o *Options) error {
 		o.Password = pw
 	default:
 		q.Secret("password", EnvPassword, &o.Password)
-	}
-	return nil
-}
-
-// tlsOptions are the options that configure TLS on the other backends
-// (driver.Query.TLS).
-var tlsOptions = []string{"tls", "ca_file", "cert_file", "key_file", "server_name", "skip_verify"}
-
-// noTLS refuses the TLS options by name: the driver speaks plain TCP, and
-// an option that would be ignored must not look like protection.
-func noTLS(q *driver.Query) error {
-	for _, o := range tlsOptions {
-		if q.Has(o) {
-			return driver.InvalidURL("zookeeper", "option %s: TLS is not supported by the zookeeper backend "+
-				"(plain TCP only; docs/security.md)", o)
-		}
 	}
 	return nil
 }

@@ -25,10 +25,16 @@
 //	session_timeout   timeout of the session that reads and watches, default 10s
 //	request_timeout   bound on every call, default 5s
 //	password_file     file holding the digest password of the URL's user
+//	tls=true          TLS, to the servers' secureClientPort
+//	ca_file, cert_file, key_file, server_name, skip_verify
+//	                  TLS settings, as on every backend (driver.Query.TLS)
 //
 // Without a password in the URL or password_file, a URL that names a user
-// takes the password from $ROSTER_ZOOKEEPER_PASSWORD. The driver speaks
-// plain TCP: the TLS options of the other backends are refused.
+// takes the password from $ROSTER_ZOOKEEPER_PASSWORD. With TLS, New runs
+// one handshake with each server that answers, so that a certificate that
+// cannot be verified, or a client certificate the server refuses, is
+// driver.ErrInvalid naming the cause rather than a client retrying
+// forever.
 //
 // # Data model
 //
@@ -89,6 +95,7 @@ package zookeeper
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -131,6 +138,7 @@ type Options struct {
 	SessionTimeout time.Duration // of the reading session, default DefaultSessionTimeout
 	RequestTimeout time.Duration // bound on every call, default DefaultRequestTimeout
 	User, Password string        // digest credentials, optional
+	TLS            *tls.Config   // nil: plain TCP
 }
 
 // Driver is a driver.Driver on a ZooKeeper ensemble. Wrap it with
@@ -167,6 +175,11 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.TLS != nil {
+		if err := checkTLS(opts); err != nil {
+			return nil, fmt.Errorf("zookeeper: connect: %w", err)
+		}
 	}
 	d := &Driver{opts: opts, root: root, acl: zk.WorldACL(zk.PermAll), sessions: map[time.Duration]*session{}}
 	if opts.User != "" {
