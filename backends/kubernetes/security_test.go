@@ -199,6 +199,14 @@ func openURL(t *testing.T, u string) *registry.Registry {
 	return r
 }
 
+// firstCalls returns the errors of a first Lookup and a first Register
+// on r, by name.
+func firstCalls(t *testing.T, r *registry.Registry) map[string]error {
+	_, lerr := r.Lookup(t.Context(), "svc")
+	_, rerr := r.Register(t.Context(), registry.Instance{Service: "svc", Address: "10.0.0.1:80"})
+	return map[string]error{"Lookup": lerr, "Register": rerr}
+}
+
 // TestRejectedToken: a kubeconfig whose token the apiserver does not know
 // fails the first calls with ErrInvalid saying Unauthorized, and no error
 // shows the token.
@@ -208,10 +216,7 @@ func TestRejectedToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := openURL(t, u)
-	_, lerr := r.Lookup(t.Context(), "svc")
-	_, rerr := r.Register(t.Context(), registry.Instance{Service: "svc", Address: "10.0.0.1:80"})
-	for name, err := range map[string]error{"Lookup": lerr, "Register": rerr} {
+	for name, err := range firstCalls(t, openURL(t, u)) {
 		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "Unauthorized") || strings.Contains(err.Error(), token) {
 			t.Errorf("%s with a rejected token: %v, want ErrInvalid saying Unauthorized, without the token", name, err)
 		}
@@ -227,10 +232,7 @@ func TestForeignCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := openURL(t, u)
-	_, lerr := r.Lookup(t.Context(), "svc")
-	_, rerr := r.Register(t.Context(), registry.Instance{Service: "svc", Address: "10.0.0.1:80"})
-	for name, err := range map[string]error{"Lookup": lerr, "Register": rerr} {
+	for name, err := range firstCalls(t, openURL(t, u)) {
 		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "not signed by a CA") {
 			t.Errorf("%s with a foreign CA: %v, want ErrInvalid naming the CA", name, err)
 		}
