@@ -11,8 +11,10 @@
 //
 // The server runs on the JVM found as $JAVA_HOME/bin/java or java on PATH,
 // with the class path $ROSTER_ZOOKEEPER_CLASSPATH if set, else Debian's
-// /usr/share/java/zookeeper.jar (whose manifest names its dependencies)
-// and slf4j-simple for its log. scripts/test.sh installs the package.
+// /usr/share/java/zookeeper.jar (whose manifest names its dependencies),
+// slf4j-simple for its log and netty-codec (of libnetty-java, which the
+// package depends on) for the TLS port. scripts/test.sh installs the
+// package. StartTLS runs a server that also serves TLS.
 package zktest
 
 import (
