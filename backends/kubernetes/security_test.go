@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -259,6 +260,35 @@ func TestNoOptionCarriesAToken(t *testing.T) {
 		_, err = kubernetes.ParseURL(u)
 		if !errors.Is(err, registry.ErrInvalid) || strings.Contains(err.Error(), secret) {
 			t.Errorf("%s: %v, want ErrInvalid without the secret", strings.ReplaceAll(raw, secret, "…"), err)
+		}
+	}
+}
+
+// TestKubeconfigErrorsHideTheToken: a kubeconfig that holds a token but
+// cannot be used (it does not parse, names a context it lacks, or a
+// server URL that does not parse) is ErrInvalid, and the error does not
+// show the token.
+func TestKubeconfigErrorsHideTheToken(t *testing.T) {
+	const token = "kubeconfig-token-7d1e"
+	user := "users:\n- name: u\n  user:\n    token: " + token + "\n"
+	for name, kc := range map[string]string{
+		"does not parse":  "apiVersion: v1\nkind: Config\n" + user + "clusters: [\n",
+		"missing context": "apiVersion: v1\nkind: Config\n" + user + "current-context: nowhere\n",
+		"bad server URL": "apiVersion: v1\nkind: Config\n" + user +
+			"clusters:\n- name: c\n  cluster:\n    server: \"https://%zz\"\n" +
+			"contexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+	} {
+		file := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := os.WriteFile(file, []byte(kc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r, err := registry.Open(t.Context(), "k8s://?namespace=a&request_timeout=1s&kubeconfig="+url.QueryEscape(file))
+		if err == nil {
+			_, err = r.Lookup(t.Context(), "svc")
+			r.Close()
+		}
+		if !errors.Is(err, registry.ErrInvalid) || strings.Contains(err.Error(), token) {
+			t.Errorf("%s: %v, want ErrInvalid without the token", name, err)
 		}
 	}
 }
