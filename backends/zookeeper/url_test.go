@@ -79,7 +79,8 @@ func TestParseURLNeverPrintsThePassword(t *testing.T) {
 }
 
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"zk://h:2181/r", "zk://u:pw@h1,h2/r?session_timeout=3s", "zk://h/a//b", "zk:h"} {
+	for _, s := range []string{"zk://h:2181/r", "zk://u:pw@h1,h2/r?session_timeout=3s", "zk://h/a//b", "zk:h",
+		"zk://u@h/r?password_file=pw", "zk://h/r?tls=true&server_name=zk&skip_verify=true"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
