@@ -45,6 +45,19 @@ func TestNestedRootRefused(t *testing.T) {
 	for _, root := range []string{outer + "/_b", outer + "/Payments", outer + "/_x/Y"} {
 		open(t, "zk://"+shared.Addr()+root)
 	}
+	// Roots that share a prefix of characters are siblings: znode paths
+	// go by segments.
+	a, ab := open(t, "zk://"+shared.Addr()+outer), open(t, "zk://"+shared.Addr()+outer+"-b")
+	if _, err := a.Register(t.Context(), registry.Instance{Service: "svc", Address: "10.0.0.1:80"}); err != nil {
+		t.Fatal(err)
+	}
+	svcs, err := ab.Services(t.Context())
+	if snap, lerr := ab.Lookup(t.Context(), "svc"); err != nil || lerr != nil || len(svcs) != 0 || len(snap.Instances) != 0 {
+		t.Fatalf("root %s-b sees %v, %v (%v, %v) of root %s", outer, svcs, snap.Instances, err, lerr, outer)
+	}
+	if snap, err := a.Lookup(t.Context(), "svc"); err != nil || len(snap.Instances) != 1 {
+		t.Fatalf("root %s: %v, %v", outer, snap.Instances, err)
+	}
 }
 
 // TestPasswordOutsideURL: the digest password comes from the URL, from
