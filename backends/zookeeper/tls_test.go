@@ -27,7 +27,11 @@ func TestTLS(t *testing.T) {
 	if sn, err := r.Lookup(t.Context(), "svc"); err != nil || len(sn.Instances) != 1 {
 		t.Fatalf("Lookup over TLS: %v %v", sn.Instances, err)
 	}
-	open(t, u+"&server_name=zk.test") // a name of the certificate other than the address
+	// A name of the certificate other than the address, verified by the
+	// sessions' dialer as by the check at Open.
+	if sn, err := open(t, u+"&server_name=zk.test").Lookup(t.Context(), "svc"); err != nil || len(sn.Instances) != 1 {
+		t.Fatalf("Lookup with server_name: %v %v", sn.Instances, err)
+	}
 	_, err := registry.Open(t.Context(), "zk://"+s.SecureAddr()+"/tls?tls=true")
 	if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "not signed by a CA") {
 		t.Fatalf("Open without the CA = %v, want ErrInvalid naming the CA", err)
