@@ -126,6 +126,20 @@ func (p *pair) DeleteExternally(ctx context.Context, in registry.Instance) error
 	return errors.Join(err, p.redisH.(conformance.ExternalDeleter).DeleteExternally(ctx, in))
 }
 
+// OpenTenant implements conformance.Tenants: the tenant's own namespace on
+// both sides, an etcd prefix and a Redis key prefix. A dual registry's
+// namespace is the pair: two tenants are apart only if they differ on both
+// sides, since reads are the union of the two.
+func (p *pair) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+	oldURL := p.etcd.URL(etcdPrefix+"-"+tenant, etcdOptions)
+	newURL := "redis://" + p.redis.Addr() + "/0?" + redisQuery + "&prefix=dual-" + tenant
+	return registry.Open(ctx, dualURL(oldURL, newURL, "old"), registry.WithResyncInterval(5*time.Second))
+}
+
+// TenantsShareNames is true: each pair of prefixes is a namespace of its
+// own.
+func (p *pair) TenantsShareNames() bool { return true }
+
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newPair(t))
 }

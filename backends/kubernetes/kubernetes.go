@@ -234,6 +234,9 @@ func classify(op string, err error) error {
 		apierrors.IsUnauthorized(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err):
 		return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrInvalid, err)
 	}
+	if cause, ok := driver.TLSCause(err); ok { // the kubeconfig's CA or client certificate
+		return fmt.Errorf("k8s: %s: %w: %s", op, driver.ErrInvalid, cause)
+	}
 	return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrUnavailable, err)
 }
 

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -34,8 +35,9 @@ type generation struct {
 	wg      sync.WaitGroup // the watchdog
 	rev     atomic.Uint64  // highest resourceVersion seen
 
-	mu   sync.Mutex
-	subs map[string]map[chan struct{}]struct{}
+	mu    sync.Mutex
+	subs  map[string]map[chan struct{}]struct{}
+	cause error // the first list or watch error, set before down closes
 }
 
 const byService = "service"
@@ -116,9 +118,32 @@ func listWatch[L runtime.Object](g *generation,
 // resourceVersion that will not come.
 func (g *generation) note(err error) error {
 	if err != nil {
-		g.markDown()
+		g.fail(err)
 	}
 	return err
+}
+
+// fail records the generation's first error and ends it.
+func (g *generation) fail(err error) {
+	g.mu.Lock()
+	if g.cause == nil {
+		g.cause = err
+	}
+	g.mu.Unlock()
+	g.markDown()
+}
+
+// downErr is the error of a stream on a generation that ended: ErrInvalid
+// when the apiserver refused the list or watch (RBAC: forbidden), which
+// no retry cures; ErrUnavailable otherwise.
+func (g *generation) downErr(service string) error {
+	g.mu.Lock()
+	cause := g.cause
+	g.mu.Unlock()
+	if err := classify("watch "+service, cause); errors.Is(err, driver.ErrInvalid) {
+		return err
+	}
+	return fmt.Errorf("k8s: watch %s: %w: informer lost the apiserver", service, driver.ErrUnavailable)
 }
 
 // informer registers, through the factory, the informer of obj's type
@@ -132,7 +157,7 @@ func (g *generation) informer(obj runtime.Object, label string, lw *cache.ListWa
 			return nil, nil
 		}})
 	})
-	i.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) { g.markDown() })
+	i.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { g.fail(err) })
 	i.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { g.changed(o, label) },
 		UpdateFunc: func(_, o any) { g.changed(o, label) },
@@ -236,6 +261,9 @@ func (d *Driver) current(ctx context.Context) (*generation, error) {
 	for _, ok := range inf.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			inf.stop()
+			if err := inf.downErr(""); errors.Is(err, driver.ErrInvalid) {
+				return nil, err
+			}
 			return nil, fmt.Errorf("k8s: watch: %w: informer cache did not sync in %v", driver.ErrUnavailable, d.reqT)
 		}
 	}
@@ -297,7 +325,7 @@ func (s *stream) wait(ctx context.Context, next time.Time) error {
 	case <-s.done:
 		return driver.ErrClosed
 	case <-s.inf.down:
-		return fmt.Errorf("k8s: watch %s: %w: informer lost the apiserver", s.service, driver.ErrUnavailable)
+		return s.inf.downErr(s.service)
 	case <-s.wake:
 	case <-expire:
 		// A Lease lapsed by our clock. If the informers are cut off, the

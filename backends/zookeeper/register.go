@@ -133,6 +133,15 @@ func (d *Driver) ensureParents(ctx context.Context, conn *zk.Conn, p string) err
 	}
 	return d.call(ctx, "create parents", func() error {
 		for _, dir := range dirs {
+			// Exists first: the server checks the parent's CREATE
+			// permission before it reports NodeExists, and an operator
+			// may have created the root under a parent we may not write.
+			if ok, _, err := conn.Exists(dir); err != nil || ok {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			if _, err := conn.Create(dir, nil, 0, d.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return err
 			}

@@ -44,8 +44,9 @@ func (d *Driver) newSession(timeout time.Duration) (*session, error) {
 func (s *session) dialLocked() error {
 	s.gen++
 	gen := s.gen
+	dial, hosts := transport(s.d.opts.TLS)
 	conn, _, err := zk.Connect(s.d.opts.Servers, s.timeout,
-		zk.WithLogger(quiet{}), zk.WithLogInfo(false),
+		zk.WithLogger(quiet{}), zk.WithLogInfo(false), zk.WithDialer(dial), zk.WithHostProvider(hosts),
 		zk.WithEventCallback(func(ev zk.Event) { s.onEvent(gen, ev) }))
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w: %v", driver.ErrInvalid, err)

@@ -11,7 +11,7 @@ import (
 )
 
 // publicOptions are the URL options whose values are not secrets.
-var publicOptions = []string{"session_timeout", "request_timeout"}
+var publicOptions = []string{"session_timeout", "request_timeout", "tls", "ca_file", "cert_file", "server_name", "skip_verify"}
 
 var openURL = driver.OpenWith(ParseURL, New)
 
@@ -26,21 +26,55 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	q.Duration("session_timeout", &o.SessionTimeout)
 	q.Duration("request_timeout", &o.RequestTimeout)
+	o.TLS = q.TLS(false)
+	if err := credentials(u, q, &o); err != nil {
+		return o, err
+	}
 	if err := q.Err(); err != nil {
 		return o, err
 	}
 	if o.Root, err = root(u); err != nil {
 		return o, err
 	}
-	if u.User != nil {
-		o.User = u.User.Username()
-		o.Password, _ = u.User.Password()
-		if o.User == "" || o.Password == "" {
-			return o, invalid(u, "digest credentials need both a user and a password (zk://user:password@host)")
-		}
+	if o.User != "" && o.Password == "" {
+		return o, invalid(u, "digest credentials need both a user and a password "+
+			"(zk://user:password@host, zk://user@host?password_file=PATH or $%s)", EnvPassword)
 	}
 	o.Servers, err = servers(u)
 	return o, err
+}
+
+// EnvPassword names the environment variable that holds the digest
+// password of a URL that names a user but gives no password (neither
+// before the @ nor with password_file). A URL without a user never reads
+// it.
+const EnvPassword = "ROSTER_ZOOKEEPER_PASSWORD"
+
+// credentials reads the digest user from the URL's user info and its
+// password from there, from password_file or from $ROSTER_ZOOKEEPER_PASSWORD,
+// the first found. A password option in the query is refused, as on
+// Redis: the URL's place for it is before the @.
+func credentials(u *url.URL, q *driver.Query, o *Options) error {
+	if q.Has("password") {
+		return driver.InvalidURL("zookeeper", "option password: give the password in the URL (zk://user:password@host) or in password_file")
+	}
+	if u.User == nil {
+		if q.Has("password_file") {
+			return driver.InvalidURL("zookeeper", "option password_file needs a user name (zk://user@host?password_file=PATH)")
+		}
+		return nil
+	}
+	o.User = u.User.Username()
+	pw, inUserinfo := u.User.Password()
+	switch {
+	case inUserinfo && q.Has("password_file"):
+		return driver.InvalidURL("zookeeper", "password given twice: in the URL and in password_file")
+	case inUserinfo:
+		o.Password = pw
+	default:
+		q.Secret("password", EnvPassword, &o.Password)
+	}
+	return nil
 }
 
 // invalid is an ErrInvalid in the form driver.Query gives its own, with

@@ -18,7 +18,7 @@ func TestParseURL(t *testing.T) {
 		want zookeeper.Options
 	}{
 		{"zk://h1:2181", zookeeper.Options{Servers: []string{"h1:2181"}, Root: "/roster"}},
-		{"zk://h1,h2:2182/apps/roster/", zookeeper.Options{Servers: []string{"h1:2181", "h2:2182"}, Root: "/apps/roster"}},
+		{"zk://h1,h2:2182/apps/_roster/", zookeeper.Options{Servers: []string{"h1:2181", "h2:2182"}, Root: "/apps/_roster"}},
 		{"zk://[::1]/r?session_timeout=4s&request_timeout=2s",
 			zookeeper.Options{Servers: []string{"[::1]:2181"}, Root: "/r", SessionTimeout: 4 * time.Second, RequestTimeout: 2 * time.Second}},
 		{"ZK://u:p%40ss@h:1/x", zookeeper.Options{Servers: []string{"h:1"}, Root: "/x", User: "u", Password: "p@ss"}},
@@ -79,7 +79,8 @@ func TestParseURLNeverPrintsThePassword(t *testing.T) {
 }
 
 func FuzzParseURL(f *testing.F) {
-	for _, s := range []string{"zk://h:2181/r", "zk://u:pw@h1,h2/r?session_timeout=3s", "zk://h/a//b", "zk:h"} {
+	for _, s := range []string{"zk://h:2181/r", "zk://u:pw@h1,h2/r?session_timeout=3s", "zk://h/a//b", "zk:h",
+		"zk://u@h/r?password_file=pw", "zk://h/r?tls=true&server_name=zk&skip_verify=true"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

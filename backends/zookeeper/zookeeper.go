@@ -14,12 +14,27 @@
 //
 // Give every host its port, or none (2181 for all). The path is the root
 // znode under which services live (default /roster): the driver prefixes
-// its paths with it, as a chroot would. User and password, when given, are
-// added to every session as digest credentials; the password never
-// appears in an error or in driver.Redact's output. Options:
+// its paths with it, as a chroot would. Each root is a namespace of its
+// own; so that no root can lie inside another's, the segments of a root
+// below the first must be names no service can have (/apps/_roster,
+// /teams/Payments; /apps/roster is refused, as it would be the service
+// "roster" of the root /apps). User and password, when given, are added to
+// every session as digest credentials; the password never appears in an
+// error or in driver.Redact's output. Options:
 //
 //	session_timeout   timeout of the session that reads and watches, default 10s
 //	request_timeout   bound on every call, default 5s
+//	password_file     file holding the digest password of the URL's user
+//	tls=true          TLS, to the servers' secureClientPort
+//	ca_file, cert_file, key_file, server_name, skip_verify
+//	                  TLS settings, as on every backend (driver.Query.TLS)
+//
+// Without a password in the URL or password_file, a URL that names a user
+// takes the password from $ROSTER_ZOOKEEPER_PASSWORD. With TLS, New runs
+// one handshake with each server that answers, so that a certificate that
+// cannot be verified, or a client certificate the server refuses, is
+// driver.ErrInvalid naming the cause rather than a client retrying
+// forever.
 //
 // # Data model
 //
@@ -80,11 +95,13 @@ package zookeeper
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,6 +138,7 @@ type Options struct {
 	SessionTimeout time.Duration // of the reading session, default DefaultSessionTimeout
 	RequestTimeout time.Duration // bound on every call, default DefaultRequestTimeout
 	User, Password string        // digest credentials, optional
+	TLS            *tls.Config   // nil: plain TCP
 }
 
 // Driver is a driver.Driver on a ZooKeeper ensemble. Wrap it with
@@ -149,11 +167,19 @@ func New(opts Options) (*Driver, error) {
 	if root == "/" || root[0] != '/' {
 		return nil, driver.Invalid("root", "%q: want an absolute znode path below /, such as /roster", opts.Root)
 	}
+	if err := checkNesting(root); err != nil {
+		return nil, err
+	}
 	if opts.SessionTimeout <= 0 {
 		opts.SessionTimeout = DefaultSessionTimeout
 	}
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if opts.TLS != nil {
+		if err := checkTLS(opts); err != nil {
+			return nil, fmt.Errorf("zookeeper: connect: %w", err)
+		}
 	}
 	d := &Driver{opts: opts, root: root, acl: zk.WorldACL(zk.PermAll), sessions: map[time.Duration]*session{}}
 	if opts.User != "" {
@@ -164,6 +190,29 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// checkNesting refuses a root that could lie inside another root's
+// namespace. A driver reads and writes only <root>/<service>[/<id>], with
+// service a valid service name; a root nested in another, such as /a/b
+// in /a, would be tenant /a's service "b", which /a could list, register
+// into and delete from. So every segment of a root below the first must
+// be a name no service can have (one with an upper-case letter or a
+// leading '_': /apps/_roster, /teams/Payments): then no root's znodes are
+// ever another root's services, and roots never overlap.
+func checkNesting(root string) error {
+	segs := strings.Split(root[1:], "/")
+	for i := 1; i < len(segs); i++ {
+		if driver.ValidateService(segs[i]) != nil {
+			continue
+		}
+		parent := "/" + strings.Join(segs[:i], "/")
+		return driver.Invalid("root", "%s: its segment %q is a valid service name, so the root would be the "+
+			"service %q of the root %s and share its namespace: use a root of one segment (%s-%s) or name "+
+			"the deeper segments as no service can be named, with a leading '_' or an upper-case letter (%s/_%s)",
+			root, segs[i], segs[i], parent, parent, segs[i], parent, segs[i])
+	}
+	return nil
 }
 
 // Root returns the root znode.

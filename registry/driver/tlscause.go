@@ -28,6 +28,9 @@ var tlsCauses = []struct{ text, fix string }{
 	{"tls: expired certificate", "the server refused the client certificate: it has expired (cert_file)"},
 	{"tls: unknown certificate authority", "the server refused the client certificate: its CA is not trusted by the server (cert_file)"},
 	{"tls: bad certificate", "the server refused the client certificate (cert_file)"},
+	// Java servers (ZooKeeper) send certificate_unknown for a client
+	// certificate they cannot validate, an expired one included.
+	{"tls: unknown certificate", "the server refused the client certificate: expired, of a CA it does not trust, or otherwise not valid (cert_file)"},
 	{"first record does not look like a TLS handshake", "the server does not speak TLS on this port (use the scheme without TLS, or the TLS port)"},
 	{"server gave HTTP response to HTTPS client", "the server does not speak TLS on this port (use the scheme without TLS, or the TLS port)"},
 	{"sent an HTTP request to an HTTPS server", "the server speaks TLS only on this port (use the backend's TLS scheme, with ca_file)"},

@@ -29,6 +29,7 @@ func TestTLSCause(t *testing.T) {
 		{errors.New(`rpc error: code = Unavailable desc = connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`), "not signed"},
 		{errors.New("remote error: tls: certificate required"), "requires a client certificate"},
 		{errors.New("remote error: tls: bad certificate"), "refused the client certificate"},
+		{errors.New("remote error: tls: unknown certificate"), "refused the client certificate"},
 		{errors.New("http: server gave HTTP response to HTTPS client"), "does not speak TLS"},
 		{errors.New("Unexpected response code: 400 (Client sent an HTTP request to an HTTPS server.)"), "speaks TLS only"},
 		{errors.New("dial tcp 127.0.0.1:1: connect: connection refused"), ""},

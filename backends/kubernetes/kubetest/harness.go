@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kube "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,7 +23,13 @@ const harnessNamespace = "default"
 // URL returns a k8s:// URL that reaches the apiserver at addr through a
 // kubeconfig written for it, in namespace, with extra options appended.
 func (s *Server) URL(addr, namespace string, options ...string) (string, error) {
-	kc, err := s.Kubeconfig(addr, namespace)
+	return s.URLFor(Access{Addr: addr, Namespace: namespace}, options...)
+}
+
+// URLFor returns a k8s:// URL through a kubeconfig written by
+// KubeconfigFor(a), with extra options appended.
+func (s *Server) URLFor(a Access, options ...string) (string, error) {
+	kc, err := s.KubeconfigFor(a)
 	if err != nil {
 		return "", err
 	}
@@ -33,18 +41,85 @@ func (s *Server) URL(addr, namespace string, options ...string) (string, error) 
 }
 
 // NewHarness returns a conformance.Harness on s with Partitioner (a TCP
-// proxy per linked client, closed with s), Restarter, Wiper and
-// ExternalDeleter.
-func NewHarness(s *Server) conformance.Harness { return &harness{s: s} }
+// proxy per linked client, closed with s), Restarter, Wiper,
+// ExternalDeleter and Tenants (a namespace per tenant, TenantNamespace).
+func NewHarness(s *Server) conformance.Harness { return &harness{s: s, ns: harnessNamespace} }
 
-type harness struct{ s *Server }
+// NewLimitedHarness returns a conformance.Harness whose registries act as
+// LimitedUser in namespace, which the caller has created and in which it
+// has bound the Role under test to LimitedUser. Its hooks act as the
+// administrator: Partitioner, Wiper and ExternalDeleter; not Restarter (a
+// restart that loses the data loses the Role) nor Tenants.
+func NewLimitedHarness(s *Server, namespace string) conformance.Harness {
+	return limitedHarness{&harness{s: s, ns: namespace, token: LimitedToken}}
+}
+
+// harness acts in namespace ns; its registries as the user of token
+// (Token when empty), its hooks as the administrator.
+type harness struct {
+	s     *Server
+	ns    string
+	token string
+}
 
 func (h *harness) open(ctx context.Context, addr string) (*registry.Registry, error) {
-	u, err := h.s.URL(addr, harnessNamespace, "sweep_interval=1s", "request_timeout=2s")
+	return h.openIn(ctx, addr, h.ns)
+}
+
+func (h *harness) openIn(ctx context.Context, addr, namespace string) (*registry.Registry, error) {
+	u, err := h.s.URLFor(Access{Addr: addr, Namespace: namespace, Token: h.token}, "sweep_interval=1s", "request_timeout=2s")
 	if err != nil {
 		return nil, err
 	}
 	return registry.Open(ctx, u, registry.WithResyncInterval(5*time.Second))
+}
+
+// TenantNamespace is the namespace of a conformance tenant: Kubernetes'
+// unit of isolation. One namespace cannot be split between tenants: every
+// Roster registry of a namespace sees all of its services, and RBAC grants
+// on endpointslices and leases by namespace (resourceNames cannot cover
+// objects named by a hash of the instance).
+func TenantNamespace(tenant string) string { return "roster-conformance-" + tenant }
+
+// OpenTenant implements conformance.Tenants: a registry in the tenant's
+// namespace, created when missing (the namespace lifecycle admission
+// refuses objects in a namespace that does not exist).
+func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+	ns := TenantNamespace(tenant)
+	if err := h.s.EnsureNamespace(ctx, ns); err != nil {
+		return nil, err
+	}
+	return h.openIn(ctx, h.s.Addr(), ns)
+}
+
+// TenantsShareNames is true: each namespace holds its own service names.
+func (h *harness) TenantsShareNames() bool { return true }
+
+// EnsureNamespace creates namespace ns as the administrator unless it
+// exists.
+func (s *Server) EnsureNamespace(ctx context.Context, ns string) error {
+	cs, err := s.Clientset(s.Addr())
+	if err != nil {
+		return err
+	}
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// limitedHarness hides the hooks a limited user's harness does not have.
+type limitedHarness struct{ h *harness }
+
+func (l limitedHarness) Open(ctx context.Context) (*registry.Registry, error) { return l.h.Open(ctx) }
+func (l limitedHarness) Config() conformance.Config                           { return l.h.Config() }
+func (l limitedHarness) Wipe(ctx context.Context) error                       { return l.h.Wipe(ctx) }
+func (l limitedHarness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
+	return l.h.OpenLinked(ctx)
+}
+func (l limitedHarness) DeleteExternally(ctx context.Context, in registry.Instance) error {
+	return l.h.DeleteExternally(ctx, in)
 }
 
 func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
@@ -81,10 +156,10 @@ func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) er
 		return err
 	}
 	name := kubernetes.ObjectName(in.Service, in.ID)
-	if err := cs.DiscoveryV1().EndpointSlices(harnessNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+	if err := cs.DiscoveryV1().EndpointSlices(h.ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		return err
 	}
-	return cs.CoordinationV1().Leases(harnessNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+	return cs.CoordinationV1().Leases(h.ns).Delete(ctx, name, metav1.DeleteOptions{})
 }
 
 // Clientset returns a client of the apiserver at addr as the test user.
@@ -108,8 +183,8 @@ func (h *harness) Wipe(ctx context.Context) error {
 		return err
 	}
 	all := metav1.ListOptions{}
-	if err := cs.DiscoveryV1().EndpointSlices(harnessNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
+	if err := cs.DiscoveryV1().EndpointSlices(h.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all); err != nil {
 		return err
 	}
-	return cs.CoordinationV1().Leases(harnessNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+	return cs.CoordinationV1().Leases(h.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
 }

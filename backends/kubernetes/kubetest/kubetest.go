@@ -1,6 +1,8 @@
 // Package kubetest starts a real kube-apiserver for tests, over an etcd
 // embedded in the test process (etcdtest), on free loopback ports with
-// throwaway keys and a static bearer token.
+// throwaway keys and static bearer tokens: an administrator's (Token) and
+// a user's with no rights until a test binds a Role to it (LimitedToken);
+// the apiserver authorizes with RBAC.
 //
 // The binary (kube-apiserver v1.34.2, Apache-2.0) is $ROSTER_KUBE_APISERVER
 // if set, else ~/.cache/roster/kube-apiserver-v1.34.2, which scripts/test.sh
@@ -43,9 +45,17 @@ const EnvBin = "ROSTER_KUBE_APISERVER"
 // Version is the Kubernetes release scripts/test.sh builds.
 const Version = "v1.34.2"
 
-// Token is the bearer token of the Server's only user, a member of
+// Token is the bearer token of the Server's administrator, a member of
 // system:masters. It is a test credential, valid only on test servers.
 const Token = "roster-test-token"
+
+// LimitedToken is the bearer token of the user LimitedUser, in no group
+// but system:authenticated: the apiserver authorizes with RBAC, so this
+// user may do only what a test grants it with a Role and RoleBinding.
+const LimitedToken = "roster-limited-token"
+
+// LimitedUser is the name of LimitedToken's user, for RoleBindings.
+const LimitedUser = "roster-limited"
 
 // FindBinary returns the path of kube-apiserver: $ROSTER_KUBE_APISERVER,
 // then ~/.cache/roster/kube-apiserver-v1.34.2.
@@ -115,7 +125,7 @@ func (s *Server) writeCredentials() error {
 	if err := os.WriteFile(filepath.Join(s.dir, "sa.key"), pemKey, 0o600); err != nil {
 		return fmt.Errorf("kubetest: %w", err)
 	}
-	tokens := Token + `,roster-test,1000,"system:masters"` + "\n"
+	tokens := Token + `,roster-test,1000,"system:masters"` + "\n" + LimitedToken + "," + LimitedUser + ",1001\n"
 	if err := os.WriteFile(filepath.Join(s.dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return fmt.Errorf("kubetest: %w", err)
 	}
@@ -133,7 +143,9 @@ func (s *Server) args() []string {
 		"--service-account-key-file=" + filepath.Join(s.dir, "sa.key"),
 		"--service-account-signing-key-file=" + filepath.Join(s.dir, "sa.key"),
 		"--token-auth-file=" + filepath.Join(s.dir, "tokens.csv"),
-		"--authorization-mode=AlwaysAllow",
+		// RBAC, so that tests can prove the documented Role is enough:
+		// system:masters (Token) passes every check without a binding.
+		"--authorization-mode=RBAC",
 		// A loopback advertise address makes the default "lease"
 		// reconciler log an error every 10s.
 		"--endpoint-reconciler-type=none",
@@ -197,12 +209,36 @@ func (s *Server) LogFile() string { return filepath.Join(s.dir, "apiserver.log")
 // namespace, and returns its path. The file holds the token: it lives in
 // the Server's private directory, removed by Close.
 func (s *Server) Kubeconfig(addr, namespace string) (string, error) {
+	return s.KubeconfigFor(Access{Addr: addr, Namespace: namespace})
+}
+
+// Access is what a kubeconfig written by KubeconfigFor holds.
+type Access struct {
+	Addr      string // host:port of the apiserver; Server.Addr when empty
+	Namespace string // the context's namespace
+	Token     string // bearer token; Token when empty
+	CAFile    string // CA bundle that verifies the apiserver; Server.CAFile when empty
+}
+
+// KubeconfigFor writes a kubeconfig of a as KubeconfigFor does, for tests
+// of other users and of misconfigurations (a foreign CA, a revoked
+// token), and returns its path.
+func (s *Server) KubeconfigFor(a Access) (string, error) {
+	if a.Addr == "" {
+		a.Addr = s.Addr()
+	}
+	if a.Token == "" {
+		a.Token = Token
+	}
+	if a.CAFile == "" {
+		a.CAFile = s.CAFile()
+	}
 	f, err := os.CreateTemp(s.dir, "kubeconfig-")
 	if err != nil {
 		return "", fmt.Errorf("kubetest: %w", err)
 	}
 	defer f.Close()
-	_, err = fmt.Fprintf(f, kubeconfig, addr, s.CAFile(), namespace, Token)
+	_, err = fmt.Fprintf(f, kubeconfig, a.Addr, a.CAFile, a.Namespace, a.Token)
 	if err != nil {
 		return "", fmt.Errorf("kubetest: %w", err)
 	}

@@ -32,7 +32,9 @@ const harnessQuery = "session_timeout=3s"
 //   - conformance.Wiper: a recursive delete of the root by a client of its
 //     own, ephemeral znodes included;
 //   - conformance.ExternalDeleter: a delete of the instance's znode, as
-//     zkCli.sh's delete would.
+//     zkCli.sh's delete would;
+//   - conformance.Tenants: a root per tenant, the second nested in the
+//     first (TenantRoot), the layout most likely to leak.
 //
 // Registries are opened by zk:// URL, so the caller imports
 // backends/zookeeper, which registers the scheme.
@@ -59,6 +61,27 @@ func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
 func (h *harness) open(ctx context.Context, addr string) (*registry.Registry, error) {
 	return registry.Open(ctx, url([]string{addr}, HarnessRoot, harnessQuery), registry.WithResyncInterval(5*time.Second))
 }
+
+// TenantRoot returns the root of a conformance tenant. Tenant "tenanta"
+// gets /roster-conformance-tenanta and every other tenant a root nested in
+// it, /roster-conformance-tenanta/_<tenant>: a tenant inside another's
+// root is where a layout would leak, so TenantIsolation checks that one.
+func TenantRoot(tenant string) string {
+	outer := HarnessRoot + "-tenanta"
+	if tenant == "tenanta" {
+		return outer
+	}
+	return outer + "/_" + tenant
+}
+
+// OpenTenant implements conformance.Tenants: a registry on the tenant's
+// root.
+func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+	return registry.Open(ctx, url([]string{h.s.Addr()}, TenantRoot(tenant), harnessQuery), registry.WithResyncInterval(5*time.Second))
+}
+
+// TenantsShareNames is true: each root is a namespace of its own.
+func (h *harness) TenantsShareNames() bool { return true }
 
 // Config is conformance.LoadedMachine as it is: ZooKeeper propagates in
 // milliseconds, sessions expire on tick boundaries (0.5s) and the

@@ -11,8 +11,10 @@
 //
 // The server runs on the JVM found as $JAVA_HOME/bin/java or java on PATH,
 // with the class path $ROSTER_ZOOKEEPER_CLASSPATH if set, else Debian's
-// /usr/share/java/zookeeper.jar (whose manifest names its dependencies)
-// and slf4j-simple for its log. scripts/test.sh installs the package.
+// /usr/share/java/zookeeper.jar (whose manifest names its dependencies),
+// slf4j-simple for its log and netty-codec (of libnetty-java, which the
+// package depends on) for the TLS port. scripts/test.sh installs the
+// package. StartTLS runs a server that also serves TLS.
 package zktest
 
 import (
@@ -38,7 +40,9 @@ import (
 const EnvClasspath = "ROSTER_ZOOKEEPER_CLASSPATH"
 
 // DefaultClasspath is where Debian's zookeeper package puts the server.
-const DefaultClasspath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+// netty-codec (of libnetty-java, a dependency of the package) is missing
+// from zookeeper.jar's manifest, and the secure client port needs it.
+const DefaultClasspath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar"
 
 // TickTime is the servers' tick: sessions expire on tick boundaries, and
 // the session timeouts they grant lie in [1s, 60s].
@@ -75,7 +79,9 @@ type Server struct {
 	dir             testserver.Dir
 	id              int
 	clientPort      int
-	peers           string // the ensemble's server.N lines, empty when standalone
+	securePort      int       // TLS client port, 0 without TLS
+	tls             *TLSFiles // nil: plain TCP only
+	peers           string    // the ensemble's server.N lines, empty when standalone
 
 	proc testserver.Process
 }
@@ -95,15 +101,28 @@ func Start(tb testing.TB) *Server {
 // NewServer starts a standalone server in dir (a new temporary directory
 // if dir is empty, removed by Close) and waits until it serves. The caller
 // closes it.
-func NewServer(dir string) (*Server, error) {
+func NewServer(dir string) (*Server, error) { return newStandalone(dir, nil) }
+
+func newStandalone(dir string, tls *TLSFiles) (*Server, error) {
 	s, err := newServer(dir, 1)
 	if err != nil {
 		return nil, err
+	}
+	if tls != nil {
+		if err := s.setTLS(*tls); err != nil {
+			s.dir.Remove()
+			return nil, err
+		}
 	}
 	var lastErr error
 	for range 3 { // a free port may be taken by someone else before the server binds it
 		if s.clientPort, lastErr = loopback.FreePort(); lastErr != nil {
 			break
+		}
+		if s.tls != nil {
+			if s.securePort, lastErr = loopback.FreePort(); lastErr != nil {
+				break
+			}
 		}
 		if lastErr = s.launch(); lastErr == nil {
 			if lastErr = s.waitReady(30 * time.Second); lastErr == nil {
@@ -171,6 +190,7 @@ forceSync=no
 admin.enableServer=false
 4lw.commands.whitelist=srvr,ruok,mntr,conf
 `, TickTime.Milliseconds(), s.dataDir(), s.clientPort, 2*TickTime.Milliseconds())
+	cfg += s.tlsConfig()
 	if s.peers != "" {
 		cfg += s.peers
 		if err := os.WriteFile(filepath.Join(s.dataDir(), "myid"), []byte(strconv.Itoa(s.id)+"\n"), 0o644); err != nil {
