@@ -1,7 +1,6 @@
 package dnssrv
 
 import (
-	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -46,8 +45,10 @@ func ParseURL(u *url.URL) (Options, error) {
 	return o, err
 }
 
-func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("%w: dns+srv URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+// invalid is an ErrInvalid in the form driver.Query gives its own. It
+// does not name the URL: registry.Open does, once, redacted.
+func invalid(_ *url.URL, format string, args ...any) error {
+	return driver.InvalidURL("dns+srv", format, args...)
 }
 
 // name reads the SRV name template from the path: {service} stands for

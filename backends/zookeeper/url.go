@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"fmt"
 	"net"
 	"net/url"
 	"path"
@@ -43,10 +42,10 @@ func ParseURL(u *url.URL) (Options, error) {
 	return o, err
 }
 
-// invalid is an ErrInvalid in the form driver.Query gives its own, with
-// the URL redacted.
-func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("%w: zookeeper URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+// invalid is an ErrInvalid in the form driver.Query gives its own. It
+// does not name the URL: registry.Open does, once, redacted.
+func invalid(_ *url.URL, format string, args ...any) error {
+	return driver.InvalidURL("zookeeper", format, args...)
 }
 
 // root reads the root znode from the URL's path: /roster when empty.

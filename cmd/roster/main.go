@@ -26,6 +26,7 @@ import (
 
 	_ "github.com/roster-go/roster/backends/consul"
 	_ "github.com/roster-go/roster/backends/dnssrv"
+	_ "github.com/roster-go/roster/backends/dual"
 	_ "github.com/roster-go/roster/backends/etcd"
 	_ "github.com/roster-go/roster/backends/kubernetes"
 	"github.com/roster-go/roster/backends/memory"
@@ -66,6 +67,7 @@ The registry is chosen by URL, from --registry or $ROSTER_REGISTRY:
   k8s://?namespace=shop&kubeconfig=/path           Kubernetes (k8s://in-cluster in a pod)
   zk://host:2181[,host2:2181]/roster               ZooKeeper
   dns+srv://127.0.0.1:8600/{service}.service.consul  DNS SRV records (read-only)
+  dual://?old=<URL>&new=<URL>                      both at once, for a migration (URL-encode each)
   mem://name                                       in-process (this process only)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
