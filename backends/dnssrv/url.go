@@ -3,6 +3,7 @@ package dnssrv
 import (
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -62,10 +63,10 @@ func name(u *url.URL) (string, error) {
 		n = "{service}." + n
 	}
 	if strings.Count(n, "{service}") > 1 || strings.Contains(n, "/") {
-		return "", invalid(u, "SRV name %q: one {service}, no /", n)
+		return "", invalid(u, "SRV name %s: one {service}, no /", quoteName(n))
 	}
 	if _, ok := dns.IsDomainName(strings.ReplaceAll(n, "{service}", "svc")); !ok {
-		return "", invalid(u, "SRV name %q is not a domain name", n)
+		return "", invalid(u, "SRV name %s is not a domain name", quoteName(n))
 	}
 	return n, nil
 }
@@ -88,4 +89,14 @@ func resolver(u *url.URL) (string, error) {
 		h = net.JoinHostPort(strings.Trim(h, "[]"), "53")
 	}
 	return h, nil
+}
+
+// quoteName quotes an SRV name for an error unless it holds what no
+// domain name does and a password could ("@", ":"): a credential typed
+// in the wrong place (dns+srv:/user:secret@host/…).
+func quoteName(n string) string {
+	if strings.ContainsAny(n, "@:") {
+		return "<name>"
+	}
+	return strconv.Quote(n)
 }

@@ -67,7 +67,10 @@ const Scheme = "dual"
 // union: the registry's default recovery window.
 const DefaultHold = 15 * time.Second
 
-func init() { driver.Register(Scheme, open, "prefer", "hold") }
+func init() {
+	driver.Register(Scheme, open, "prefer", "hold")
+	driver.NestedURLOptions("old", "new")
+}
 
 // side names, in the order of Driver.sides.
 var sideNames = [2]string{"old", "new"}
@@ -190,7 +193,7 @@ func (d *Driver) outcome(op string, errs [2]error) error {
 	if errs[0] == nil || errs[1] == nil {
 		return nil
 	}
-	return fmt.Errorf("dual: %s: both sides failed: %w", op, joinSides(errs))
+	return fmt.Errorf("dual: both sides failed: %w", joinSides(errs)) // each names op
 }
 
 // joinSides joins both sides' errors on one line, each named (errors.Join

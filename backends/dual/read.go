@@ -116,7 +116,7 @@ func (d *Driver) unionLocked(service string, now time.Time) (driver.Snapshot, ti
 		if !errors.Is(err, driver.ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
 		}
-		return driver.Snapshot{}, time.Time{}, fmt.Errorf("dual: watch %s: both sides failing: %w", service, err)
+		return driver.Snapshot{}, time.Time{}, fmt.Errorf("dual: both sides failing: %w", err) // each names the watch
 	}
 	// The latest answer of either side, included or not: a side leaving
 	// the union must not take the revision back (Registry would read a

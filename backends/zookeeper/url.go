@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -70,14 +71,34 @@ func servers(u *url.URL) ([]string, error) {
 		return nil, invalid(u, "no host (zk://host:2181[,host2:2181]/root)")
 	}
 	var out []string
-	for _, h := range strings.Split(u.Host, ",") {
+	for i, h := range strings.Split(u.Host, ",") {
 		if h == "" {
 			return nil, invalid(u, "empty host in the server list")
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2181")
 		}
+		if !validServer(h) {
+			// Not quoted: a host with such characters may be a password
+			// whose "@" was forgotten (zk://user:secrethost:2181).
+			return nil, invalid(u, "server %d is not host:port (a host name or an IP address, a port from 1 to 65535)", i+1)
+		}
 		out = append(out, h)
 	}
 	return out, nil
+}
+
+// validServer reports whether hp is a host name or IP address and a port.
+func validServer(hp string) bool {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return false
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return false
+	}
+	if net.ParseIP(host) != nil {
+		return true
+	}
+	return host != "" && strings.Trim(strings.ToLower(host), "abcdefghijklmnopqrstuvwxyz0123456789.-_") == ""
 }

@@ -47,7 +47,7 @@ func ParseQuery(backend string, u *url.URL) (*Query, error) {
 	q := &Query{backend: backend, u: u}
 	switch {
 	case u.Opaque != "":
-		return nil, q.fail("want %s://host:port (the \"//\" is missing)", u.Scheme)
+		return nil, q.fail("the \"//\" is missing (want %s://…)", u.Scheme)
 	case u.Fragment != "":
 		return nil, q.fail("a URL fragment (#…) has no meaning here")
 	}
@@ -283,7 +283,13 @@ func (q *Query) Err() error {
 	}
 	var unknown []string
 	for k := range q.vals {
-		if !slices.Contains(q.known, k) {
+		switch {
+		case slices.Contains(q.known, k):
+		case q.vals[k][0] == "":
+			// A bare word is more likely the end of a secret cut by an
+			// unencoded "&" ("password=hunter&2") than an option.
+			unknown = append(unknown, "<option>")
+		default:
 			unknown = append(unknown, safeName(k))
 		}
 	}
