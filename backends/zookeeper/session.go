@@ -45,7 +45,7 @@ func (s *session) dialLocked() error {
 	s.gen++
 	gen := s.gen
 	conn, _, err := zk.Connect(s.d.opts.Servers, s.timeout,
-		zk.WithLogger(quiet{}), zk.WithLogInfo(false),
+		zk.WithLogger(libLogger{}),
 		zk.WithEventCallback(func(ev zk.Event) { s.onEvent(gen, ev) }))
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w: %v", driver.ErrInvalid, err)
@@ -156,8 +156,3 @@ func (s *session) close() {
 	conn.Close()
 }
 
-// quiet drops the client library's log lines: every state change reaches
-// the driver as an event, and errors reach the caller.
-type quiet struct{}
-
-func (quiet) Printf(string, ...any) {}

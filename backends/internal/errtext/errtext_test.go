@@ -2,7 +2,6 @@
 package errtext_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	_ "github.com/roster-go/roster/backends/memory"
 	_ "github.com/roster-go/roster/backends/redis"
 	_ "github.com/roster-go/roster/backends/zookeeper"
+	"github.com/roster-go/roster/internal/logbuf"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -34,27 +33,10 @@ const secret = "Hunter2Sekr3t"
 
 // logs receives every slog record of the test binary, debug included
 // (the libraries' own log lines go there at debug level).
-var logs lockedBuffer
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+var logs logbuf.Buffer
 
 func TestMain(m *testing.M) {
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	slog.SetDefault(logs.Logger())
 	code := m.Run()
 	if out := logs.String(); strings.Contains(out, secret) {
 		fmt.Fprintf(os.Stderr, "FAIL: the secret is in the slog output:\n%s\n", out)
@@ -360,5 +342,42 @@ func TestTyposNeverPrintTheSecret(t *testing.T) {
 			}
 			r.Close()
 		}
+	}
+}
+
+// The client libraries' own lines about the unreachable servers reach
+// slog at debug level (TestMain's logger), named, and none reaches
+// stderr (the CLI's tests check that).
+func TestLibraryLinesGoToSlogDebug(t *testing.T) {
+	urls := map[string]string{}
+	for _, c := range unreachableURLs(t) {
+		urls[c.scheme] = c.url
+	}
+	for scheme, lib := range map[string]string{
+		"redis": "go-redis: ", "zk": "go-zookeeper: ", "etcd": "etcd-client: ", "etcds": "grpc: ", "k8s": "client-go: ",
+	} {
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			r, err := registry.Open(t.Context(), urls[scheme])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			w, err := r.Watch(ctx, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			for ctx.Err() == nil && !strings.Contains(logs.String(), "level=DEBUG msg=\""+lib) {
+				if _, err := r.Lookup(ctx, "s"); err == nil {
+					t.Fatal("Lookup of an unreachable server succeeded")
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("no debug line from %s in 20s", lib)
+			}
+		})
 	}
 }
