@@ -155,4 +155,3 @@ func (s *session) close() {
 	s.mu.Unlock()
 	conn.Close()
 }
-
