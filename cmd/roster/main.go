@@ -92,8 +92,11 @@ func openRegistry(cmd *cobra.Command) (*registry.Registry, error) {
 	if u == "" {
 		return nil, fmt.Errorf("no registry: set --registry or ROSTER_REGISTRY (schemes: %v)", registry.Schemes())
 	}
-	warnInProcess(cmd, u)
-	return registry.Open(cmd.Context(), u)
+	reg, err := registry.Open(cmd.Context(), u)
+	if err == nil {
+		warnInProcess(cmd, u) // not beside an error: one line then
+	}
+	return reg, err
 }
 
 // withRegistry is the RunE of a command that reads the registry: it
