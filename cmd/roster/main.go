@@ -24,14 +24,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	_ "github.com/roster-go/roster/backends/consul"
-	_ "github.com/roster-go/roster/backends/dnssrv"
-	_ "github.com/roster-go/roster/backends/dual"
-	_ "github.com/roster-go/roster/backends/etcd"
-	_ "github.com/roster-go/roster/backends/kubernetes"
+	_ "github.com/roster-go/roster/backends/all" // every scheme: a switch of backend is a change of URL
 	"github.com/roster-go/roster/backends/memory"
-	_ "github.com/roster-go/roster/backends/redis"
-	_ "github.com/roster-go/roster/backends/zookeeper"
 	"github.com/roster-go/roster/registry"
 )
 

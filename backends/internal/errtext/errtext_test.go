@@ -15,14 +15,7 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/roster-go/roster/backends/consul"
-	_ "github.com/roster-go/roster/backends/dnssrv"
-	_ "github.com/roster-go/roster/backends/dual"
-	_ "github.com/roster-go/roster/backends/etcd"
-	_ "github.com/roster-go/roster/backends/kubernetes"
-	_ "github.com/roster-go/roster/backends/memory"
-	_ "github.com/roster-go/roster/backends/redis"
-	_ "github.com/roster-go/roster/backends/zookeeper"
+	_ "github.com/roster-go/roster/backends/all"
 	"github.com/roster-go/roster/internal/logbuf"
 	"github.com/roster-go/roster/registry"
 )
