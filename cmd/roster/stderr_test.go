@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/backends/kubernetes/kubetest"
 	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/backends/zookeeper/zktest"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -157,4 +159,56 @@ func TestMistypedURLOneCleanError(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Live servers refusing the credentials: ZooKeeper with a wrong digest
+// password on a root its owner protects, the Kubernetes apiserver with a
+// wrong token. The command prints one line, no secret, no library log
+// line.
+func TestWrongCredentialsOneCleanError(t *testing.T) {
+	t.Run("zk", func(t *testing.T) {
+		t.Parallel()
+		srv := zktest.Start(t)
+		owner, err := registry.Open(t.Context(), "zk://app:right-"+cliSecret+"@"+srv.Addr()+"/cli-acl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer owner.Close()
+		if _, err := owner.Register(t.Context(), registry.Instance{Service: "s", Address: "127.0.0.1:9"}); err != nil {
+			t.Fatal(err)
+		}
+		// Reads are open to all (the driver's ACL): a write is refused.
+		u := "zk://app:wrong-" + cliSecret + "@" + srv.Addr() + "/cli-acl?request_timeout=2s"
+		out, errOut, code := run(t, 30*time.Second, "register", "--registry", u, "--service", "s", "--addr", "127.0.0.1:10", "--", "sleep", "5")
+		onlyRoster(t, "register", out, errOut)
+		if code != 1 || len(lines(errOut)) != 1 || !strings.Contains(errOut, "registry: invalid argument") {
+			t.Errorf("register: exit %d, stderr %q: want 1 and one line saying invalid argument", code, errOut)
+		}
+	})
+	t.Run("k8s", func(t *testing.T) {
+		t.Parallel()
+		srv, err := kubetest.Start(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		good, err := srv.Kubeconfig(srv.Addr(), "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf, err := os.ReadFile(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := os.WriteFile(bad, bytes.ReplaceAll(conf, []byte(kubetest.Token), []byte("wrong-"+cliSecret)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		u := "k8s://?kubeconfig=" + url.QueryEscape(bad) + "&request_timeout=2s"
+		out, errOut, code := run(t, 30*time.Second, "ls", "--registry", u)
+		onlyRoster(t, "ls", out, errOut)
+		if code != 1 || len(lines(errOut)) != 1 || !strings.Contains(errOut, "Unauthorized") {
+			t.Errorf("ls: exit %d, stderr %q: want 1 and one line saying Unauthorized", code, errOut)
+		}
+	})
 }
