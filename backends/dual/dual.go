@@ -98,11 +98,22 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if oldURL == newURL {
 		return nil, driver.InvalidURL(Scheme, "old and new name the same registry")
 	}
-	a, err := openSide(ctx, "old", oldURL)
+	// Both nested URLs are checked before either side is opened (etcd
+	// with credentials dials at once): a typo in new must not reach old's
+	// server first.
+	oldSide, err := parseSide("old", oldURL)
 	if err != nil {
 		return nil, err
 	}
-	b, err := openSide(ctx, "new", newURL)
+	newSide, err := parseSide("new", newURL)
+	if err != nil {
+		return nil, err
+	}
+	a, err := oldSide.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newSide.open(ctx)
 	if err != nil {
 		a.Close()
 		return nil, err
@@ -110,22 +121,36 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return New(a, b, Options{PreferNew: prefer == "new", Hold: hold}), nil
 }
 
-// openSide opens one nested URL through the scheme registered for it.
-func openSide(ctx context.Context, name, raw string) (driver.Driver, error) {
+// side is a nested URL, parsed, and the opener of its scheme.
+type side struct {
+	name   string
+	u      *url.URL
+	openFn driver.OpenFunc
+}
+
+// parseSide parses one nested URL and finds the scheme registered for it.
+func parseSide(name, raw string) (side, error) {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, driver.InvalidURL(Scheme, "option %s does not parse as a URL (URL-encode it)", name)
-	}
-	if strings.EqualFold(u.Scheme, Scheme) {
-		return nil, driver.InvalidURL(Scheme, "option %s is itself a dual URL", name)
+	switch {
+	case err != nil:
+		return side{}, driver.InvalidURL(Scheme, "option %s does not parse as a URL (URL-encode it)", name)
+	case u.Opaque != "":
+		return side{}, driver.InvalidURL(Scheme, "option %s: the \"//\" is missing (want %s://…)", name, u.Scheme)
+	case strings.EqualFold(u.Scheme, Scheme):
+		return side{}, driver.InvalidURL(Scheme, "option %s is itself a dual URL", name)
 	}
 	openFn, ok := driver.Lookup(u.Scheme)
 	if !ok {
-		return nil, driver.InvalidURL(Scheme, "option %s: no backend registered for scheme %q (import it)", name, u.Scheme)
+		return side{}, driver.InvalidURL(Scheme, "option %s: no backend registered for scheme %q (import it)", name, u.Scheme)
 	}
-	d, err := openFn(ctx, u)
+	return side{name, u, openFn}, nil
+}
+
+// open opens the side's driver.
+func (s side) open(ctx context.Context) (driver.Driver, error) {
+	d, err := s.openFn(ctx, s.u)
 	if err != nil {
-		return nil, fmt.Errorf("dual: %s side: %w", name, err)
+		return nil, fmt.Errorf("dual: %s side: %w", s.name, err)
 	}
 	return d, nil
 }

@@ -248,6 +248,10 @@ func TestOpaqueURLRejected(t *testing.T) {
 			s + ":" + l.Addr().String(),
 			s + ":u:" + secret + "@" + l.Addr().String(),
 			s + ":" + l.Addr().String() + "?token=" + secret + "&password=" + secret,
+			// Nested in a dual URL, beside a side that would dial at once
+			// (etcd checks credentials when opened).
+			"dual://?old=" + url.QueryEscape("etcd://u:"+secret+"@"+l.Addr().String()) +
+				"&new=" + url.QueryEscape(s+":"+l.Addr().String()),
 		} {
 			r, err := registry.Open(t.Context(), u)
 			if r != nil {
