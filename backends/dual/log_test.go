@@ -2,7 +2,6 @@ package dual_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -15,10 +14,7 @@ import (
 // its recovery only once its failure was logged. Not parallel: it swaps
 // the default logger.
 func TestHealthLoggedOnlyWhileTheOtherServes(t *testing.T) {
-	var log logbuf.Buffer
-	prev := slog.Default()
-	slog.SetDefault(log.Logger())
-	defer slog.SetDefault(prev)
+	log := logbuf.Default(t)
 	d, sides := pairOf(t, dual.Options{})
 	ctx := context.Background()
 	services := func(wantErr bool) {
