@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -78,7 +77,7 @@ func servers(u *url.URL) ([]string, error) {
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2181")
 		}
-		if !validServer(h) {
+		if _, err := driver.CanonicalAddress(h); err != nil {
 			// Not quoted: a host with such characters may be a password
 			// whose "@" was forgotten (zk://user:secrethost:2181).
 			return nil, invalid(u, "server %d is not host:port (a host name or an IP address, a port from 1 to 65535)", i+1)
@@ -86,19 +85,4 @@ func servers(u *url.URL) ([]string, error) {
 		out = append(out, h)
 	}
 	return out, nil
-}
-
-// validServer reports whether hp is a host name or IP address and a port.
-func validServer(hp string) bool {
-	host, port, err := net.SplitHostPort(hp)
-	if err != nil {
-		return false
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return false
-	}
-	if net.ParseIP(host) != nil {
-		return true
-	}
-	return host != "" && strings.Trim(strings.ToLower(host), "abcdefghijklmnopqrstuvwxyz0123456789.-_") == ""
 }
