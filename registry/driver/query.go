@@ -190,7 +190,7 @@ func (q *Query) Secret(name, env string, dst *string) {
 	case inFile:
 		b, err := os.ReadFile(file)
 		if err != nil {
-			q.setErr(q.fail("option %s_file: cannot read %q: %v", name, file, unwrapPath(err)))
+			q.setErr(q.fail("option %s_file: cannot read %s: %v", name, shownPath(file), unwrapPath(err)))
 			return
 		}
 		*dst = strings.TrimRight(string(b), "\r\n")
@@ -309,6 +309,16 @@ func shown(v string) string {
 		return "<value hidden>"
 	}
 	return strconv.Quote(v)
+}
+
+// shownPath quotes a secret file's path for an error, unless it holds no
+// "/": then it may be the secret itself, given to name_file by mistake
+// (password_file=hunter2).
+func shownPath(p string) string {
+	if !strings.Contains(p, "/") {
+		return "<the value, which is not a path>"
+	}
+	return strconv.Quote(p)
 }
 
 // safeName quotes an option name when it is plainly a name and not

@@ -293,6 +293,8 @@ func typos(scheme, host string) []string {
 		s + "://" + host + "?password=" + secret + "&" + secret, // an unencoded "&" in the password
 		s + "://" + host + "?sentinel_password=" + secret + "&master=m",
 		s + "://" + host + "?tokn=" + secret,
+		s + "://" + host + "?password_file=" + secret, // the secret given to its _file option
+		s + "://" + host + "?token_file=" + secret,
 		s + "://" + host + "?dc=eutoken=" + secret,
 		s + "://" + host + "#" + secret,
 	}
