@@ -10,7 +10,9 @@
 //
 // The nested URLs are query values, so they are URL-encoded
 // (url.QueryEscape); they usually hold credentials, and driver.Redact
-// masks them whole. Options: old and new (required, any registered
+// redacts each as a URL of its own (a value that is not a URL of a
+// registered scheme is masked whole). Both are checked before either side
+// is opened. Options: old and new (required, any registered
 // scheme but dual), prefer (old or new, default old) and hold (how long
 // the last state of a side that cannot be reached stays in the union,
 // default 15s, the registry's recovery window).
