@@ -78,6 +78,22 @@ func urlForm(form byte, scheme, user, host, path, query string) string {
 	return plain
 }
 
+// typoURL is the fuzzed URL: the form's URL holding the secret, with one
+// typo. ok is false when the secret is already part of a non-secret
+// field: there is nothing to hide then.
+func typoURL(t *testing.T, scheme, user, host, path, query string, pos int, op, c, form byte) (typo string, ok bool) {
+	for _, part := range []string{scheme, user, host, path, query} {
+		if leaks(part) {
+			return "", false
+		}
+	}
+	raw := urlForm(form, scheme, user, host, path, query)
+	if !strings.Contains(raw, secret) {
+		t.Fatalf("form %d: %q holds no secret", form, raw)
+	}
+	return mutate(raw, pos, op, c), true
+}
+
 // FuzzRedact: a URL holding a secret — in its user part, a query option
 // or a URL nested in a dual URL (see urlForm) — mistyped in one place,
 // never shows the secret once redacted. The corpus in testdata/ holds
@@ -88,16 +104,10 @@ func FuzzRedact(f *testing.F) {
 		f.Add(s, "app", "127.0.0.1:2", "/0", "prefix=svc", 5+i*3, byte(i), byte('/'), byte(i))
 	}
 	f.Fuzz(func(t *testing.T, scheme, user, host, path, query string, pos int, op, c, form byte) {
-		for _, part := range []string{scheme, user, host, path, query} {
-			if leaks(part) {
-				return // the secret is already part of a non-secret field: nothing to hide
-			}
+		typo, ok := typoURL(t, scheme, user, host, path, query, pos, op, c, form)
+		if !ok {
+			return
 		}
-		raw := urlForm(form, scheme, user, host, path, query)
-		if !strings.Contains(raw, secret) {
-			t.Fatalf("form %d: %q holds no secret", form, raw)
-		}
-		typo := mutate(raw, pos, op, c)
 		if got := driver.Redact(typo); leaks(got) {
 			t.Fatalf("Redact(%q) = %q shows the secret", typo, got)
 		}
@@ -114,12 +124,10 @@ func FuzzQueryErrors(f *testing.F) {
 		f.Add(s, "app", "127.0.0.1:2", "", "wait=5s", 5+i*3, byte(i), byte('&'), byte(i))
 	}
 	f.Fuzz(func(t *testing.T, scheme, user, host, path, query string, pos int, op, c, form byte) {
-		for _, part := range []string{scheme, user, host, path, query} {
-			if leaks(part) {
-				return
-			}
+		typo, ok := typoURL(t, scheme, user, host, path, query, pos, op, c, form)
+		if !ok {
+			return
 		}
-		typo := mutate(urlForm(form, scheme, user, host, path, query), pos, op, c)
 		u, err := url.Parse(typo)
 		if err != nil {
 			return // registry.Open says "malformed", with the URL redacted
