@@ -79,7 +79,8 @@ echo "== allocation tests (without -race)"
 go test -count=1 -run 'DoesNotAllocate|Allocations' ./selector ./middleware ./agent
 
 # Fuzz what parses input, for a bounded time: a secret anywhere in a
-# mistyped URL never shows in Redact's output (the seed corpus in
+# mistyped URL never shows in Redact's output nor in the option parser's
+# errors (the seed corpus in
 # registry/driver/testdata/fuzz runs with every go test too).
 echo "== fuzz (bounded)"
 # Budgets are counts of executions, not durations: Go 1.26's fuzz
@@ -87,6 +88,7 @@ echo "== fuzz (bounded)"
 # -fuzztime duration ends while a worker is busy (go.dev/issue/75804,
 # fixed in Go 1.27). Each count is about 10-20 s on a 2-core machine.
 go test -run '^$' -fuzz FuzzRedact -fuzztime 300000x ./registry/driver
+go test -run '^$' -fuzz FuzzQueryErrors -fuzztime 300000x ./registry/driver
 go test -run '^$' -fuzz FuzzCanonicalAddress -fuzztime 300000x ./registry/driver
 # roster agent's HTTP API: any body or query is answered, never a 500.
 go test -run '^$' -fuzz FuzzAPI -fuzztime 40000x ./agent

@@ -1,9 +1,9 @@
 package dnssrv
 
 import (
-	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/miekg/dns"
@@ -46,8 +46,10 @@ func ParseURL(u *url.URL) (Options, error) {
 	return o, err
 }
 
-func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("%w: dns+srv URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+// invalid is an ErrInvalid in the form driver.Query gives its own. It
+// does not name the URL: registry.Open does, once, redacted.
+func invalid(_ *url.URL, format string, args ...any) error {
+	return driver.InvalidURL("dns+srv", format, args...)
 }
 
 // name reads the SRV name template from the path: {service} stands for
@@ -61,10 +63,10 @@ func name(u *url.URL) (string, error) {
 		n = "{service}." + n
 	}
 	if strings.Count(n, "{service}") > 1 || strings.Contains(n, "/") {
-		return "", invalid(u, "SRV name %q: one {service}, no /", n)
+		return "", invalid(u, "SRV name %s: one {service}, no /", quoteName(n))
 	}
 	if _, ok := dns.IsDomainName(strings.ReplaceAll(n, "{service}", "svc")); !ok {
-		return "", invalid(u, "SRV name %q is not a domain name", n)
+		return "", invalid(u, "SRV name %s is not a domain name", quoteName(n))
 	}
 	return n, nil
 }
@@ -87,4 +89,14 @@ func resolver(u *url.URL) (string, error) {
 		h = net.JoinHostPort(strings.Trim(h, "[]"), "53")
 	}
 	return h, nil
+}
+
+// quoteName quotes an SRV name for an error unless it holds what no
+// domain name does and a password could ("@", ":"): a credential typed
+// in the wrong place (dns+srv:/user:secret@host/…).
+func quoteName(n string) string {
+	if strings.ContainsAny(n, "@:") {
+		return "<name>"
+	}
+	return strconv.Quote(n)
 }

@@ -10,7 +10,9 @@
 //
 // The nested URLs are query values, so they are URL-encoded
 // (url.QueryEscape); they usually hold credentials, and driver.Redact
-// masks them whole. Options: old and new (required, any registered
+// redacts each as a URL of its own (a value that is not a URL of a
+// registered scheme is masked whole). Both are checked before either side
+// is opened. Options: old and new (required, any registered
 // scheme but dual), prefer (old or new, default old) and hold (how long
 // the last state of a side that cannot be reached stays in the union,
 // default 15s, the registry's recovery window).
@@ -67,7 +69,10 @@ const Scheme = "dual"
 // union: the registry's default recovery window.
 const DefaultHold = 15 * time.Second
 
-func init() { driver.Register(Scheme, open, "prefer", "hold") }
+func init() {
+	driver.Register(Scheme, open, "prefer", "hold")
+	driver.NestedURLOptions("old", "new")
+}
 
 // side names, in the order of Driver.sides.
 var sideNames = [2]string{"old", "new"}
@@ -86,20 +91,31 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
-	if u.Host != "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("%w: dual URL takes only options (dual://?old=…&new=…)", driver.ErrInvalid)
+	if u.Host != "" || u.User != nil || (u.Path != "" && u.Path != "/") {
+		return nil, driver.InvalidURL(Scheme, "it takes only options (dual://?old=…&new=…)")
 	}
 	if oldURL == "" || newURL == "" {
-		return nil, fmt.Errorf("%w: dual URL: options old and new are both required", driver.ErrInvalid)
+		return nil, driver.InvalidURL(Scheme, "options old and new are both required")
 	}
 	if oldURL == newURL {
-		return nil, fmt.Errorf("%w: dual URL: old and new name the same registry", driver.ErrInvalid)
+		return nil, driver.InvalidURL(Scheme, "old and new name the same registry")
 	}
-	a, err := openSide(ctx, "old", oldURL)
+	// Both nested URLs are checked before either side is opened (etcd
+	// with credentials dials at once): a typo in new must not reach old's
+	// server first.
+	oldSide, err := parseSide("old", oldURL)
 	if err != nil {
 		return nil, err
 	}
-	b, err := openSide(ctx, "new", newURL)
+	newSide, err := parseSide("new", newURL)
+	if err != nil {
+		return nil, err
+	}
+	a, err := oldSide.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newSide.open(ctx)
 	if err != nil {
 		a.Close()
 		return nil, err
@@ -107,22 +123,36 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return New(a, b, Options{PreferNew: prefer == "new", Hold: hold}), nil
 }
 
-// openSide opens one nested URL through the scheme registered for it.
-func openSide(ctx context.Context, name, raw string) (driver.Driver, error) {
+// side is a nested URL, parsed, and the opener of its scheme.
+type side struct {
+	name   string
+	u      *url.URL
+	openFn driver.OpenFunc
+}
+
+// parseSide parses one nested URL and finds the scheme registered for it.
+func parseSide(name, raw string) (side, error) {
 	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w: dual URL: option %s does not parse as a URL (URL-encode it)", driver.ErrInvalid, name)
-	}
-	if strings.EqualFold(u.Scheme, Scheme) {
-		return nil, fmt.Errorf("%w: dual URL: option %s is itself a dual URL", driver.ErrInvalid, name)
+	switch {
+	case err != nil:
+		return side{}, driver.InvalidURL(Scheme, "option %s does not parse as a URL (URL-encode it)", name)
+	case u.Opaque != "":
+		return side{}, driver.InvalidURL(Scheme, "option %s: the \"//\" is missing (want %s://…)", name, u.Scheme)
+	case strings.EqualFold(u.Scheme, Scheme):
+		return side{}, driver.InvalidURL(Scheme, "option %s is itself a dual URL", name)
 	}
 	openFn, ok := driver.Lookup(u.Scheme)
 	if !ok {
-		return nil, fmt.Errorf("%w: dual URL: option %s: no backend registered for scheme %q (import it)", driver.ErrInvalid, name, u.Scheme)
+		return side{}, driver.InvalidURL(Scheme, "option %s: no backend registered for scheme %q (import it)", name, u.Scheme)
 	}
-	d, err := openFn(ctx, u)
+	return side{name, u, openFn}, nil
+}
+
+// open opens the side's driver.
+func (s side) open(ctx context.Context) (driver.Driver, error) {
+	d, err := s.openFn(ctx, s.u)
 	if err != nil {
-		return nil, fmt.Errorf("dual: %s side: %w", name, err)
+		return nil, fmt.Errorf("dual: %s side: %w", s.name, err)
 	}
 	return d, nil
 }
@@ -143,14 +173,14 @@ type Driver struct {
 
 	mu       sync.Mutex
 	services map[string]*state
-	healthy  [2]bool // last health logged per side
+	health   [2]health
 }
 
 // New returns a driver over oldSide and newSide; it closes both when
 // closed. Wrap it with registry.New.
 func New(oldSide, newSide driver.Driver, o Options) *Driver {
 	d := &Driver{sides: [2]driver.Driver{oldSide, newSide}, hold: o.Hold, log: slog.Default(),
-		services: map[string]*state{}, healthy: [2]bool{true, true}}
+		services: map[string]*state{}}
 	if o.PreferNew {
 		d.primary = 1
 	}
@@ -186,31 +216,68 @@ func both(fn func(i int) error) [2]error {
 // outcome records each side's health and returns nil when at least one
 // side succeeded, else both errors joined.
 func (d *Driver) outcome(op string, errs [2]error) error {
-	for i, err := range errs {
-		d.noteHealth(i, op, err)
-	}
+	d.noteHealth(op, errs, [2]bool{true, true})
 	if errs[0] == nil || errs[1] == nil {
 		return nil
 	}
-	return fmt.Errorf("dual: %s: both sides failed: %w", op, errors.Join(errs[0], errs[1]))
+	return fmt.Errorf("dual: both sides failed: %w", joinSides(errs)) // each names op
 }
 
-// noteHealth logs a side's health when it changes. A context error is
-// the caller's, not the side's.
-func (d *Driver) noteHealth(i int, op string, err error) {
-	if errors.Is(err, context.Canceled) {
-		return
+// joinSides joins both sides' errors on one line, each named (errors.Join
+// would put a newline between them); errors.Is matches either.
+func joinSides(errs [2]error) error {
+	for i, err := range errs {
+		if err == nil {
+			errs[i] = errors.New("no answer yet")
+		}
 	}
-	ok := err == nil
+	return fmt.Errorf("%s side: %w; %s side: %w", sideNames[0], errs[0], sideNames[1], errs[1])
+}
+
+// health is what the driver knows of a side.
+type health struct {
+	answered bool   // its last call succeeded
+	failed   bool   // its last call failed
+	logged   bool   // its failure was logged
+	op       string // the operation that failed, for the log
+	err      error
+}
+
+// noteHealth records the answers of the sides heard (errs[i] counts only
+// when heard[i]) and logs a side's health when it changes. A context
+// error is the caller's, not the side's. A side's failure is logged once
+// the other side answers — "serving from the other" is then true; while
+// both fail, the operations' errors say so and nothing is logged, so that
+// a command line tool prints one error, not log lines beside it.
+func (d *Driver) noteHealth(op string, errs [2]error, heard [2]bool) {
 	d.mu.Lock()
-	changed := d.healthy[i] != ok
-	d.healthy[i] = ok
+	var recovered [2]bool
+	for i, err := range errs {
+		if !heard[i] || errors.Is(err, context.Canceled) {
+			continue
+		}
+		h := &d.health[i]
+		if err == nil {
+			recovered[i] = h.logged
+			*h = health{answered: true}
+		} else if !h.failed {
+			*h = health{failed: true, op: op, err: err}
+		}
+	}
+	var failed [2]health
+	for i := range 2 {
+		if h := &d.health[i]; h.failed && !h.logged && d.health[1-i].answered {
+			h.logged, failed[i] = true, *h
+		}
+	}
 	d.mu.Unlock()
-	switch {
-	case changed && !ok:
-		d.log.Warn("roster/dual: side failing; serving from the other", "side", sideNames[i], "op", op, "err", err)
-	case changed:
-		d.log.Info("roster/dual: side answering again", "side", sideNames[i], "op", op)
+	for i := range 2 {
+		if failed[i].failed {
+			d.log.Warn("roster/dual: side failing; serving from the other", "side", sideNames[i], "op", failed[i].op, "err", failed[i].err)
+		}
+		if recovered[i] {
+			d.log.Info("roster/dual: side answering again", "side", sideNames[i], "op", op)
+		}
 	}
 }
 
@@ -224,4 +291,12 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	out := slices.Concat(names[0], names[1])
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// noteSide is noteHealth for one side's answer.
+func (d *Driver) noteSide(i int, op string, err error) {
+	var errs [2]error
+	var heard [2]bool
+	errs[i], heard[i] = err, true
+	d.noteHealth(op, errs, heard)
 }

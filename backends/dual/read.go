@@ -112,8 +112,11 @@ func (d *Driver) unionLocked(service string, now time.Time) (driver.Snapshot, ti
 		}
 	}
 	if !served || (s.sides[0].down && s.sides[1].down) {
-		return driver.Snapshot{}, time.Time{}, fmt.Errorf("dual: %s: %w: both sides failing: %w",
-			service, driver.ErrUnavailable, errors.Join(s.sides[0].err, s.sides[1].err))
+		err := joinSides([2]error{s.sides[0].err, s.sides[1].err})
+		if !errors.Is(err, driver.ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+		}
+		return driver.Snapshot{}, time.Time{}, fmt.Errorf("dual: both sides failing: %w", err) // each names the watch
 	}
 	// The latest answer of either side, included or not: a side leaving
 	// the union must not take the revision back (Registry would read a
@@ -207,7 +210,7 @@ func (st *stream) pump(ctx context.Context, i int) error {
 		return err
 	}
 	st.hear(i, driver.Snapshot{}, err)
-	st.d.noteHealth(i, "watch", err)
+	st.d.noteSide(i, "watch", err)
 	if delivered {
 		return nil
 	}
@@ -219,7 +222,7 @@ func (st *stream) hear(i int, snap driver.Snapshot, err error) {
 	st.heard[i] = true
 	st.d.mu.Unlock()
 	if err == nil {
-		st.d.noteHealth(i, "watch", nil)
+		st.d.noteSide(i, "watch", nil)
 	}
 	st.d.observe(st.service, i, snap, err)
 }

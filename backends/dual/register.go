@@ -93,7 +93,7 @@ func (r *registration) Deregister(ctx context.Context) error {
 		return r.regs[i].Deregister(ctx)
 	})
 	for i, err := range errs {
-		r.d.noteHealth(i, "deregister", err)
+		r.d.noteSide(i, "deregister", err)
 	}
 	return errors.Join(errs[0], errs[1])
 }

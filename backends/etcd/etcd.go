@@ -130,7 +130,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -192,7 +191,8 @@ type Driver struct {
 // Options configure a Driver opened with New.
 type Options struct {
 	// Client settings: Endpoints, DialTimeout, Username, Password, TLS….
-	// A nil Logger is replaced with zap.NewNop, so the client stays quiet.
+	// A nil Logger is replaced with one writing to slog.Default() at debug
+	// level, so the client's lines stay off stderr.
 	// AutoSyncInterval should stay 0 when clients reach the cluster through
 	// proxies or load balancers.
 	Client clientv3.Config
@@ -229,7 +229,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("etcd: %w: no endpoints", driver.ErrInvalid)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
+		cfg.Logger = libLogger()
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout

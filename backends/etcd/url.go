@@ -175,12 +175,17 @@ func endpoints(u *url.URL, tlsOn bool) ([]string, error) {
 		scheme = "https://"
 	}
 	var eps []string
-	for _, h := range strings.Split(u.Host, ",") {
+	for i, h := range strings.Split(u.Host, ",") {
 		if h == "" {
 			return nil, driver.InvalidURL("etcd", "empty host in the endpoint list")
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
+		}
+		if _, err := driver.CanonicalAddress(h); err != nil {
+			// Not quoted: such a host may be a password whose "@" was
+			// forgotten (etcd://user:secrethost:2379).
+			return nil, driver.InvalidURL("etcd", "endpoint %d is not host:port (a host name or an IP address, a port from 1 to 65535)", i+1)
 		}
 		eps = append(eps, scheme+h)
 	}

@@ -121,8 +121,8 @@ func inClusterNamespace() string {
 	return strings.TrimSpace(string(b))
 }
 
-// invalid is an ErrInvalid in the form driver.Query gives its own, with
-// the URL redacted.
-func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("%w: k8s URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+// invalid is an ErrInvalid in the form driver.Query gives its own. It
+// does not name the URL: registry.Open does, once, redacted.
+func invalid(_ *url.URL, format string, args ...any) error {
+	return driver.InvalidURL("k8s", format, args...)
 }

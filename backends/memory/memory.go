@@ -26,8 +26,13 @@ const Scheme = "mem"
 
 func init() {
 	driver.Register(Scheme, func(_ context.Context, u *url.URL) (driver.Driver, error) {
-		if u.Path != "" && u.Path != "/" || u.RawQuery != "" {
-			return nil, fmt.Errorf("%w: mem URL takes only a name (mem://name)", driver.ErrInvalid)
+		// ParseQuery rejects "mem:name" (the "//" forgotten), which would
+		// otherwise open a private server silently.
+		if _, err := driver.ParseQuery(Scheme, u); err != nil {
+			return nil, err
+		}
+		if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
+			return nil, driver.InvalidURL(Scheme, "it takes only a name (mem://name)")
 		}
 		if u.Host == "" {
 			return NewDriver(NewServer()), nil

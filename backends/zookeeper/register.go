@@ -26,8 +26,8 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 		return nil, err
 	}
 	r := &registration{d: d, s: s, path: d.Path(inst.Service, inst.ID), id: inst.ID, ttl: ttl}
-	if err := r.create(ctx, val); err != nil {
-		return nil, fmt.Errorf("zookeeper: register %s: %w", inst.ID, err)
+	if err := r.create(ctx, "register "+inst.ID, val); err != nil {
+		return nil, err
 	}
 	r.mu.Lock()
 	r.watchdog = time.AfterFunc(ttl, r.expire)
@@ -82,12 +82,13 @@ func (r *registration) lost() {
 // create writes the znode in the current session, replacing one left by
 // another session (the last writer wins). The parents are created when
 // missing: the root as a persistent znode, the service as a container.
-func (r *registration) create(ctx context.Context, val []byte) error {
+// what names the operation in errors ("register ID").
+func (r *registration) create(ctx context.Context, what string, val []byte) error {
 	d := r.d
 	for range 4 {
 		conn := r.s.current()
 		var st *zk.Stat
-		err := d.call(ctx, "create", func() error {
+		err := d.call(ctx, what, func() error {
 			_, err := conn.Create(r.path, val, zk.FlagEphemeral, d.acl)
 			if errors.Is(err, zk.ErrNodeExists) { // replace it, atomically
 				_, err = conn.Multi(
@@ -116,7 +117,7 @@ func (r *registration) create(ctx context.Context, val []byte) error {
 		r.mu.Unlock()
 		return nil
 	}
-	return fmt.Errorf("%w: znode %s kept changing under concurrent writers", driver.ErrUnavailable, r.path)
+	return fmt.Errorf("zookeeper: %s: %w: znode %s kept changing under concurrent writers", what, driver.ErrUnavailable, r.path)
 }
 
 // ensureParents creates the root and the service znode.
@@ -165,27 +166,25 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	r.mu.Unlock()
 	err := r.check(ctx)
 	if done && err == nil {
-		err = fmt.Errorf("%w: no heartbeat for %v: deleted by the watchdog", driver.ErrNotFound, r.ttl)
+		err = fmt.Errorf("zookeeper: heartbeat %s: %w: no heartbeat for %v: deleted by the watchdog", r.id, driver.ErrNotFound, r.ttl)
 	}
 	if errors.Is(err, driver.ErrNotFound) {
 		r.lost()
 	}
-	if err != nil {
-		return fmt.Errorf("zookeeper: heartbeat %s: %w", r.id, err)
-	}
-	return nil
+	return err
 }
 
-// check reads the znode's stat.
+// check reads the znode's stat. Its errors name the heartbeat.
 func (r *registration) check(ctx context.Context) error {
+	what := "heartbeat " + r.id
 	owner := r.ownerID()
 	if cur := r.s.id(); cur != 0 && cur != owner {
-		return fmt.Errorf("%w: session %#x expired (now %#x)", driver.ErrNotFound, owner, cur)
+		return fmt.Errorf("zookeeper: %s: %w: session %#x expired (now %#x)", what, driver.ErrNotFound, owner, cur)
 	}
 	conn := r.s.current()
 	var st *zk.Stat
 	var ok bool
-	err := r.d.call(ctx, "exists", func() error {
+	err := r.d.call(ctx, what, func() error {
 		var err error
 		ok, st, err = conn.Exists(r.path)
 		return err
@@ -194,9 +193,9 @@ func (r *registration) check(ctx context.Context) error {
 	case err != nil:
 		return err
 	case !ok:
-		return fmt.Errorf("%w: znode %s is gone", driver.ErrNotFound, r.path)
+		return fmt.Errorf("zookeeper: %s: %w: znode %s is gone", what, driver.ErrNotFound, r.path)
 	case !r.ours(st):
-		return fmt.Errorf("%w: znode %s was written again by session %#x", driver.ErrNotFound, r.path, st.EphemeralOwner)
+		return fmt.Errorf("zookeeper: %s: %w: znode %s was written again by session %#x", what, driver.ErrNotFound, r.path, st.EphemeralOwner)
 	}
 	return nil
 }
@@ -221,12 +220,9 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 		return err
 	})
 	if errors.Is(err, driver.ErrNotFound) || errors.Is(err, zk.ErrBadVersion) {
-		err = r.create(ctx, val)
+		err = r.create(ctx, "update "+r.id, val)
 	}
-	if err != nil {
-		return fmt.Errorf("zookeeper: update %s: %w", r.id, err)
-	}
-	return nil
+	return err
 }
 
 // Deregister implements driver.Registration: the znode is deleted if this
@@ -238,17 +234,13 @@ func (r *registration) Deregister(ctx context.Context) error {
 		r.watchdog.Stop()
 	}
 	r.mu.Unlock()
-	err := r.deleteOwned(ctx)
-	if err != nil {
-		return fmt.Errorf("zookeeper: deregister %s: %w", r.id, err)
-	}
-	return nil
+	return r.deleteOwned(ctx)
 }
 
 // deleteOwned deletes the znode unless another session wrote it since.
 func (r *registration) deleteOwned(ctx context.Context) error {
 	conn := r.s.current()
-	err := r.d.call(ctx, "delete", func() error {
+	err := r.d.call(ctx, "deregister "+r.id, func() error {
 		_, st, err := conn.Exists(r.path)
 		if err != nil || !r.ours(st) {
 			return err

@@ -46,7 +46,7 @@ func (s *session) dialLocked() error {
 	gen := s.gen
 	dial, hosts := transport(s.d.opts.TLS)
 	conn, _, err := zk.Connect(s.d.opts.Servers, s.timeout,
-		zk.WithLogger(quiet{}), zk.WithLogInfo(false), zk.WithDialer(dial), zk.WithHostProvider(hosts),
+		zk.WithLogger(libLogger{}), zk.WithDialer(dial), zk.WithHostProvider(hosts),
 		zk.WithEventCallback(func(ev zk.Event) { s.onEvent(gen, ev) }))
 	if err != nil {
 		return fmt.Errorf("zookeeper: %w: %v", driver.ErrInvalid, err)
@@ -156,9 +156,3 @@ func (s *session) close() {
 	s.mu.Unlock()
 	conn.Close()
 }
-
-// quiet drops the client library's log lines: every state change reaches
-// the driver as an event, and errors reach the caller.
-type quiet struct{}
-
-func (quiet) Printf(string, ...any) {}

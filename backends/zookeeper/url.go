@@ -1,7 +1,6 @@
 package zookeeper
 
 import (
-	"fmt"
 	"net"
 	"net/url"
 	"path"
@@ -77,10 +76,10 @@ func credentials(u *url.URL, q *driver.Query, o *Options) error {
 	return nil
 }
 
-// invalid is an ErrInvalid in the form driver.Query gives its own, with
-// the URL redacted.
-func invalid(u *url.URL, format string, args ...any) error {
-	return fmt.Errorf("%w: zookeeper URL %s: %s", driver.ErrInvalid, driver.Redact(u.String()), fmt.Sprintf(format, args...))
+// invalid is an ErrInvalid in the form driver.Query gives its own. It
+// does not name the URL: registry.Open does, once, redacted.
+func invalid(_ *url.URL, format string, args ...any) error {
+	return driver.InvalidURL("zookeeper", format, args...)
 }
 
 // root reads the root znode from the URL's path: /roster when empty.
@@ -105,12 +104,17 @@ func servers(u *url.URL) ([]string, error) {
 		return nil, invalid(u, "no host (zk://host:2181[,host2:2181]/root)")
 	}
 	var out []string
-	for _, h := range strings.Split(u.Host, ",") {
+	for i, h := range strings.Split(u.Host, ",") {
 		if h == "" {
 			return nil, invalid(u, "empty host in the server list")
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2181")
+		}
+		if _, err := driver.CanonicalAddress(h); err != nil {
+			// Not quoted: a host with such characters may be a password
+			// whose "@" was forgotten (zk://user:secrethost:2181).
+			return nil, invalid(u, "server %d is not host:port (a host name or an IP address, a port from 1 to 65535)", i+1)
 		}
 		out = append(out, h)
 	}

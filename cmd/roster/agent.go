@@ -60,21 +60,18 @@ See docs/agent.md for the API.`,
 	f := cmd.Flags()
 	f.StringVar(&fl.listen, "listen", defaultAgentListen, "loopback ip:port (port 0: a free one) or unix:/path/to/socket")
 	f.StringVar(&fl.strategy, "strategy", string(selector.DefaultStrategy), fmt.Sprintf("default strategy of picks %v", selector.Strategies()))
-	f.DurationVar(&fl.tokenTTL, "token-ttl", time.Minute, "how long a pick's token waits for its report")
-	f.DurationVar(&fl.maxStale, "max-staleness", 10*time.Minute, "how long picks go on from a stale list while the registry fails")
+	durationVar(f, &fl.tokenTTL, "token-ttl", time.Minute, 100*time.Millisecond, maxTimeout, "how long a pick's token waits for its report")
+	durationVar(f, &fl.maxStale, "max-staleness", 10*time.Minute, time.Second, maxStaleness, "how long picks go on from a stale list while the registry fails")
 	f.StringVar(&fl.snapshotDir, "snapshot-dir", "", "keep each service's last good list here, for a start during an outage")
 	f.StringArrayVar(&fl.templates, "template", nil, "in.tmpl:out.conf to re-render on every change (repeatable)")
 	f.StringVar(&fl.exec, "exec", "", "command run (sh -c) after a template's output changed")
-	f.DurationVar(&fl.debounce, "debounce", 200*time.Millisecond, "quiet time before re-rendering the templates after a change")
+	durationVar(f, &fl.debounce, "debounce", 200*time.Millisecond, time.Millisecond, time.Minute, "quiet time before re-rendering the templates after a change")
 	return cmd
 }
 
 func (fl agentFlags) validate() ([]agent.Template, error) {
 	if _, err := selector.ParseStrategy(fl.strategy); err != nil {
 		return nil, fmt.Errorf("%w: --strategy: %w", registry.ErrInvalid, err)
-	}
-	if fl.tokenTTL <= 0 || fl.debounce <= 0 {
-		return nil, fmt.Errorf("%w: --token-ttl and --debounce must be positive", registry.ErrInvalid)
 	}
 	if fl.exec != "" && len(fl.templates) == 0 {
 		return nil, fmt.Errorf("%w: --exec needs at least one --template", registry.ErrInvalid)

@@ -255,7 +255,7 @@ func TestAgentBadFlags(t *testing.T) {
 		{[]string{"--strategy", "fastest"}, "--strategy"},
 		{[]string{"--exec", "true"}, "--exec needs at least one --template"},
 		{[]string{"--template", "only-in"}, "not in.tmpl:out.conf"},
-		{[]string{"--token-ttl", "0s"}, "must be positive"},
+		{[]string{"--token-ttl", "0s"}, `"--token-ttl" flag: must be from 100ms to 1h`},
 		{nil, "no registry"},
 	} {
 		args := append([]string{"agent", "--listen", "127.0.0.1:0"}, c.args...)

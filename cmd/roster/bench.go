@@ -50,14 +50,14 @@ $ROSTER_REGISTRY.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&c.Instances, "instances", 100, "instances to register (N)")
-	f.IntVar(&c.Services, "services", 10, "services they are spread over (S)")
-	f.IntVar(&c.Processes, "processes", 4, "registering processes (P), each a Registry with its own connections")
-	f.IntVar(&c.Watchers, "watchers", 2, "watching processes, each watching every service")
-	f.IntVar(&c.Workers, "workers", 32, "concurrent registrations")
-	f.IntVar(&c.Probes, "probes", 50, "deregistrations and lookups timed (crashes: a tenth)")
-	f.DurationVar(&c.TTL, "ttl", 10*time.Second, "lease TTL")
-	f.DurationVar(&c.Hold, "hold", 10*time.Second, "how long to hold the leases while measuring heartbeat cost")
+	intVar(f, &c.Instances, "instances", 100, 1, maxBenchInstances, "instances to register (N)")
+	intVar(f, &c.Services, "services", 10, 1, maxBenchInstances, "services they are spread over (S ≤ N)")
+	intVar(f, &c.Processes, "processes", 4, 1, maxBenchRegistries, "registering processes (P), each a Registry with its own connections")
+	intVar(f, &c.Watchers, "watchers", 2, 1, maxBenchRegistries, "watching processes, each watching every service")
+	intVar(f, &c.Workers, "workers", 32, 1, maxWorkers, "concurrent registrations")
+	intVar(f, &c.Probes, "probes", 50, 1, maxBenchProbes, "deregistrations and lookups timed (crashes: a tenth)")
+	durationVar(f, &c.TTL, "ttl", 10*time.Second, minTTL, maxTTL, "lease TTL")
+	durationVar(f, &c.Hold, "hold", 10*time.Second, time.Second, maxTimeout, "how long to hold the leases while measuring heartbeat cost")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
 }

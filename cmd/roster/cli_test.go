@@ -98,6 +98,30 @@ func TestFlagLimits(t *testing.T) {
 		{[]string{"conformance", mem, "--run", "("}, []string{"--run"}},
 		{[]string{"dev", "--temp", "--listen", "127.0.0.1:70000"}, []string{"70000", "0 to 65535"}},
 		{[]string{"ls", "a", "b", "--registry", mem}, []string{"accepts at most 1 arg"}},
+		{[]string{"bench", mem, "--instances", "0"}, []string{`"--instances"`, "from 1 to 1000000"}},
+		{[]string{"bench", mem, "--instances", "-5"}, []string{`"--instances"`, "from 1 to 1000000"}},
+		{[]string{"bench", mem, "--instances", "1000000000"}, []string{`"--instances"`, "from 1 to 1000000"}},
+		{[]string{"bench", mem, "--services", "0"}, []string{`"--services"`, "from 1 to 1000000"}},
+		{[]string{"bench", mem, "--services", "20", "--instances", "10"}, []string{"services (20) must not exceed instances (10)"}},
+		{[]string{"bench", mem, "--processes", "0"}, []string{`"--processes"`, "from 1 to 1000"}},
+		{[]string{"bench", mem, "--processes", "100000"}, []string{`"--processes"`, "from 1 to 1000"}},
+		{[]string{"bench", mem, "--watchers", "-1"}, []string{`"--watchers"`, "from 1 to 1000"}},
+		{[]string{"bench", mem, "--workers", "0"}, []string{`"--workers"`, "from 1 to 256"}},
+		{[]string{"bench", mem, "--probes", "0"}, []string{`"--probes"`, "from 1 to 10000"}},
+		{[]string{"bench", mem, "--probes", "99999999"}, []string{`"--probes"`, "from 1 to 10000"}},
+		{[]string{"bench", mem, "--ttl", "0s"}, []string{`"--ttl"`, "from 10ms to 24h"}},
+		{[]string{"bench", mem, "--ttl", "-1s"}, []string{`"--ttl"`, "from 10ms to 24h"}},
+		{[]string{"bench", mem, "--hold", "0s"}, []string{`"--hold"`, "from 1s to 1h"}},
+		{[]string{"bench", mem, "--hold", "1000h"}, []string{`"--hold"`, "from 1s to 1h"}},
+		{[]string{"agent", "--registry", mem, "--token-ttl", "0s"}, []string{`"--token-ttl"`, "from 100ms to 1h"}},
+		{[]string{"agent", "--registry", mem, "--token-ttl", "-1m"}, []string{`"--token-ttl"`, "from 100ms to 1h"}},
+		{[]string{"agent", "--registry", mem, "--token-ttl", "9999h"}, []string{`"--token-ttl"`, "from 100ms to 1h"}},
+		{[]string{"agent", "--registry", mem, "--max-staleness", "0s"}, []string{`"--max-staleness"`, "from 1s to 168h"}},
+		{[]string{"agent", "--registry", mem, "--max-staleness", "-1s"}, []string{`"--max-staleness"`, "from 1s to 168h"}},
+		{[]string{"agent", "--registry", mem, "--max-staleness", "10000h"}, []string{`"--max-staleness"`, "from 1s to 168h"}},
+		{[]string{"agent", "--registry", mem, "--debounce", "0s"}, []string{`"--debounce"`, "from 1ms to 1m"}},
+		{[]string{"agent", "--registry", mem, "--debounce", "1h"}, []string{`"--debounce"`, "from 1ms to 1m"}},
+		{[]string{"agent", "--registry", mem, "--debounce", "soon"}, []string{`"--debounce"`, "not a duration"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -138,6 +162,8 @@ func TestFlagLimitsAcceptTheBounds(t *testing.T) {
 	for _, args := range [][]string{
 		{"pick", "web", "--registry", mem, "--count", "1"},
 		{"pick", "web", "--registry", mem, "--count", "1000000"},
+		{"bench", mem, "--instances", "1", "--services", "1", "--processes", "1", "--watchers", "1", "--workers", "1",
+			"--probes", "1", "--ttl", "10ms", "--hold", "1s"},
 		{"conformance", mem, "--ttl", "10ms", "--expiry-slack", "10ms", "--propagation", "1h", "--run", "^RoundTripEveryField$"},
 	} {
 		if out, errOut, err := execute(context.Background(), args...); err != nil {

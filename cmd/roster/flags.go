@@ -18,7 +18,17 @@ import (
 const (
 	maxPicks   = 1_000_000
 	maxWorkers = 256
-	maxTimeout = time.Hour // --drain, --check-interval, conformance timings
+	maxTimeout = time.Hour // --drain, --check-interval, conformance timings, bench --hold, agent --token-ttl
+	minTTL     = 10 * time.Millisecond
+	maxTTL     = 24 * time.Hour
+	// maxStaleness bounds agent --max-staleness: a week of serving the
+	// last good list through an outage.
+	maxStaleness = 7 * 24 * time.Hour
+	// bench: beyond these a run measures the machine, not the registry
+	// (each registry is its own connections; each instance a lease).
+	maxBenchInstances  = 1_000_000
+	maxBenchRegistries = 1_000
+	maxBenchProbes     = 10_000
 )
 
 // durationFlag is a time.Duration flag bounded to [min, max].

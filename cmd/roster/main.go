@@ -24,13 +24,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	_ "github.com/roster-go/roster/backends/consul"
-	_ "github.com/roster-go/roster/backends/dnssrv"
-	_ "github.com/roster-go/roster/backends/etcd"
-	_ "github.com/roster-go/roster/backends/kubernetes"
+	_ "github.com/roster-go/roster/backends/all" // every scheme: a switch of backend is a change of URL
 	"github.com/roster-go/roster/backends/memory"
-	_ "github.com/roster-go/roster/backends/redis"
-	_ "github.com/roster-go/roster/backends/zookeeper"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -66,6 +61,7 @@ The registry is chosen by URL, from --registry or $ROSTER_REGISTRY:
   k8s://?namespace=shop&kubeconfig=/path           Kubernetes (k8s://in-cluster in a pod)
   zk://host:2181[,host2:2181]/roster               ZooKeeper
   dns+srv://127.0.0.1:8600/{service}.service.consul  DNS SRV records (read-only)
+  dual://?old=<URL>&new=<URL>                      both at once, for a migration (URL-encode each)
   mem://name                                       in-process (this process only)`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -90,8 +86,11 @@ func openRegistry(cmd *cobra.Command) (*registry.Registry, error) {
 	if u == "" {
 		return nil, fmt.Errorf("no registry: set --registry or ROSTER_REGISTRY (schemes: %v)", registry.Schemes())
 	}
-	warnInProcess(cmd, u)
-	return registry.Open(cmd.Context(), u)
+	reg, err := registry.Open(cmd.Context(), u)
+	if err == nil {
+		warnInProcess(cmd, u) // not beside an error: one line then
+	}
+	return reg, err
 }
 
 // withRegistry is the RunE of a command that reads the registry: it

@@ -89,7 +89,7 @@ Without CMD it keeps the registration alive until it is signalled.`,
 	f.Uint32Var(&in.Weight, "weight", registry.DefaultWeight, "relative weight, 0 to 65535; 0 starts the instance drained")
 	f.StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
 	f.StringArrayVar(&tags, "tag", nil, "tag (repeatable)")
-	durationVar(f, &ttl, "ttl", registry.DefaultTTL, 10*time.Millisecond, 24*time.Hour,
+	durationVar(f, &ttl, "ttl", registry.DefaultTTL, minTTL, maxTTL,
 		"registration TTL, 10ms to 24h and at least the backend's minimum; heartbeats every TTL/3")
 	f.StringVar(&checkURL, "check-http", "", "health check URL (http or https): registered only while it answers 2xx")
 	durationVar(f, &checkInterval, "check-interval", 2*time.Second, 10*time.Millisecond, maxTimeout, "health check interval (10ms to 1h)")

@@ -25,9 +25,8 @@ import (
 
 	"go.uber.org/fx"
 
-	_ "github.com/roster-go/roster/backends/etcd"
+	_ "github.com/roster-go/roster/backends/all" // $ROSTER_REGISTRY may name any scheme
 	"github.com/roster-go/roster/backends/etcd/etcdlocal"
-	_ "github.com/roster-go/roster/backends/memory"
 	rosterfx "github.com/roster-go/roster/contrib/fx"
 	rosterhttp "github.com/roster-go/roster/contrib/http"
 	"github.com/roster-go/roster/middleware"

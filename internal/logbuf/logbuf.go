@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"log/slog"
 	"sync"
+	"testing"
 )
 
 // Buffer collects log output; its methods are safe for concurrent use.
@@ -32,4 +33,15 @@ func (l *Buffer) String() string {
 // included.
 func (l *Buffer) Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// Default makes a new Buffer's Logger slog.Default() until the test
+// ends, and returns the Buffer. Tests that call it must not run in
+// parallel: the default logger is the process's.
+func Default(tb testing.TB) *Buffer {
+	l := new(Buffer)
+	prev := slog.Default()
+	slog.SetDefault(l.Logger())
+	tb.Cleanup(func() { slog.SetDefault(prev) })
+	return l
 }

@@ -18,7 +18,23 @@ var (
 	// public holds the query parameters whose values Redact may show;
 	// every other value is masked.
 	public = map[string]bool{}
+	// nested holds the query parameters whose values are registry URLs
+	// (see NestedURLOptions).
+	nested = map[string]bool{}
 )
+
+// NestedURLOptions declares query parameters whose values are registry
+// URLs of their own, such as the dual backend's old and new: Redact shows
+// their names and each value redacted as a URL (the nested password
+// masked as any other); a value that is not a URL of a registered scheme
+// is masked whole. Backends call it from init, beside Register.
+func NestedURLOptions(names ...string) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	for _, n := range names {
+		nested[n] = true
+	}
+}
 
 // Register makes a backend available to registry.Open under a URL scheme.
 // Backends call it from init, so importing a backend package for its side
@@ -171,11 +187,20 @@ func redactQuery(raw string) string {
 	if err != nil {
 		return "<query>"
 	}
+	// Not held through the loop: a nested URL's redaction takes it again.
 	openersMu.RLock()
-	defer openersMu.RUnlock()
+	public, nested := maps.Clone(public), maps.Clone(nested)
+	openersMu.RUnlock()
 	var parts []string
 	changed := false
 	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if nested[k] {
+			for _, v := range q[k] {
+				parts = append(parts, k+"="+redactNested(v))
+			}
+			changed = true
+			continue
+		}
 		if !public[k] {
 			parts = append(parts, redactName(k)+"="+masked)
 			changed = true
@@ -195,6 +220,22 @@ func redactQuery(raw string) string {
 	}
 	return strings.Join(parts, "&")
 }
+
+// redactNested redacts the value of a nested URL option: a URL of a
+// registered scheme, redacted, with the characters that would end a
+// query value escaped; anything else masked.
+func redactNested(v string) string {
+	u, err := url.Parse(v)
+	if err != nil {
+		return masked
+	}
+	if _, known := Lookup(u.Scheme); !known {
+		return masked
+	}
+	return nestedEscaper.Replace(Redact(v))
+}
+
+var nestedEscaper = strings.NewReplacer("%", "%25", "&", "%26", ";", "%3B", "#", "%23", "+", "%2B", " ", "%20")
 
 // secretNames are the secret options' names that may be shown (so that an
 // error still says which option); any other secret-looking name is hidden

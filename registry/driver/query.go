@@ -48,7 +48,7 @@ func ParseQuery(backend string, u *url.URL) (*Query, error) {
 	q := &Query{backend: backend, u: u}
 	switch {
 	case u.Opaque != "":
-		return nil, q.fail("want %s://host:port (the \"//\" is missing)", u.Scheme)
+		return nil, q.fail("the \"//\" is missing (want %s://…)", u.Scheme)
 	case u.Fragment != "":
 		return nil, q.fail("a URL fragment (#…) has no meaning here")
 	}
@@ -191,7 +191,7 @@ func (q *Query) Secret(name, env string, dst *string) {
 	case inFile:
 		b, err := readFile(file, maxSecretFile)
 		if err != nil {
-			q.setErr(q.fail("option %s_file: cannot read %q: %v", name, file, err))
+			q.setErr(q.fail("option %s_file: cannot read %s: %v", name, shownPath(file), err))
 			return
 		}
 		*dst = strings.TrimRight(string(b), "\r\n")
@@ -318,7 +318,13 @@ func (q *Query) Err() error {
 	}
 	var unknown []string
 	for k := range q.vals {
-		if !slices.Contains(q.known, k) {
+		switch {
+		case slices.Contains(q.known, k):
+		case q.vals[k][0] == "":
+			// A bare word is more likely the end of a secret cut by an
+			// unencoded "&" ("password=hunter&2") than an option.
+			unknown = append(unknown, "<option>")
+		default:
 			unknown = append(unknown, safeName(k))
 		}
 	}
@@ -338,6 +344,16 @@ func shown(v string) string {
 		return "<value hidden>"
 	}
 	return strconv.Quote(v)
+}
+
+// shownPath quotes a secret file's path for an error, unless it holds no
+// "/": then it may be the secret itself, given to name_file by mistake
+// (password_file=hunter2).
+func shownPath(p string) string {
+	if !strings.Contains(p, "/") {
+		return "<the value, which is not a path>"
+	}
+	return strconv.Quote(p)
 }
 
 // safeName quotes an option name when it is plainly a name and not

@@ -123,6 +123,12 @@ func TestQuerySecretFromURLFileOrEnv(t *testing.T) {
 	if err := q.Err(); !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("unreadable token_file: %v", err)
 	}
+	// The secret itself given to token_file: no "/", not quoted.
+	q, _ = parse(t, "x://h?token_file=s3cret")
+	q.Secret("token", "", &got)
+	if err := q.Err(); !errors.Is(err, driver.ErrInvalid) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("token_file holding the token: %v", err)
+	}
 }
 
 func TestQueryTLS(t *testing.T) {
