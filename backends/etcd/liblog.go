@@ -4,34 +4,20 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"google.golang.org/grpc/grpclog"
 
 	"github.com/roster-go/roster/internal/liblog"
 )
 
-// The etcd client logs through zap (its retries, its balancer) and grpc
-// through grpclog (to stderr from ERROR up by default): both go to
-// slog.Default() at debug level instead (see internal/liblog), so that a
-// failed call prints the driver's one error, not library lines beside
-// it. grpclog has one process-wide logger: it is set here unless the
-// environment asks for grpc's or the etcd client's own logging
-// (GRPC_GO_LOG_SEVERITY_LEVEL, GRPC_GO_LOG_VERBOSITY_LEVEL,
-// ETCD_CLIENT_DEBUG); a program that sets its own with grpclog.SetLoggerV2
-// after this package's init keeps it.
-func init() {
-	for _, env := range []string{"GRPC_GO_LOG_SEVERITY_LEVEL", "GRPC_GO_LOG_VERBOSITY_LEVEL", "ETCD_CLIENT_DEBUG"} {
-		if os.Getenv(env) != "" {
-			return
-		}
-	}
-	w := liblog.Writer("grpc")
-	grpclog.SetLoggerV2(grpclog.NewLoggerV2(w, w, w))
-}
+// The etcd client logs through zap (its retries, its balancer): its lines
+// go to slog.Default() at debug level instead (see internal/liblog), so
+// that a failed call prints the driver's one error, not library lines
+// beside it. grpc logs through grpclog, one logger for the whole process
+// (the program's own gRPC servers and clients too), which this package
+// leaves alone; the roster command routes it (liblog.CaptureProcessLoggers).
 
 // libLogger is the zap logger of every client the driver makes.
 func libLogger() *zap.Logger { return zap.New(slogCore{}) }

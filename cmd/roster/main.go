@@ -26,6 +26,7 @@ import (
 
 	_ "github.com/roster-go/roster/backends/all" // every scheme: a switch of backend is a change of URL
 	"github.com/roster-go/roster/backends/memory"
+	"github.com/roster-go/roster/internal/liblog"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -35,6 +36,7 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func main() {
+	liblog.CaptureProcessLoggers() // grpc's and client-go's lines are not roster's output
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := newRoot().ExecuteContext(ctx)

@@ -13,7 +13,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+
+	"google.golang.org/grpc/grpclog"
+	"k8s.io/klog/v2"
 )
 
 // enabled reports whether slog.Default() takes debug lines.
@@ -74,4 +78,23 @@ func (h *handler) WithGroup(name string) slog.Handler {
 
 func (h *handler) with(w func(slog.Handler) slog.Handler) slog.Handler {
 	return &handler{lib: h.lib, wrap: append(h.wrap[:len(h.wrap):len(h.wrap)], w)}
+}
+
+// CaptureProcessLoggers routes the process-wide loggers of grpc (grpclog:
+// the etcd client's transport) and client-go (klog: its reflectors'
+// "Failed to watch") to slog.Default() at debug level, unless the
+// environment asks for grpc's or the etcd client's own logging
+// (GRPC_GO_LOG_SEVERITY_LEVEL, GRPC_GO_LOG_VERBOSITY_LEVEL,
+// ETCD_CLIENT_DEBUG). Those loggers belong to the whole program, so the
+// backends do not touch them: a command whose stderr must carry its own
+// errors only (roster) calls this at start.
+func CaptureProcessLoggers() {
+	klog.SetSlogLogger(slog.New(Handler("client-go")))
+	for _, env := range []string{"GRPC_GO_LOG_SEVERITY_LEVEL", "GRPC_GO_LOG_VERBOSITY_LEVEL", "ETCD_CLIENT_DEBUG"} {
+		if os.Getenv(env) != "" {
+			return
+		}
+	}
+	w := Writer("grpc")
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2(w, w, w))
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/all"
+	"github.com/roster-go/roster/internal/liblog"
 	"github.com/roster-go/roster/internal/logbuf"
 	"github.com/roster-go/roster/registry"
 )
@@ -30,6 +31,7 @@ var logs logbuf.Buffer
 
 func TestMain(m *testing.M) {
 	slog.SetDefault(logs.Logger())
+	liblog.CaptureProcessLoggers() // as the roster command does: grpc's and client-go's lines too
 	code := m.Run()
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(line, secret) {
@@ -348,7 +350,8 @@ func TestTyposNeverPrintTheSecret(t *testing.T) {
 
 // The client libraries' own lines about the unreachable servers reach
 // slog at debug level (TestMain's logger), named, and none reaches
-// stderr (the CLI's tests check that).
+// stderr (the CLI's tests check that). grpc's and client-go's do once
+// liblog.CaptureProcessLoggers routed them, as the roster command does.
 func TestLibraryLinesGoToSlogDebug(t *testing.T) {
 	urls := map[string]string{}
 	for _, c := range unreachableURLs(t) {
