@@ -188,7 +188,11 @@ func (s *sidecar) logf(format string, a ...any) {
 // startAnnouncing registers in, in the background.
 func (s *sidecar) startAnnouncing(url string, reg *registry.Registry, in registry.Instance, opts []registry.RegisterOption) {
 	s.stop, s.results = make(chan struct{}), make(chan announced, 1)
-	go func() { s.results <- announce(s.stop, url, reg, in, opts, s.logf) }()
+	meanwhile := ""
+	if s.child != nil {
+		meanwhile = " (the command runs meanwhile)"
+	}
+	go func() { s.results <- announce(s.stop, url, reg, in, opts, s.logf, meanwhile) }()
 }
 
 // registered takes announce's outcome. An error means the registry
@@ -326,7 +330,8 @@ const attemptTimeout = 10 * time.Second
 // finished, not cancelled: it may have reached the registry, and what
 // registered must be deregistered. Once registered, the lease keeps the
 // registration alive by itself.
-func announce(stop <-chan struct{}, url string, reg *registry.Registry, in registry.Instance, opts []registry.RegisterOption, logf func(string, ...any)) announced {
+func announce(stop <-chan struct{}, url string, reg *registry.Registry, in registry.Instance, opts []registry.RegisterOption,
+	logf func(string, ...any), meanwhile string) announced {
 	policy := backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second}
 	for attempt := 0; ; attempt++ {
 		var (
@@ -338,7 +343,7 @@ func announce(stop <-chan struct{}, url string, reg *registry.Registry, in regis
 			return announced{reg: reg, lease: lease, err: err}
 		}
 		d := policy.Delay(attempt)
-		logf("cannot register yet, retrying in %v (the command runs meanwhile): %v", d.Round(time.Millisecond), err)
+		logf("cannot register yet, retrying in %v%s: %v", d.Round(time.Millisecond), meanwhile, err)
 		t := time.NewTimer(d)
 		select {
 		case <-stop:

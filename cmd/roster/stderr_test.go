@@ -125,6 +125,13 @@ func TestDeadServerOneCleanError(t *testing.T) {
 			if scheme == "dns+srv" && len(lines(errOut)) != 1 {
 				t.Errorf("register on a read-only backend: stderr %q: want one line", errOut)
 			}
+			if strings.Contains(errOut, "cannot register yet") && !strings.Contains(errOut, "(the command runs meanwhile)") {
+				t.Errorf("register with a command: stderr %q: want the retries to say the command runs", errOut)
+			}
+			_, errOut = runFor(t, 2*time.Second, "register", "--registry", u, "--service", "s", "--addr", "127.0.0.1:9")
+			if strings.Contains(errOut, "the command runs") {
+				t.Errorf("register without a command: stderr %q speaks of a command", errOut)
+			}
 		})
 	}
 }
