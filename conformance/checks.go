@@ -29,6 +29,7 @@ var checks = []check{
 	{name: "InvalidInputRejected", run: invalidInput},
 	{name: "TTLValidation", run: ttlValidation},
 	{name: "LimitsAtAndPast", run: limitsAtAndPast},
+	{name: "TTLEdges", run: ttlEdges},
 	{name: "HeartbeatKeepsAlive", run: heartbeatKeepsAlive},
 	{name: "CrashExpiresWithinTTL", run: crashExpires},
 	{name: "DrainSetsWeightZero", run: drain},

@@ -88,6 +88,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -123,8 +124,10 @@ const (
 	labelLeaseManagedBy = "app.kubernetes.io/managed-by"
 )
 
-// Lease durations are whole seconds (leaseDurationSeconds).
-var limits = driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
+// Lease durations are whole seconds in an int32 (leaseDurationSeconds):
+// a longer TTL would wrap, to a short lease or one the apiserver refuses,
+// so it is rejected before anything is written.
+var limits = driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second, MaxTTL: math.MaxInt32 * time.Second}
 
 func init() { driver.Register(Scheme, openURL, publicOptions...) }
 

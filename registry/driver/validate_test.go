@@ -9,8 +9,10 @@ import (
 )
 
 func TestValidateService(t *testing.T) {
-	good := []string{"a", "user-svc", "user.svc", "user_svc", "0", strings.Repeat("a", 128)}
-	bad := []string{"", "A", "-a", ".a", "_a", "a b", "a*", "a?", "a[", "a:", "a/b", "a{", "a}", "ä", strings.Repeat("a", 129)}
+	good := []string{"a", "user-svc", "user.svc", "user_svc", "0", "0a", "a-0", "a--b", strings.Repeat("a", MaxServiceLen),
+		"a" + strings.Repeat("-", MaxServiceLen-2) + "z"}
+	bad := []string{"", "A", "-a", ".a", "_a", "a-", "a.", "a_", "-", "a b", "a*", "a?", "a[", "a:", "a/b", "a{", "a}", "ä",
+		strings.Repeat("a", MaxServiceLen+1), strings.Repeat("a", 128)}
 	for _, n := range good {
 		if err := ValidateService(n); err != nil {
 			t.Errorf("ValidateService(%q) = %v", n, err)
@@ -105,7 +107,7 @@ func TestNewID(t *testing.T) {
 	if err := validateID(v6); err != nil {
 		t.Errorf("IPv6 ID %q invalid: %v", v6, err)
 	}
-	long := NewID(strings.Repeat("s", 128), strings.Repeat("h", 200)+":80")
+	long := NewID(strings.Repeat("s", MaxServiceLen), strings.Repeat("h", 200)+":80")
 	if err := validateID(long); err != nil {
 		t.Errorf("long ID %q invalid: %v", long, err)
 	}
