@@ -229,6 +229,8 @@ func edgeTTLs(lim registry.Limits) []time.Duration {
 		1e6 * time.Hour,
 		(1<<32 + 2) * time.Second,      // int32 seconds wrap to 2s
 		(1<<32)*time.Millisecond + 2e9, // int32 milliseconds wrap to 2s
+		(1 << 31) * time.Second,        // int32 seconds wrap negative
+		(1 << 31) * time.Millisecond,   // int32 milliseconds wrap negative
 		math.MaxInt64 / time.Second * time.Second,
 		math.MaxInt64,
 	}

@@ -163,7 +163,11 @@ func New(oldSide, newSide driver.Driver, o Options) *Driver {
 // Limits implements driver.Driver: the stricter of the two sides.
 func (d *Driver) Limits() driver.Limits {
 	a, b := d.sides[0].Limits(), d.sides[1].Limits()
-	return driver.Limits{MinTTL: max(a.MinTTL, b.MinTTL), TTLGranularity: max(a.TTLGranularity, b.TTLGranularity)}
+	maxTTL := max(a.MaxTTL, b.MaxTTL) // zero is no maximum
+	if a.MaxTTL > 0 && b.MaxTTL > 0 {
+		maxTTL = min(a.MaxTTL, b.MaxTTL)
+	}
+	return driver.Limits{MinTTL: max(a.MinTTL, b.MinTTL), TTLGranularity: max(a.TTLGranularity, b.TTLGranularity), MaxTTL: maxTTL}
 }
 
 // Close implements driver.Driver.

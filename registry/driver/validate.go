@@ -222,3 +222,15 @@ func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
 	}
 	return ttl, nil
 }
+
+// TTLUnits is ttl in whole units (seconds, milliseconds), rounded up:
+// what a backend storing a TTL as a count writes. Unlike
+// (ttl+unit-1)/unit it cannot overflow near math.MaxInt64 into a
+// negative count — a lease that ends at once.
+func TTLUnits(ttl, unit time.Duration) int64 {
+	n := int64(ttl / unit)
+	if ttl%unit > 0 {
+		n++
+	}
+	return n
+}

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -210,5 +211,25 @@ func TestServiceNameErrorNamesTheCharacter(t *testing.T) {
 	err := ValidateService("apiä")
 	if err == nil || !strings.Contains(err.Error(), "'ä'") || strings.Contains(err.Error(), "Ã") {
 		t.Errorf("ValidateService(\"apiä\") = %v, want the character 'ä' named", err)
+	}
+}
+
+func TestTTLUnits(t *testing.T) {
+	for _, c := range []struct {
+		ttl, unit time.Duration
+		want      int64
+	}{
+		{time.Second, time.Second, 1},
+		{time.Second + 1, time.Second, 2},
+		{1, time.Second, 1},
+		{0, time.Second, 0},
+		{1500 * time.Microsecond, time.Millisecond, 2},
+		{math.MaxInt64 / time.Second * time.Second, time.Second, 9_223_372_036},
+		{math.MaxInt64, time.Second, 9_223_372_037},
+		{math.MaxInt64, time.Millisecond, 9_223_372_036_855},
+	} {
+		if got := TTLUnits(c.ttl, c.unit); got != c.want {
+			t.Errorf("TTLUnits(%d, %v) = %d, want %d", c.ttl, c.unit, got, c.want)
+		}
 	}
 }
