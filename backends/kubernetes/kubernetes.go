@@ -32,7 +32,8 @@
 // # Discovery
 //
 // A service's instances are the endpoints of the EndpointSlices labelled
-// kubernetes.io/service-name=<service> in the namespace, whoever wrote
+// kubernetes.io/service-name=<service> in the namespace (every valid
+// service name, at most 63 characters, is a valid label value), whoever wrote
 // them (the endpointslice controller for Pods, or Roster):
 //
 //   - an endpoint that is ready (and not terminating) is an instance;
@@ -53,7 +54,7 @@
 //
 // Register writes two objects named roster-<hash of service and ID>: a
 // Lease (holder = the instance ID, leaseDurationSeconds = the TTL, whole
-// seconds) and an EndpointSlice with one endpoint, labelled
+// seconds, at most 2^31-1: Limits().MaxTTL) and an EndpointSlice with one endpoint, labelled
 // endpointslice.kubernetes.io/managed-by=roster.dev, owned by the Lease,
 // carrying the instance as JSON (annotation roster.dev/instance) and the
 // Lease's UID (roster.dev/lease). Heartbeat renews the Lease (renewTime)
