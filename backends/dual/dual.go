@@ -40,9 +40,10 @@
 //     on the other side's answer); each watch follows its sides apart.
 //   - The driver remembers each side's last answer for every service read
 //     through it (one snapshot per side and service).
-//   - Limits are the stricter of the two: the larger TTL floor and the
+//   - Limits are the stricter of the two: the larger TTL floor, the
 //     larger granularity (granularities are 1ms or 1s multiples in
-//     practice, so the larger is a multiple of the other).
+//     practice, so the larger is a multiple of the other) and the smaller
+//     TTL ceiling, so that a TTL is valid on both sides or rejected.
 package dual
 
 import (
