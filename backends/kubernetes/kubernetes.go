@@ -44,7 +44,8 @@
 // Address is the endpoint's first address and the slice's first port; ID
 // the target's name (the Pod), else the address; Zone the endpoint's zone.
 // Weight and version come from the slice's annotations roster.dev/weight
-// and roster.dev/version.
+// (at most MaxWeight: a larger one is read as MaxWeight) and
+// roster.dev/version.
 //
 // Watch runs client-go informers on EndpointSlices and Leases, one shared
 // informer factory per driver, namespaced. List reads the apiserver
