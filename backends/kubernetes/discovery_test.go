@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kube "k8s.io/client-go/kubernetes"
 
 	"github.com/roster-go/roster/backends/kubernetes"
 	"github.com/roster-go/roster/registry"
@@ -19,10 +20,7 @@ import (
 func TestPlatformSlices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := server.Clientset(server.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testClientset(t)
 	r := openRegistry(t)
 	w, err := r.Watch(ctx, "pods-web")
 	if err != nil {
@@ -76,10 +74,7 @@ func TestPlatformSlices(t *testing.T) {
 func TestPlatformWeightClamped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := server.Clientset(server.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testClientset(t)
 	port := int32(8080)
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "pods-heavy-abc", Labels: map[string]string{
@@ -97,4 +92,14 @@ func TestPlatformWeightClamped(t *testing.T) {
 	if err != nil || len(got.Instances) != 1 || got.Instances[0].Weight != registry.MaxWeight {
 		t.Fatalf("Lookup = %+v, %v; want 10.2.0.1 at weight %d", got.Instances, err, registry.MaxWeight)
 	}
+}
+
+// testClientset is a client of the package's apiserver as the test user.
+func testClientset(t *testing.T) kube.Interface {
+	t.Helper()
+	cs, err := server.Clientset(server.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
