@@ -29,6 +29,7 @@ var checks = []check{
 	{name: "InvalidInputRejected", run: invalidInput},
 	{name: "TTLValidation", run: ttlValidation},
 	{name: "LimitsAtAndPast", run: limitsAtAndPast},
+	{name: "TTLEdges", run: ttlEdges},
 	{name: "HeartbeatKeepsAlive", run: heartbeatKeepsAlive},
 	{name: "CrashExpiresWithinTTL", run: crashExpires},
 	{name: "DrainSetsWeightZero", run: drain},
@@ -258,7 +259,8 @@ func invalidInput(t TB, s *suite) {
 		{"colon", "service", registry.Instance{Service: "a:b", Address: "127.0.0.1:1"}},
 		{"brace", "service", registry.Instance{Service: "a{b}", Address: "127.0.0.1:1"}},
 		{"leading dash", "service", registry.Instance{Service: "-a", Address: "127.0.0.1:1"}},
-		{"too long", "service", registry.Instance{Service: strings.Repeat("a", 129), Address: "127.0.0.1:1"}},
+		{"too long", "service", registry.Instance{Service: strings.Repeat("a", registry.MaxServiceLen+1), Address: "127.0.0.1:1"}},
+		{"trailing dash", "service", registry.Instance{Service: "a-", Address: "127.0.0.1:1"}},
 		{"no port", "address", registry.Instance{Service: svc, Address: "127.0.0.1"}},
 		{"port 0", "address", registry.Instance{Service: svc, Address: "127.0.0.1:0"}},
 		{"port 65536", "address", registry.Instance{Service: svc, Address: "127.0.0.1:65536"}},
@@ -281,7 +283,7 @@ func invalidInput(t TB, s *suite) {
 			t.Errorf("%s: error %q does not name field %q", c.name, err, c.field)
 		}
 	}
-	for _, name := range []string{"", "A", "a*", "a?", "a[", "a:b", "a/b", "a{", "a}"} {
+	for _, name := range []string{"", "A", "a*", "a?", "a[", "a:b", "a/b", "a{", "a}", "a-", strings.Repeat("a", registry.MaxServiceLen+1)} {
 		if _, err := r.Lookup(t.Context(), name); !errors.Is(err, registry.ErrInvalid) {
 			t.Errorf("Lookup(%q) = %v, want ErrInvalid", name, err)
 		}

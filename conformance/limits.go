@@ -1,10 +1,13 @@
 package conformance
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 
 	"github.com/roster-go/roster/registry"
 )
@@ -16,7 +19,8 @@ type limitCase struct {
 	name       string
 	field      string // prefix of the FieldError's field for the past case
 	at, past   func(in *registry.Instance)
-	ownService bool // the case changes the service name itself
+	opts       []registry.RegisterOption // of both registrations
+	ownService bool                      // the case changes the service name itself
 }
 
 func pairs(n, valLen int) map[string]string {
@@ -75,6 +79,8 @@ func longHost(n int) string {
 // storing its own fields beside the user's (Consul's Meta) must still
 // accept the user's whole budget.
 func allAtOnce(in *registry.Instance) {
+	in.Service = longName(in.Service, registry.MaxServiceLen)
+	in.ID = longName("all-", registry.MaxIDLen)
 	in.Weight = registry.MaxWeight
 	in.Version = strings.Repeat("1", registry.MaxVersionLen)
 	in.Zone = strings.Repeat("z", registry.MaxZoneLen)
@@ -133,6 +139,56 @@ var limitCases = []limitCase{
 	{name: "service length", field: "service", ownService: true,
 		at:   func(in *registry.Instance) { in.Service = longName(in.Service, registry.MaxServiceLen) },
 		past: func(in *registry.Instance) { in.Service = longName(in.Service, registry.MaxServiceLen+1) }},
+	// A name starts and ends with [a-z0-9] and may hold '.', '_' and '-'
+	// between: a Kubernetes label value, at most a DNS label long.
+	{name: "service shape", field: "service", ownService: true,
+		at:   func(in *registry.Instance) { in.Service = serviceShape(in.Service, "9") },
+		past: func(in *registry.Instance) { in.Service = serviceShape(in.Service, "-") }},
+	{name: "service ending in '.'", field: "service", ownService: true,
+		at:   func(in *registry.Instance) { in.Service = serviceShape(in.Service, "z") },
+		past: func(in *registry.Instance) { in.Service = serviceShape(in.Service, ".") }},
+	{name: "service ending in '_'", field: "service", ownService: true,
+		at:   func(in *registry.Instance) { in.Service = serviceShape(in.Service, "0") },
+		past: func(in *registry.Instance) { in.Service = serviceShape(in.Service, "_") }},
+	{name: "service starting with a digit", field: "service", ownService: true,
+		at:   func(in *registry.Instance) { in.Service = "7" + in.Service },
+		past: func(in *registry.Instance) { in.Service = "-" + in.Service }},
+	{name: "ID shape", field: "id",
+		at:   func(in *registry.Instance) { in.ID = longName("Z9._-", registry.MaxIDLen-3) + "._-" },
+		past: func(in *registry.Instance) { in.ID = "-" + longName("Z9", registry.MaxIDLen-1) }},
+	{name: "metadata key shape", field: "metadata",
+		at: func(in *registry.Instance) {
+			in.Metadata = map[string]string{longName("-_Z9", registry.MaxMetadataKeyLen-2) + "_-": "v"}
+		},
+		past: func(in *registry.Instance) { in.Metadata = map[string]string{"a.b": "v"} }},
+	// Version and zone are free text: any printable UTF-8, spaces too.
+	{name: "zone and version text", field: "zone",
+		at: func(in *registry.Instance) {
+			in.Zone = fillText("eu west ✓ ", registry.MaxZoneLen)
+			in.Version = fillText("1.0 — ünï ", registry.MaxVersionLen)
+		},
+		past: func(in *registry.Instance) { in.Zone = "eu\twest" }},
+	{name: "weight 0 (drained)", field: "weight", opts: []registry.RegisterOption{registry.Drained()},
+		at:   func(in *registry.Instance) { in.Weight = 0 },
+		past: func(in *registry.Instance) { in.Weight = 1 }},
+}
+
+// serviceShape is a 63-character name of every allowed character:
+// service (unique to the run), then '.', '_' and '-' between letters,
+// ending in last.
+func serviceShape(service, last string) string {
+	s := service + ".a_b-c"
+	return s + strings.Repeat("0", registry.MaxServiceLen-len(s)-len(last)) + last
+}
+
+// fillText repeats text (multi-byte characters included) and pads it
+// with 'x' to exactly n bytes.
+func fillText(text string, n int) string {
+	var b strings.Builder
+	for b.Len()+len(text) <= n {
+		b.WriteString(text)
+	}
+	return b.String() + strings.Repeat("x", n-b.Len())
 }
 
 // limitsAtAndPast: every documented limit is what every backend accepts
@@ -143,7 +199,7 @@ func limitsAtAndPast(t TB, s *suite) {
 	for _, c := range limitCases {
 		at := registry.Instance{Service: service("lim"), Address: addr()}
 		c.at(&at)
-		l := s.register(t, r, at)
+		l := s.register(t, r, at, c.opts...)
 		want := l.Instance()
 		got, err := r.Lookup(t.Context(), want.Service)
 		if in, ok := got.Find(want.ID); err != nil || !ok || !in.Equal(want) {
@@ -151,7 +207,7 @@ func limitsAtAndPast(t TB, s *suite) {
 		}
 		past := registry.Instance{Service: service("lim"), Address: addr()}
 		c.past(&past)
-		_, err = r.Register(t.Context(), past)
+		_, err = r.Register(t.Context(), past, c.opts...)
 		var fe *registry.FieldError
 		if !errors.Is(err, registry.ErrInvalid) || !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, c.field) {
 			t.Errorf("%s one past the limit: Register = %v, want ErrInvalid naming %q", c.name, err, c.field)
@@ -172,4 +228,92 @@ func describeLimit(in registry.Instance) string {
 		return fmt.Sprintf("%s… (%d bytes)", b[:200], len(b))
 	}
 	return string(b)
+}
+
+// edgeTTLs are the TTLs at the ends of what any backend takes: below the
+// minimum, at it, at and past the maximum, and huge ones chosen so that
+// a backend storing whole seconds or milliseconds in 32 bits, or
+// rounding up with an overflow, would wrap them to a lease of a couple
+// of seconds.
+func edgeTTLs(lim registry.Limits) []time.Duration {
+	ttls := []time.Duration{
+		time.Nanosecond,
+		1e6 * time.Hour,
+		(1<<32 + 2) * time.Second,      // int32 seconds wrap to 2s
+		(1<<32)*time.Millisecond + 2e9, // int32 milliseconds wrap to 2s
+		(1 << 31) * time.Second,        // int32 seconds wrap negative
+		(1 << 31) * time.Millisecond,   // int32 milliseconds wrap negative
+		math.MaxInt64 / time.Second * time.Second,
+		math.MaxInt64,
+	}
+	if lim.MinTTL > time.Nanosecond {
+		ttls = append(ttls, lim.MinTTL-time.Nanosecond, lim.MinTTL)
+	}
+	if lim.MaxTTL > 0 && lim.MaxTTL < math.MaxInt64 {
+		ttls = append(ttls, lim.MaxTTL, lim.MaxTTL+1)
+	}
+	return ttls
+}
+
+// ttlEdges: a TTL at either end of the range is either accepted and
+// works — the instance is there, and still there two test TTLs later
+// (no heartbeat is due before a long TTL's third), so no overflow
+// turned it into a short lease — or rejected as ErrInvalid naming the
+// ttl, with nothing written; never ErrUnavailable (retried forever).
+// TTLs below the minimum and above the maximum the backend declares
+// must be rejected.
+func ttlEdges(t TB, s *suite) {
+	r := s.open(t)
+	lim := r.Limits()
+	var long []*registry.Lease
+	for _, ttl := range edgeTTLs(lim) {
+		in := s.inst(service("ttl-edge"))
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		l, err := r.Register(ctx, in, registry.WithTTL(ttl))
+		cancel()
+		outside := ttl < lim.MinTTL || (lim.MaxTTL > 0 && ttl > lim.MaxTTL)
+		switch {
+		case err != nil:
+			ttlRejected(t, r, ttl, in.Service, err)
+			continue
+		case outside:
+			t.Errorf("TTL %v outside [%v, %v]: accepted, want ErrInvalid", ttl, lim.MinTTL, lim.MaxTTL)
+		case l.TTL() < ttl:
+			t.Errorf("TTL %v: effective TTL %v is shorter", ttl, l.TTL())
+		}
+		t.Cleanup(func() { deregisterNow(l) })
+		if ttl >= time.Hour {
+			long = append(long, l)
+		}
+	}
+	select {
+	case <-time.After(2 * s.cfg.TTL):
+	case <-t.Context().Done():
+		return
+	}
+	for _, l := range long {
+		in := l.Instance()
+		if got, err := lookupIDs(t, r, in.Service); err != nil || len(got) != 1 || l.State() != registry.LeaseHealthy {
+			t.Errorf("TTL %v: %v after 2×%v holds %v (err %v), lease %v (err %v); want the instance, healthy",
+				l.TTL(), in.Service, s.cfg.TTL, got, err, l.State(), l.Err())
+		}
+	}
+}
+
+func ttlRejected(t TB, r *registry.Registry, ttl time.Duration, svc string, err error) {
+	t.Helper()
+	var fe *registry.FieldError
+	if !errors.Is(err, registry.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "ttl" {
+		t.Errorf("TTL %v: Register = %v, want success or ErrInvalid naming the ttl", ttl, err)
+		return
+	}
+	if got, err := lookupIDs(t, r, svc); err != nil || len(got) != 0 {
+		t.Errorf("TTL %v rejected, but %s holds %v (err %v), want nothing written", ttl, svc, got, err)
+	}
+}
+
+func deregisterNow(l *registry.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = l.Deregister(ctx)
 }

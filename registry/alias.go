@@ -47,7 +47,8 @@ const (
 	MaxEncodedSize    = driver.MaxEncodedSize
 )
 
-// ValidateService checks a service name: [a-z0-9][a-z0-9._-]{0,127}.
+// ValidateService checks a service name: [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?,
+// at most 63 bytes (MaxServiceLen), starting and ending with a letter or digit.
 func ValidateService(name string) error { return driver.ValidateService(name) }
 
 // ValidateAddress checks that an instance address is host:port in its

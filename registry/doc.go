@@ -10,7 +10,8 @@
 //
 // # Registration
 //
-// Register validates the instance (service name [a-z0-9][a-z0-9._-]{0,127},
+// Register validates the instance (service name [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?:
+// a Kubernetes label value, at most a DNS label long;
 // a host:port address, stored in its canonical form (CanonicalAddress),
 // weight at most 65535, at most 63 metadata pairs of ≤128-byte keys and
 // ≤512-byte values, ≤16 KiB encoded; version, zone, tags and metadata

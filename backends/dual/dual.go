@@ -42,9 +42,10 @@
 //     on the other side's answer); each watch follows its sides apart.
 //   - The driver remembers each side's last answer for every service read
 //     through it (one snapshot per side and service).
-//   - Limits are the stricter of the two: the larger TTL floor and the
+//   - Limits are the stricter of the two: the larger TTL floor, the
 //     larger granularity (granularities are 1ms or 1s multiples in
-//     practice, so the larger is a multiple of the other).
+//     practice, so the larger is a multiple of the other) and the smaller
+//     TTL ceiling, so that a TTL is valid on both sides or rejected.
 package dual
 
 import (
@@ -193,7 +194,11 @@ func New(oldSide, newSide driver.Driver, o Options) *Driver {
 // Limits implements driver.Driver: the stricter of the two sides.
 func (d *Driver) Limits() driver.Limits {
 	a, b := d.sides[0].Limits(), d.sides[1].Limits()
-	return driver.Limits{MinTTL: max(a.MinTTL, b.MinTTL), TTLGranularity: max(a.TTLGranularity, b.TTLGranularity)}
+	maxTTL := max(a.MaxTTL, b.MaxTTL) // zero is no maximum
+	if a.MaxTTL > 0 && b.MaxTTL > 0 {
+		maxTTL = min(a.MaxTTL, b.MaxTTL)
+	}
+	return driver.Limits{MinTTL: max(a.MinTTL, b.MinTTL), TTLGranularity: max(a.TTLGranularity, b.TTLGranularity), MaxTTL: maxTTL}
 }
 
 // Close implements driver.Driver.

@@ -3,6 +3,7 @@ package dual_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -243,10 +244,20 @@ type limited struct {
 func (l limited) Limits() driver.Limits { return l.l }
 
 func TestLimitsAreTheStricter(t *testing.T) {
-	etcdLike := limited{l: driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second}}
-	redisLike := limited{l: driver.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}}
-	got := dual.New(redisLike, etcdLike, dual.Options{}).Limits()
-	if got != etcdLike.l {
-		t.Fatalf("Limits = %+v, want %+v", got, etcdLike.l)
+	etcdLike := limited{l: driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: 9e9 * time.Second}}
+	kubeLike := limited{l: driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second, MaxTTL: math.MaxInt32 * time.Second}}
+	redisLike := limited{l: driver.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}} // no maximum
+	for _, c := range []struct {
+		a, b limited
+		want driver.Limits
+	}{
+		{redisLike, etcdLike, etcdLike.l},
+		{etcdLike, redisLike, etcdLike.l},
+		{etcdLike, kubeLike, driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: kubeLike.l.MaxTTL}},
+		{redisLike, redisLike, redisLike.l},
+	} {
+		if got := dual.New(c.a, c.b, dual.Options{}).Limits(); got != c.want {
+			t.Errorf("Limits of %+v and %+v = %+v, want %+v", c.a.l, c.b.l, got, c.want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kube "k8s.io/client-go/kubernetes"
 
 	"github.com/roster-go/roster/backends/kubernetes"
 	"github.com/roster-go/roster/registry"
@@ -19,10 +20,7 @@ import (
 func TestPlatformSlices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := server.Clientset(server.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := testClientset(t)
 	r := openRegistry(t)
 	w, err := r.Watch(ctx, "pods-web")
 	if err != nil {
@@ -68,4 +66,40 @@ func TestPlatformSlices(t *testing.T) {
 	if err != nil || len(got.Instances) != 2 {
 		t.Fatalf("Lookup = %v, %v; want the 2 serving endpoints", got.Instances, err)
 	}
+}
+
+// TestPlatformWeightClamped: a weight annotation past MaxWeight on a
+// platform slice serves its endpoints at MaxWeight, rather than making
+// every one of them a record past the limits (skipped).
+func TestPlatformWeightClamped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs := testClientset(t)
+	port := int32(8080)
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "pods-heavy-abc", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "pods-heavy", discoveryv1.LabelManagedBy: "test-controller"},
+			Annotations: map[string]string{kubernetes.AnnotationWeight: "100000"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.2.0.1"}}},
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer cs.DiscoveryV1().EndpointSlices("default").Delete(context.Background(), slice.Name, metav1.DeleteOptions{})
+	got, err := openRegistry(t).Lookup(ctx, "pods-heavy")
+	if err != nil || len(got.Instances) != 1 || got.Instances[0].Weight != registry.MaxWeight {
+		t.Fatalf("Lookup = %+v, %v; want 10.2.0.1 at weight %d", got.Instances, err, registry.MaxWeight)
+	}
+}
+
+// testClientset is a client of the package's apiserver as the test user.
+func testClientset(t *testing.T) kube.Interface {
+	t.Helper()
+	cs, err := server.Clientset(server.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }

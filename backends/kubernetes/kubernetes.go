@@ -32,7 +32,8 @@
 // # Discovery
 //
 // A service's instances are the endpoints of the EndpointSlices labelled
-// kubernetes.io/service-name=<service> in the namespace, whoever wrote
+// kubernetes.io/service-name=<service> in the namespace (every valid
+// service name, at most 63 characters, is a valid label value), whoever wrote
 // them (the endpointslice controller for Pods, or Roster):
 //
 //   - an endpoint that is ready (and not terminating) is an instance;
@@ -43,7 +44,8 @@
 // Address is the endpoint's first address and the slice's first port; ID
 // the target's name (the Pod), else the address; Zone the endpoint's zone.
 // Weight and version come from the slice's annotations roster.dev/weight
-// and roster.dev/version.
+// (at most MaxWeight: a larger one is read as MaxWeight) and
+// roster.dev/version.
 //
 // Watch runs client-go informers on EndpointSlices and Leases, one shared
 // informer factory per driver, namespaced. List reads the apiserver
@@ -53,7 +55,7 @@
 //
 // Register writes two objects named roster-<hash of service and ID>: a
 // Lease (holder = the instance ID, leaseDurationSeconds = the TTL, whole
-// seconds) and an EndpointSlice with one endpoint, labelled
+// seconds, at most 2^31-1: Limits().MaxTTL) and an EndpointSlice with one endpoint, labelled
 // endpointslice.kubernetes.io/managed-by=roster.dev, owned by the Lease,
 // carrying the instance as JSON (annotation roster.dev/instance) and the
 // Lease's UID (roster.dev/lease). Heartbeat renews the Lease (renewTime)
@@ -88,6 +90,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -123,8 +126,10 @@ const (
 	labelLeaseManagedBy = "app.kubernetes.io/managed-by"
 )
 
-// Lease durations are whole seconds (leaseDurationSeconds).
-var limits = driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
+// Lease durations are whole seconds in an int32 (leaseDurationSeconds):
+// a longer TTL would wrap, to a short lease or one the apiserver refuses,
+// so it is rejected before anything is written.
+var limits = driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second, MaxTTL: math.MaxInt32 * time.Second}
 
 func init() { driver.Register(Scheme, openURL, publicOptions...) }
 

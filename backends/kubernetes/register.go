@@ -50,7 +50,7 @@ type registration struct {
 }
 
 func (r *registration) leaseSpec(now time.Time) coordv1.LeaseSpec {
-	secs := int32((r.ttl + time.Second - 1) / time.Second)
+	secs := int32(driver.TTLUnits(r.ttl, time.Second)) // ≤ limits.MaxTTL: no wrap
 	t := metav1.NewMicroTime(now)
 	return coordv1.LeaseSpec{HolderIdentity: &r.inst.ID, LeaseDurationSeconds: &secs, AcquireTime: &t, RenewTime: &t}
 }

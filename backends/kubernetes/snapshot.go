@@ -67,7 +67,9 @@ func platformInstances(service string, s *discoveryv1.EndpointSlice) []driver.In
 	port := strconv.Itoa(int(*s.Ports[0].Port))
 	weight := uint32(driver.DefaultWeight)
 	if w, err := strconv.ParseUint(s.Annotations[AnnotationWeight], 10, 32); err == nil {
-		weight = uint32(w)
+		// Past the portable limit the registry would skip every endpoint
+		// of the slice: an operator's 100000 means "as heavy as can be".
+		weight = uint32(min(w, driver.MaxWeight))
 	}
 	var out []driver.Instance
 	for _, e := range s.Endpoints {

@@ -258,7 +258,7 @@ type keysReg struct {
 	ttl time.Duration
 }
 
-func ttlSeconds(ttl time.Duration) int64 { return int64((ttl + time.Second - 1) / time.Second) }
+func ttlSeconds(ttl time.Duration) int64 { return driver.TTLUnits(ttl, time.Second) }
 
 func (ks *keysLayout) register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	r := &keysReg{ks: ks, svc: inst.Service, id: inst.ID, ttl: ttl}

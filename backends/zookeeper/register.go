@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -35,9 +36,27 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 	return r, nil
 }
 
+// ttlRounded rounds ttl up to whole seconds, or down within the last
+// second below math.MaxInt64, where rounding up would overflow to a
+// negative TTL (and a watchdog firing at once).
 func ttlRounded(ttl time.Duration) time.Duration {
-	ttl = (ttl + time.Second - 1).Truncate(time.Second)
+	if ttl%time.Second != 0 {
+		ttl = ttl.Truncate(time.Second)
+		if ttl <= math.MaxInt64-time.Second {
+			ttl += time.Second
+		}
+	}
 	return max(ttl, limits.MinTTL)
+}
+
+// sessionRequest is the session timeout asked of the server for a TTL:
+// the protocol carries an int32 of milliseconds (about 24.8 days), and
+// the client library wraps a longer one into a negative timeout that
+// never connects. The server clamps the request to its
+// maxSessionTimeout anyway, and the registration's watchdog keeps the
+// TTL itself.
+func sessionRequest(ttl time.Duration) time.Duration {
+	return min(ttl, math.MaxInt32*time.Millisecond)
 }
 
 // registration is one ephemeral znode and the session that owns it.

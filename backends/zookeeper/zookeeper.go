@@ -260,7 +260,7 @@ func (d *Driver) sessionFor(ttl time.Duration) (*session, error) {
 	if s, ok := d.sessions[ttl]; ok {
 		return s, nil
 	}
-	s, err := d.newSession(ttl)
+	s, err := d.newSession(sessionRequest(ttl))
 	if err != nil {
 		return nil, err
 	}

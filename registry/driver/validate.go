@@ -14,7 +14,9 @@ import (
 // everywhere. The conformance suite registers at each limit and one past
 // it on every backend (conformance/limits.go).
 const (
-	MaxServiceLen = 128
+	// MaxServiceLen is a DNS label's length, and a Kubernetes label
+	// value's (the kubernetes.io/service-name label of EndpointSlices).
+	MaxServiceLen = 63
 	MaxIDLen      = 256
 	// MaxWeight is the largest weight: Consul's agent rejects a larger
 	// Weights.Passing, and DNS SRV weights are 16 bits too.
@@ -31,9 +33,12 @@ const (
 	MaxEncodedSize    = 16 << 10 // bytes of the JSON-encoded instance
 )
 
-// ValidateService checks a service name: [a-z0-9][a-z0-9._-]{0,127}.
+// ValidateService checks a service name: [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?,
+// a Kubernetes label value in lower case and at most a DNS label long.
 // The alphabet keeps names safe inside every backend's key scheme and free
-// of glob characters, so "svc" can never match "svc-a" by accident.
+// of glob characters, so "svc" can never match "svc-a" by accident; the
+// last character is a letter or digit because Kubernetes label values
+// (and DNS labels) require it.
 func ValidateService(name string) error {
 	if name == "" {
 		return invalid("service", "empty name")
@@ -44,9 +49,11 @@ func ValidateService(name string) error {
 	for i, c := range name { // runes: a non-ASCII name is reported by its character, not a byte of it
 		switch {
 		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case (c == '.' || c == '_' || c == '-') && i > 0:
+		case (c == '.' || c == '_' || c == '-') && i > 0 && i < len(name)-1:
+		case c == '.' || c == '_' || c == '-':
+			return invalid("service", "%q: character %q at byte %d not allowed: a name starts and ends with [a-z0-9]", name, c, i)
 		default:
-			return invalid("service", "%q: character %q at byte %d not allowed (want [a-z0-9][a-z0-9._-]*)", name, c, i)
+			return invalid("service", "%q: character %q at byte %d not allowed (want [a-z0-9][a-z0-9._-]*[a-z0-9])", name, c, i)
 		}
 	}
 	return nil
@@ -214,4 +221,16 @@ func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
 		return 0, invalid("ttl", "%v exceeds this backend's maximum of %v", ttl, lim.MaxTTL)
 	}
 	return ttl, nil
+}
+
+// TTLUnits is ttl in whole units (seconds, milliseconds), rounded up:
+// what a backend storing a TTL as a count writes. Unlike
+// (ttl+unit-1)/unit it cannot overflow near math.MaxInt64 into a
+// negative count — a lease that ends at once.
+func TTLUnits(ttl, unit time.Duration) int64 {
+	n := int64(ttl / unit)
+	if ttl%unit > 0 {
+		n++
+	}
+	return n
 }

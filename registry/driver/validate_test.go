@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,8 +10,10 @@ import (
 )
 
 func TestValidateService(t *testing.T) {
-	good := []string{"a", "user-svc", "user.svc", "user_svc", "0", strings.Repeat("a", 128)}
-	bad := []string{"", "A", "-a", ".a", "_a", "a b", "a*", "a?", "a[", "a:", "a/b", "a{", "a}", "ä", strings.Repeat("a", 129)}
+	good := []string{"a", "user-svc", "user.svc", "user_svc", "0", "0a", "a-0", "a--b", strings.Repeat("a", MaxServiceLen),
+		"a" + strings.Repeat("-", MaxServiceLen-2) + "z"}
+	bad := []string{"", "A", "-a", ".a", "_a", "a-", "a.", "a_", "-", "a b", "a*", "a?", "a[", "a:", "a/b", "a{", "a}", "ä",
+		strings.Repeat("a", MaxServiceLen+1), strings.Repeat("a", 128)}
 	for _, n := range good {
 		if err := ValidateService(n); err != nil {
 			t.Errorf("ValidateService(%q) = %v", n, err)
@@ -105,7 +108,7 @@ func TestNewID(t *testing.T) {
 	if err := validateID(v6); err != nil {
 		t.Errorf("IPv6 ID %q invalid: %v", v6, err)
 	}
-	long := NewID(strings.Repeat("s", 128), strings.Repeat("h", 200)+":80")
+	long := NewID(strings.Repeat("s", MaxServiceLen), strings.Repeat("h", 200)+":80")
 	if err := validateID(long); err != nil {
 		t.Errorf("long ID %q invalid: %v", long, err)
 	}
@@ -208,5 +211,25 @@ func TestServiceNameErrorNamesTheCharacter(t *testing.T) {
 	err := ValidateService("apiä")
 	if err == nil || !strings.Contains(err.Error(), "'ä'") || strings.Contains(err.Error(), "Ã") {
 		t.Errorf("ValidateService(\"apiä\") = %v, want the character 'ä' named", err)
+	}
+}
+
+func TestTTLUnits(t *testing.T) {
+	for _, c := range []struct {
+		ttl, unit time.Duration
+		want      int64
+	}{
+		{time.Second, time.Second, 1},
+		{time.Second + 1, time.Second, 2},
+		{1, time.Second, 1},
+		{0, time.Second, 0},
+		{1500 * time.Microsecond, time.Millisecond, 2},
+		{math.MaxInt64 / time.Second * time.Second, time.Second, 9_223_372_036},
+		{math.MaxInt64, time.Second, 9_223_372_037},
+		{math.MaxInt64, time.Millisecond, 9_223_372_036_855},
+	} {
+		if got := TTLUnits(c.ttl, c.unit); got != c.want {
+			t.Errorf("TTLUnits(%d, %v) = %d, want %d", c.ttl, c.unit, got, c.want)
+		}
 	}
 }

@@ -134,8 +134,6 @@ func (h *harness) Config() conformance.Config {
 	// 1s call bound at TTL 3s, to one apiserver on a loaded 2-core
 	// machine: 200 at once overran it under -race there.
 	c.ManyLeases = 100
-	c.Skip = map[string]string{"LimitsAtAndPast": "a service name is the label kubernetes.io/service-name, " +
-		"whose values Kubernetes caps at 63 characters; Roster allows 128 (docs/backends/kubernetes.md)"}
 	return c
 }
 
