@@ -169,7 +169,8 @@ func validateMetaKey(k string) error {
 		return invalid("metadata", "empty key")
 	}
 	if len(k) > MaxMetadataKeyLen {
-		return invalid("metadata["+k[:32]+"…]", "key of %d bytes, at most %d allowed", len(k), MaxMetadataKeyLen)
+		// The key is not checked yet: quoted, so that no byte of it reaches a terminal raw.
+		return invalid("metadata", "key %q… of %d bytes, at most %d allowed", k[:32], len(k), MaxMetadataKeyLen)
 	}
 	for i := 0; i < len(k); i++ {
 		c := k[i]
