@@ -24,18 +24,25 @@ func localRequest(method, target string, body io.Reader) *http.Request {
 	return r
 }
 
+// memoryAgent is an agent on a registry of its own, closed with the test.
+func memoryAgent(t *testing.T) *agent.Agent {
+	t.Helper()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	t.Cleanup(func() { reg.Close() })
+	a, err := agent.New(agent.Config{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
 // TestWebPagesAreRefused: requests a web page can make to an agent on
 // loopback — a cross-site POST (forgery) or any request under another
 // name that resolves to 127.0.0.1 (DNS rebinding) — are 403 and do
 // nothing; programs and the agent's own dashboard are served.
 func TestWebPagesAreRefused(t *testing.T) {
-	reg := registry.New(memory.NewDriver(memory.NewServer()))
-	defer reg.Close()
-	a, err := agent.New(agent.Config{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := memoryAgent(t)
 	register := `{"service":"payments","address":"10.6.6.6:443"}`
 	for _, c := range []struct {
 		name, remote, host, origin string
@@ -85,13 +92,7 @@ func TestWebPagesAreRefused(t *testing.T) {
 // would (no-cors, text/plain: no preflight). The request reaches the
 // agent, which refuses it: nothing is registered.
 func TestCrossSitePageInChromium(t *testing.T) {
-	reg := registry.New(memory.NewDriver(memory.NewServer()))
-	defer reg.Close()
-	a, err := agent.New(agent.Config{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := memoryAgent(t)
 	var refused atomic.Int64
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &statusRecorder{ResponseWriter: w}
