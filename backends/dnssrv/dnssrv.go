@@ -222,20 +222,9 @@ func (d *Driver) lookup(ctx context.Context, service string) (driver.Snapshot, t
 }
 
 // InstanceID is the ID under which an SRV answer's address host:port is
-// listed: the address with every character an ID cannot hold (':', '[',
-// ']') made '-', so "10.0.0.7:8080" is "10.0.0.7-8080" and
-// "[2001:db8::2]:9090" is "2001-db8--2--9090". DNS has no instance IDs;
-// this one is stable for as long as the address is.
-func InstanceID(addr string) string {
-	id := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
-			return r
-		}
-		return '-'
-	}, addr)
-	return strings.TrimLeft(id, "-._")
-}
+// listed: driver.AddressID, "10.0.0.7:8080" is "10.0.0.7-8080". DNS has no
+// instance IDs; this one is stable for as long as the address is.
+func InstanceID(addr string) string { return driver.AddressID(addr) }
 
 func minTTL(cur time.Duration, ttl uint32) time.Duration {
 	t := time.Duration(ttl) * time.Second

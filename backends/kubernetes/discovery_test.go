@@ -94,6 +94,32 @@ func TestPlatformWeightClamped(t *testing.T) {
 	}
 }
 
+// TestPlatformSlicesIPv6: endpoints of an IPv6 slice without a Pod to
+// name them are served, under their address made an ID (a raw IPv6
+// address is no ID: the registry skipped every such endpoint).
+func TestPlatformSlicesIPv6(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs := testClientset(t)
+	port := int32(8080)
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "pods-six-abc", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "pods-six", discoveryv1.LabelManagedBy: "test-controller"}},
+		AddressType: discoveryv1.AddressTypeIPv6,
+		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"fd00::1"}}},
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer cs.DiscoveryV1().EndpointSlices("default").Delete(context.Background(), slice.Name, metav1.DeleteOptions{})
+	got, err := openRegistry(t).Lookup(ctx, "pods-six")
+	want := registry.Instance{ID: "fd00--1", Service: "pods-six", Address: "[fd00::1]:8080", Weight: registry.DefaultWeight}
+	if err != nil || len(got.Instances) != 1 || !got.Instances[0].Equal(want) {
+		t.Fatalf("Lookup = %+v, %v; want %+v", got.Instances, err, want)
+	}
+}
+
 // testClientset is a client of the package's apiserver as the test user.
 func testClientset(t *testing.T) kube.Interface {
 	t.Helper()

@@ -77,7 +77,9 @@ func platformInstances(service string, s *discoveryv1.EndpointSlice) []driver.In
 		if !ok || len(e.Addresses) == 0 {
 			continue
 		}
-		in := driver.Instance{ID: e.Addresses[0], Service: service, Address: net.JoinHostPort(e.Addresses[0], port),
+		// Without a Pod to name it, an endpoint is known by its address
+		// ("fd00::1" is no ID: the registry would skip it).
+		in := driver.Instance{ID: driver.AddressID(e.Addresses[0]), Service: service, Address: net.JoinHostPort(e.Addresses[0], port),
 			Version: s.Annotations[AnnotationVersion], Weight: w}
 		if e.TargetRef != nil && e.TargetRef.Name != "" {
 			in.ID = e.TargetRef.Name

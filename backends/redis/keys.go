@@ -143,8 +143,10 @@ func decodeArticle(service, addrFromKey, val string) (driver.Instance, bool) {
 		in.Address = addrFromKey
 	}
 	if w := str("weight"); w != "" {
-		if n, err := strconv.ParseFloat(w, 64); err == nil && n >= 0 && n <= 1<<32-1 {
-			in.Weight = uint32(n)
+		if n, err := strconv.ParseFloat(w, 64); err == nil && n >= 0 {
+			// A script's weight past the portable limit is the limit, as on
+			// Kubernetes: the record stays in, at the highest share.
+			in.Weight = uint32(min(n, driver.MaxWeight))
 		}
 	}
 	for _, p := range strings.Split(str("metadata"), ",") {

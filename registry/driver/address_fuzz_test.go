@@ -48,3 +48,19 @@ func FuzzCanonicalAddress(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeStored: a value stored under an etcd key or a ZooKeeper
+// znode, which anyone with write access to the prefix can set, never
+// panics the reader, and what it decodes belongs to the key it was read
+// under (service and ID from the key, not from the value).
+func FuzzDecodeStored(f *testing.F) {
+	f.Add("api", "a1", []byte(`{"id":"other","service":"billing","address":"10.0.0.1:80","weight":100}`))
+	f.Add("api", "a1", []byte(`{"address":"","weight":-1}`))
+	f.Add("api", "a1", []byte(`{"address":"h:1","metadata":{"k":null},"tags":[null]}`))
+	f.Fuzz(func(t *testing.T, service, id string, val []byte) {
+		in, ok := driver.DecodeStored(service, id, val)
+		if ok && (in.Service != service || in.ID != id || in.Address == "") {
+			t.Fatalf("DecodeStored(%q, %q, %q) = %+v", service, id, val, in)
+		}
+	})
+}

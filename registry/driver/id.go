@@ -29,3 +29,18 @@ func NewID(service, address string) string {
 	}
 	return id
 }
+
+// AddressID is the ID of an instance known only by its address, where
+// the backend has no instance IDs (DNS SRV, endpoints another controller
+// wrote on Kubernetes): the address with every character an ID cannot
+// hold made '-' — "10.0.0.7:8080" is "10.0.0.7-8080", "[2001:db8::2]:9090"
+// is "2001-db8--2--9090" — so it is stable for as long as the address is.
+func AddressID(addr string) string {
+	id := strings.Map(func(r rune) rune {
+		if r < 0x80 && idChar(byte(r)) {
+			return r
+		}
+		return '-'
+	}, addr)
+	return strings.TrimLeft(id, "-._")
+}
