@@ -90,6 +90,9 @@ echo "== fuzz (bounded)"
 go test -run '^$' -fuzz FuzzRedact -fuzztime 300000x ./registry/driver
 go test -run '^$' -fuzz FuzzQueryErrors -fuzztime 300000x ./registry/driver
 go test -run '^$' -fuzz FuzzCanonicalAddress -fuzztime 300000x ./registry/driver
+# Records anyone with write access to the backend can set: never a panic.
+go test -run '^$' -fuzz FuzzDecodeStored -fuzztime 100000x ./registry/driver
+go test -run '^$' -fuzz FuzzDecodeArticle -fuzztime 100000x ./backends/redis
 # roster agent's HTTP API: any body or query is answered, never a 500.
 go test -run '^$' -fuzz FuzzAPI -fuzztime 40000x ./agent
 
