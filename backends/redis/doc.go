@@ -13,7 +13,8 @@
 // ca_file, cert_file, key_file, server_name and skip_verify (on by
 // default with rediss). The server's password is the URL's userinfo, else
 // the content of password_file, else $ROSTER_REDIS_PASSWORD (EnvPassword);
-// the Sentinels' is sentinel_password or sentinel_password_file. Client
+// the Sentinels' is sentinel_password or sentinel_password_file, else
+// $ROSTER_REDIS_SENTINEL_PASSWORD (EnvSentinelPassword). Client
 // options: addr (more seeds, comma-separated), master, sentinel_username,
 // client_name, pool_size, dial_timeout, read_timeout, write_timeout.
 //

@@ -40,6 +40,11 @@ var publicOptions = []string{"addr", "layout", "prefix", "sweep", "quiet", "maxl
 // configuration files.
 const EnvPassword = "ROSTER_REDIS_PASSWORD"
 
+// EnvSentinelPassword names the environment variable that holds the
+// Sentinels' password of a redis+sentinel URL that gives none
+// (sentinel_password, sentinel_password_file).
+const EnvSentinelPassword = "ROSTER_REDIS_SENTINEL_PASSWORD"
+
 // OpenURL opens a driver from a parsed URL; see the package doc for forms.
 func OpenURL(_ context.Context, u *url.URL) (*Driver, error) {
 	copts, o, err := ParseURL(u)
@@ -63,7 +68,7 @@ func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
 	}
 	copts := &goredis.UniversalOptions{TLSConfig: q.TLS(tlsOn)}
 	o, seeds := readOptions(q, copts)
-	pwErr := readPasswords(q, u, copts)
+	pwErr := readPasswords(q, u, copts, mode == "sentinel")
 	if err := cmp.Or(q.Err(), pwErr); err != nil {
 		return nil, o, err
 	}
@@ -111,10 +116,11 @@ func readOptions(q *driver.Query, c *goredis.UniversalOptions) (o Options, seeds
 
 // readPasswords reads the server's credentials from the URL's userinfo,
 // else its password from password_file or $ROSTER_REDIS_PASSWORD; and the
-// Sentinels' password from sentinel_password or sentinel_password_file.
-// A password option in the query is refused: the URL's place for it is
-// the userinfo, and two places would need a precedence rule.
-func readPasswords(q *driver.Query, u *url.URL, c *goredis.UniversalOptions) error {
+// Sentinels' password from sentinel_password, sentinel_password_file or,
+// on redis+sentinel, $ROSTER_REDIS_SENTINEL_PASSWORD. A password option in
+// the query is refused: the URL's place for it is the userinfo, and two
+// places would need a precedence rule.
+func readPasswords(q *driver.Query, u *url.URL, c *goredis.UniversalOptions, sentinel bool) error {
 	env := EnvPassword
 	if u.User != nil {
 		c.Username = u.User.Username()
@@ -124,7 +130,11 @@ func readPasswords(q *driver.Query, u *url.URL, c *goredis.UniversalOptions) err
 	}
 	inUserinfo := env == ""
 	q.Secret("password", env, &c.Password)
-	q.Secret("sentinel_password", "", &c.SentinelPassword)
+	sentinelEnv := ""
+	if sentinel {
+		sentinelEnv = EnvSentinelPassword
+	}
+	q.Secret("sentinel_password", sentinelEnv, &c.SentinelPassword)
 	switch {
 	case q.Has("password"):
 		return driver.InvalidURL("redis", "option password: give the password in the URL (redis://user:password@host) or in password_file")

@@ -150,11 +150,13 @@ func writeFile(t *testing.T, content string) string {
 }
 
 // Passwords come from the userinfo, else password_file, else
-// $ROSTER_REDIS_PASSWORD; the Sentinels' from sentinel_password or
-// sentinel_password_file.
+// $ROSTER_REDIS_PASSWORD; the Sentinels' from sentinel_password,
+// sentinel_password_file, else $ROSTER_REDIS_SENTINEL_PASSWORD (read on
+// redis+sentinel only: elsewhere it would be an error).
 func TestParseURLPasswords(t *testing.T) {
 	file := writeFile(t, "from-file\n")
 	t.Setenv(rredis.EnvPassword, "from-env")
+	t.Setenv(rredis.EnvSentinelPassword, "sentinel-from-env")
 	for raw, want := range map[string][2]string{
 		"redis://u:from-url@h":                     {"u", "from-url"},
 		"redis://u@h?password_file=" + file:        {"u", "from-file"},
@@ -173,6 +175,9 @@ func TestParseURLPasswords(t *testing.T) {
 	for raw, want := range map[string]string{
 		"redis+sentinel://s?master=m&sentinel_password=sp":           "sp",
 		"redis+sentinel://s?master=m&sentinel_password_file=" + file: "from-file",
+		"redis+sentinel://s?master=m":                                "sentinel-from-env",
+		"redis://h":                                                  "",
+		"redis+cluster://a:7000,b:7001":                              "",
 	} {
 		co, _, err := parseURL(t, raw)
 		if err != nil || co.SentinelPassword != want {
