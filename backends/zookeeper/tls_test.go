@@ -68,6 +68,19 @@ func TestTLSMisconfigured(t *testing.T) {
 	}
 }
 
+// TestTLSToThePlainPort: tls=true on the plain client port is ErrInvalid
+// at Open saying the server does not speak TLS there — ZooKeeper hangs up
+// on a ClientHello as on any bad packet, and answers the clear-text
+// four-letter word srvr — not a client retrying forever.
+func TestTLSToThePlainPort(t *testing.T) {
+	f := testca.Write(t, t.TempDir(), "zk.test")
+	s := zktest.StartTLS(t, zktest.TLSFiles{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA})
+	_, err := registry.Open(t.Context(), "zk://"+s.Addr()+"/tls?tls=true&request_timeout=2s&ca_file="+url.QueryEscape(f.CA))
+	if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "does not speak TLS") {
+		t.Fatalf("Open with TLS on the plain port = %v, want ErrInvalid saying it does not speak TLS", err)
+	}
+}
+
 // TestTLSOptionsParse: the shared TLS options (driver.Query.TLS), refused
 // while TLS is off.
 func TestTLSOptionsParse(t *testing.T) {

@@ -141,15 +141,27 @@ func silentOrClosed(err error) bool {
 		errors.As(err, &ne) && ne.Timeout()
 }
 
-// plainProbe makes a plain server answer: Redis replies with an error
-// (GET has too many arguments, or NOAUTH), an HTTP server with a status
-// line, and gRPC servers behind etcd's multiplexer serve it as HTTP/1.
-var plainProbe = []byte("GET / HTTP/1.0\r\n\r\n")
+// plainProbes make a plain server answer, tried in turn: Redis replies to
+// the first with an error (GET has too many arguments, or NOAUTH), an
+// HTTP server with a status line (gRPC servers behind etcd's multiplexer
+// serve it as HTTP/1); ZooKeeper reads it as a packet length and hangs
+// up, but answers the four-letter word srvr (whitelisted by default).
+var plainProbes = [][]byte{[]byte("GET / HTTP/1.0\r\n\r\n"), []byte("srvr")}
 
-// answersPlain reports whether the server at addr answers plainProbe in
-// clear text. A TLS record (alert or handshake) is not an answer, nor is
-// an HTTPS server's note that a plain request reached it.
+// answersPlain reports whether the server at addr answers one of
+// plainProbes in clear text, within wait each. A TLS record (alert or
+// handshake) is not an answer, nor is an HTTPS server's note that a
+// plain request reached it.
 func answersPlain(ctx context.Context, addr string, wait time.Duration) bool {
+	for _, probe := range plainProbes {
+		if answers(ctx, addr, probe, wait) {
+			return true
+		}
+	}
+	return false
+}
+
+func answers(ctx context.Context, addr string, probe []byte, wait time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	var d net.Dialer
@@ -160,7 +172,7 @@ func answersPlain(ctx context.Context, addr string, wait time.Duration) bool {
 	defer c.Close()
 	dl, _ := ctx.Deadline()
 	_ = c.SetDeadline(dl)
-	if _, err := c.Write(plainProbe); err != nil {
+	if _, err := c.Write(probe); err != nil {
 		return false
 	}
 	buf := make([]byte, 128)
