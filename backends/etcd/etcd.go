@@ -185,7 +185,9 @@ type Driver struct {
 	stop   context.CancelFunc
 	done   chan struct{}
 
-	plain portCheck // whether the endpoints speak TLS when we do not
+	// plain finds endpoints that speak TLS only when we do not (TLS on a
+	// plain port is found at Open, by checkTLS).
+	plain driver.PortCheck
 }
 
 // Options configure a Driver opened with New.
@@ -256,8 +258,8 @@ func New(opts Options) (*Driver, error) {
 			return nil, fmt.Errorf("etcd: connect: %w: authentication failed: %v", driver.ErrInvalid, err)
 		}
 		if cfg.TLS == nil {
-			pc := portCheck{endpoints: cfg.Endpoints}
-			if perr := pc.mixup(); perr != nil {
+			pc := driver.PortCheck{Addrs: hosts(cfg.Endpoints)}
+			if perr := pc.Diagnose(); perr != nil {
 				return nil, fmt.Errorf("etcd: connect: %w", perr)
 			}
 		}
@@ -270,7 +272,7 @@ func New(opts Options) (*Driver, error) {
 	}
 	d.ownsCli = true
 	if cfg.TLS == nil {
-		d.plain.endpoints = cfg.Endpoints
+		d.plain.Addrs = hosts(cfg.Endpoints)
 	}
 	return d, nil
 }
@@ -344,7 +346,7 @@ func (d *Driver) monitor(ctx context.Context) {
 	for conn.WaitForStateChange(ctx, st) {
 		next := conn.GetState()
 		if next == connectivity.Ready {
-			d.plain.sound() // a working transport: the protocols match
+			d.plain.Sound() // a working transport: the protocols match
 		}
 		if st == connectivity.Ready && next != connectivity.Ready {
 			d.lostMu.Lock()
@@ -395,7 +397,7 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 		// credentials: retrying the same request cannot succeed.
 		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrInvalid, err)
 	}
-	if perr := d.plain.mixup(); perr != nil {
+	if perr := d.plain.Diagnose(); perr != nil {
 		return fmt.Errorf("etcd: %s: %w", what, perr)
 	}
 	switch {

@@ -100,8 +100,7 @@ func checkTLS(cfg *clientv3.Config) error {
 	pinServerName(cfg.TLS)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
 	defer cancel()
-	for _, ep := range cfg.Endpoints {
-		_, host, _ := strings.Cut(ep, "://")
+	for _, host := range hosts(cfg.Endpoints) {
 		// A gRPC server speaks first (its HTTP/2 settings): a short wait
 		// tells an accepted client certificate from a refused one.
 		if _, err := driver.CheckTLS(ctx, host, cfg.TLS, time.Second); err != nil {

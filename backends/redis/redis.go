@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -41,9 +40,7 @@ type conn struct {
 	o     Options
 	name  string // redacted, for errors
 
-	portChecked atomic.Bool           // diagnosePort found the port speaks what we speak
-	mixup       atomic.Pointer[mixup] // the last port mix-up it found
-	diagnosing  sync.Mutex
+	ports driver.PortCheck // TLS to a plain port, or plain to a TLS one
 
 	mu     sync.Mutex
 	closed bool
@@ -63,6 +60,7 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	boundRetries(&cp)
 	name := strings.Join(cp.Addrs, ",")
 	cn := &conn{copts: &cp, c: goredis.NewUniversalClient(&cp), o: o, name: name}
+	cn.ports.Addrs, cn.ports.TLS = cp.Addrs[:1], cp.TLSConfig
 	cn.c.AddHook(answered{cn})
 	if o.Layout == LayoutKeys {
 		return &Driver{cn, &keysLayout{conn: cn}}, nil
@@ -136,7 +134,7 @@ func (d *conn) enter(ctx context.Context) error {
 	if d.closed {
 		return fmt.Errorf("redis: %w", driver.ErrClosed)
 	}
-	if err := d.knownMixup(); err != nil {
+	if err := d.ports.Known(); err != nil {
 		return fmt.Errorf("redis: %w", err) // the error names the address
 	}
 	return nil
@@ -170,7 +168,7 @@ func (d *conn) wrap(op string, err error) error {
 		return nil
 	}
 	if !refused(err) && !errors.Is(err, goredis.ErrClosed) && !errors.Is(err, context.Canceled) {
-		if perr := d.diagnosePort(); perr != nil {
+		if perr := d.ports.Diagnose(); perr != nil {
 			return fmt.Errorf("redis: %s: %w", op, perr) // perr names the address
 		}
 	}
