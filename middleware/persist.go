@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/roster-go/roster/internal/readfile"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -69,7 +69,7 @@ func loadSnapshot(dir, service string) (s registry.Snapshot, ok bool, err error)
 		return s, false, err
 	}
 	path := filepath.Join(dir, service+".json")
-	b, err := readSnapshotFile(path)
+	b, err := readfile.AtMost(path, maxSnapshotFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, false, nil
 	}
@@ -87,7 +87,7 @@ func loadSnapshot(dir, service string) (s registry.Snapshot, ok bool, err error)
 	if f.Format != snapshotFormat || f.Snapshot.Service != service {
 		return s, false, fmt.Errorf("snapshot file of %s: unexpected format %d / service %q", service, f.Format, f.Snapshot.Service)
 	}
-	if err := checkInstances(f.Snapshot); err != nil {
+	if err := registry.CheckSnapshot(f.Snapshot); err != nil {
 		return s, false, fmt.Errorf("snapshot file of %s: %w", service, err)
 	}
 	f.Snapshot.Stale = true
@@ -99,39 +99,7 @@ func loadSnapshot(dir, service string) (s registry.Snapshot, ok bool, err error)
 
 // maxSnapshotFile bounds a snapshot file read: 10,000 instances at the
 // largest encoded size each would be 160 MiB, real ones are far smaller.
+// The file is this package's; an instance that fails
+// registry.CheckSnapshot means it was altered or damaged, and none of it
+// is served.
 const maxSnapshotFile = 256 << 20
-
-func readSnapshotFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSnapshotFile+1))
-	if err == nil && len(b) > maxSnapshotFile {
-		err = fmt.Errorf("larger than %d bytes", maxSnapshotFile)
-	}
-	return b, err
-}
-
-// checkInstances holds a snapshot read from disk to what the registry
-// serves from a backend: every instance valid, of the service, with a
-// canonical address and an ID of its own. The file is this package's; a
-// record that fails means it was altered or damaged, and none of it is
-// served.
-func checkInstances(s registry.Snapshot) error {
-	ids := make(map[string]bool, len(s.Instances))
-	for i, in := range s.Instances {
-		if in.Service != s.Service {
-			return fmt.Errorf("instance %d: of service %q", i, in.Service)
-		}
-		if err := in.Validate(); err != nil {
-			return fmt.Errorf("instance %d: %w", i, err)
-		}
-		if ids[in.ID] {
-			return fmt.Errorf("instance %d: ID %q repeated", i, in.ID)
-		}
-		ids[in.ID] = true
-	}
-	return nil
-}

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -63,6 +64,28 @@ func checkRecord(service string, in driver.Instance) (driver.Instance, error) {
 	}
 	in.Address = addr
 	return in, in.ValidateFields()
+}
+
+// CheckSnapshot holds a snapshot from elsewhere — a file, another
+// process — to what the registry serves from a backend: every instance
+// of s.Service, valid, its address in canonical form, its ID its own. It
+// returns the first failure, naming the instance's place in the list.
+func CheckSnapshot(s Snapshot) error {
+	ids := make(map[string]bool, len(s.Instances))
+	for i, in := range s.Instances {
+		ok, err := checkRecord(s.Service, in)
+		switch {
+		case err == nil && ok.Address != in.Address:
+			err = driver.Invalid("address", "%q is not in canonical form %q", in.Address, ok.Address)
+		case err == nil && ids[in.ID]:
+			err = driver.Invalid("id", "%q listed twice", in.ID)
+		}
+		if err != nil {
+			return fmt.Errorf("instance %d: %w", i, err)
+		}
+		ids[in.ID] = true
+	}
+	return nil
 }
 
 // filter returns s with the records that fail checkRecord, or repeat an

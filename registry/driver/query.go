@@ -5,13 +5,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/roster-go/roster/internal/readfile"
 )
 
 // Query reads the options of a registry URL in the vocabulary every
@@ -211,21 +212,9 @@ const (
 )
 
 // readFile reads at most max bytes of path; a longer file is an error.
-// A pipe works too (password_file=<(pass show redis)).
 func readFile(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, unwrapPath(err)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, unwrapPath(err)
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("larger than %d bytes", max)
-	}
-	return b, nil
+	b, err := readfile.AtMost(path, max)
+	return b, unwrapPath(err)
 }
 
 // unwrapPath drops the *PathError wrapping (which repeats the path).
