@@ -40,10 +40,7 @@ func TestPlatformSlices(t *testing.T) {
 			{Addresses: []string{"10.1.0.3"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &no}},
 		},
 	}
-	if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	defer cs.DiscoveryV1().EndpointSlices("default").Delete(context.Background(), slice.Name, metav1.DeleteOptions{})
+	createSlice(t, cs, slice)
 	want := []registry.Instance{
 		{ID: "10.1.0.2", Service: "pods-web", Address: "10.1.0.2:8080", Version: "2.1.0", Weight: 0},
 		{ID: "web-1", Service: "pods-web", Address: "10.1.0.1:8080", Version: "2.1.0", Zone: "eu-1a", Weight: 40},
@@ -84,10 +81,7 @@ func TestPlatformWeightClamped(t *testing.T) {
 		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.2.0.1"}}},
 	}
-	if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	defer cs.DiscoveryV1().EndpointSlices("default").Delete(context.Background(), slice.Name, metav1.DeleteOptions{})
+	createSlice(t, cs, slice)
 	got, err := openRegistry(t).Lookup(ctx, "pods-heavy")
 	if err != nil || len(got.Instances) != 1 || got.Instances[0].Weight != registry.MaxWeight {
 		t.Fatalf("Lookup = %+v, %v; want 10.2.0.1 at weight %d", got.Instances, err, registry.MaxWeight)
@@ -109,15 +103,23 @@ func TestPlatformSlicesIPv6(t *testing.T) {
 		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"fd00::1"}}},
 	}
-	if _, err := cs.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	defer cs.DiscoveryV1().EndpointSlices("default").Delete(context.Background(), slice.Name, metav1.DeleteOptions{})
+	createSlice(t, cs, slice)
 	got, err := openRegistry(t).Lookup(ctx, "pods-six")
 	want := registry.Instance{ID: "fd00--1", Service: "pods-six", Address: "[fd00::1]:8080", Weight: registry.DefaultWeight}
 	if err != nil || len(got.Instances) != 1 || !got.Instances[0].Equal(want) {
 		t.Fatalf("Lookup = %+v, %v; want %+v", got.Instances, err, want)
 	}
+}
+
+// createSlice writes slice as another controller would, deleted when the
+// test ends.
+func createSlice(t *testing.T, cs kube.Interface, slice *discoveryv1.EndpointSlice) {
+	t.Helper()
+	slices := cs.DiscoveryV1().EndpointSlices("default")
+	if _, err := slices.Create(t.Context(), slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slices.Delete(context.Background(), slice.Name, metav1.DeleteOptions{}) })
 }
 
 // testClientset is a client of the package's apiserver as the test user.
