@@ -48,17 +48,7 @@ func TestTLSMisconfigured(t *testing.T) {
 		cases = append(cases, tc{m.Name, at(srv, m.Options), m.Cause})
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			r := open(t, c.url)
-			_, err := r.Lookup(t.Context(), "tls")
-			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
-				t.Fatalf("Lookup = %v, want ErrInvalid saying %q", err, c.cause)
-			}
-			_, err = r.Register(t.Context(), registry.Instance{Service: "tls", Address: "127.0.0.1:80"})
-			if !errors.Is(err, registry.ErrInvalid) {
-				t.Fatalf("Register = %v, want ErrInvalid", err)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { refusedAsInvalid(t, c.url, c.cause, "") })
 	}
 }
 
@@ -81,16 +71,21 @@ func TestPortMixups(t *testing.T) {
 		{"TLS to the plain port", "rediss://" + srv.Addr() + "/0?ca_file=" + f.CAFile, "does not speak TLS"},
 		{"plain to the TLS port", "redis://" + srv.TLSAddr() + "/0", "speaks TLS only"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			r := open(t, c.url)
-			_, err := r.Lookup(t.Context(), "tls")
-			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
-				t.Fatalf("Lookup = %v, want ErrInvalid saying %q", err, c.cause)
-			}
-			_, err = r.Register(t.Context(), registry.Instance{Service: "tls", Address: "127.0.0.1:80"})
-			if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.cause) {
-				t.Fatalf("Register = %v, want ErrInvalid saying %q", err, c.cause)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { refusedAsInvalid(t, c.url, c.cause, c.cause) })
+	}
+}
+
+// refusedAsInvalid opens url and checks that Lookup fails with ErrInvalid
+// saying cause, and Register with ErrInvalid saying registerCause.
+func refusedAsInvalid(t *testing.T, url, cause, registerCause string) {
+	t.Helper()
+	r := open(t, url)
+	_, err := r.Lookup(t.Context(), "tls")
+	if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), cause) {
+		t.Fatalf("Lookup = %v, want ErrInvalid saying %q", err, cause)
+	}
+	_, err = r.Register(t.Context(), registry.Instance{Service: "tls", Address: "127.0.0.1:80"})
+	if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), registerCause) {
+		t.Fatalf("Register = %v, want ErrInvalid saying %q", err, registerCause)
 	}
 }
