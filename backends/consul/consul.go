@@ -128,7 +128,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -178,7 +177,7 @@ type Driver struct {
 	mu     sync.Mutex
 	closed bool
 
-	tlsChecked atomic.Bool // diagnoseTLS found the TLS setup sound
+	ports driver.PortCheck // TLS to the agent: checked after a failure (wrap)
 }
 
 // NewDriver returns a driver for the agent described by o. It does not
@@ -203,6 +202,16 @@ func NewDriver(o Options) (*Driver, error) {
 	}
 	if d.watchClient, err = d.newClient(o.MaxWatchConns); err != nil {
 		return nil, err
+	}
+	if cfg := d.transports[0].TLSClientConfig; o.TLS && cfg != nil {
+		// A failure below HTTP over HTTPS gets a handshake of the
+		// driver's own: TLS 1.3 delivers the agent's refusal of the client
+		// certificate after the handshake, and HTTP/2 drops it. With h2
+		// the agent speaks first (its settings), so an accepted client
+		// certificate is known at once rather than after the wait.
+		cfg = cfg.Clone()
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+		d.ports.Addrs, d.ports.TLS = []string{o.Address}, cfg
 	}
 	return d, nil
 }
@@ -403,7 +412,7 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 	}
 	var se api.StatusError
 	if !errors.As(err, &se) {
-		if terr := d.diagnoseTLS(); terr != nil {
+		if terr := d.ports.Diagnose(); terr != nil {
 			return fmt.Errorf("consul: %s: %w", op, terr)
 		}
 	}
