@@ -403,3 +403,42 @@ func TestLeasesReturnWithinAnIntervalAfterALongOutage(t *testing.T) {
 		t.Errorf("leases back %v after the backend returned, want within the TTL (%v)", took, ttl)
 	}
 }
+
+// TestResyncAheadOfTheStreamIsNoWipe: a relist may be answered from a
+// newer view than the stream has reached (Kubernetes lists two resources
+// and reports the higher resourceVersion). The stream's next snapshot is
+// then below the relist's revision: it is lagging, not a backend that went
+// back, and a removal it carries is served at once, not held for the
+// recovery window (seen in CI: an expiry held for 15s).
+func TestResyncAheadOfTheStreamIsNoWipe(t *testing.T) {
+	srv := memory.NewServer()
+	a, b := put(t, srv, "a"), put(t, srv, "b")
+	d := &aheadListDriver{Driver: memory.NewDriver(srv)}
+	r := registry.New(d, registry.WithResyncInterval(20*time.Millisecond), registry.WithRecoveryWindow(time.Minute))
+	defer r.Close()
+	w, err := r.Watch(context.Background(), "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	nextWhere(t, w, 2*time.Second, "a and b", nil, hasAll(a.ID, b.ID))
+	// Wait for relists ahead of the stream to have been applied.
+	for start := d.lists.Load(); d.lists.Load() < start+2; {
+		time.Sleep(5 * time.Millisecond)
+	}
+	srv.Delete("svc", a.ID) // the stream delivers revision 3, below the lists' 3+ahead
+	nextWhere(t, w, 2*time.Second, "a's removal", nil, exactly(b.ID))
+}
+
+// aheadListDriver answers relists with a revision ahead of the stream's.
+type aheadListDriver struct {
+	*memory.Driver
+	lists atomic.Int64
+}
+
+func (d *aheadListDriver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+	s, err := d.Driver.List(ctx, service)
+	s.Revision += 5
+	d.lists.Add(1)
+	return s, err
+}

@@ -101,14 +101,19 @@ type entry struct {
 	service string
 	refs    int // guarded by r.mu
 
-	mu         sync.Mutex
-	cur        Snapshot // what watchers get: the backend's state plus held instances
-	seq        uint64   // bumped on every delivery; 0 = nothing yet
-	backendRev uint64   // last revision seen from the driver
-	err        error
-	changed    chan struct{}
-	closed     bool
-	hold       recovery
+	mu  sync.Mutex
+	cur Snapshot // what watchers get: the backend's state plus held instances
+	seq uint64   // bumped on every delivery; 0 = nothing yet
+	// streamRev is the backend's counter as the stream last showed it
+	// (or as a relist showed it reset). Only the stream's own revisions
+	// move it: a relist may be answered from a newer view than the
+	// stream has reached, and a stream snapshot behind such a relist is
+	// lagging, not a backend that went back.
+	streamRev uint64
+	err       error
+	changed   chan struct{}
+	closed    bool
+	hold      recovery
 
 	resyncT *time.Timer // owned by run
 	cancel  context.CancelFunc
@@ -142,7 +147,9 @@ func (e *entry) broadcast() {
 // publish applies a snapshot from the stream.
 func (e *entry) publish(s Snapshot) {
 	e.mu.Lock()
-	e.applyLocked(s)
+	wentBack := s.Revision < e.streamRev
+	e.streamRev = s.Revision
+	e.applyLocked(s, wentBack)
 }
 
 // publishList applies the result of a full relist that started when the
@@ -154,28 +161,32 @@ func (e *entry) publish(s Snapshot) {
 func (e *entry) publishList(s Snapshot, before uint64) {
 	e.mu.Lock()
 	if e.seq != 0 && !e.cur.Stale && s.Revision >= before &&
-		(s.Revision < e.backendRev || (s.Revision == e.backendRev && e.sameAsServed(s))) {
+		(s.Revision < e.streamRev || (s.Revision == e.streamRev && e.sameAsServed(s))) {
 		e.mu.Unlock()
 		return
 	}
-	e.applyLocked(s)
+	wentBack := s.Revision < before
+	if wentBack {
+		e.streamRev = s.Revision // the stream will go on from the reset counter
+	}
+	e.applyLocked(s, wentBack)
 }
 
 // applyLocked publishes the backend's state s, merged with the instances
-// held through a recovery; it is called with e.mu held and releases it.
-func (e *entry) applyLocked(s Snapshot) {
+// held through a recovery; wentBack says the backend's counter went back
+// to reach s. It is called with e.mu held and releases it.
+func (e *entry) applyLocked(s Snapshot, wentBack bool) {
 	have := e.seq != 0
 	fresh := have && !e.cur.Stale
 	// Back from a failure, or the backend's counter went back (a wipe):
 	// the backend may be answering before the leases had a chance to
 	// write themselves again. Hold what was served until they do.
-	if have && (!fresh || s.Revision < e.backendRev) {
+	if have && (!fresh || wentBack) {
 		if n := e.hold.begin(e.cur.Instances, e.r.recovery, e.endHold); n > 0 {
 			e.r.logf("roster: backend recovering: holding the last instances until their leases return",
 				"service", e.service, "held", n, "window", e.r.recovery)
 		}
 	}
-	e.backendRev = s.Revision
 	s = e.hold.apply(s)
 	if fresh && e.cur.SameInstances(s) {
 		e.mu.Unlock()
@@ -365,7 +376,7 @@ func (e *entry) sleep(ctx context.Context, d time.Duration, resyncC <-chan time.
 func (e *entry) resync(ctx context.Context) {
 	start := time.Now()
 	e.mu.Lock()
-	before := e.backendRev
+	before := e.streamRev
 	e.mu.Unlock()
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	s, err := e.r.drv.List(lctx, e.service)
