@@ -93,6 +93,7 @@ func (s *session) onEvent(gen int, ev zk.Event) {
 	switch ev.State {
 	case zk.StateHasSession:
 		s.downSince = time.Time{}
+		s.d.ports.Sound() // a server answered: client and port speak the same protocol
 	case zk.StateDisconnected, zk.StateExpired:
 		if s.downSince.IsZero() {
 			s.downSince = time.Now()

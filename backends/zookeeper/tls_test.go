@@ -81,6 +81,27 @@ func TestTLSToThePlainPort(t *testing.T) {
 	}
 }
 
+// TestPlainToTheTLSPort: a plain URL on the secure client port, which
+// closes every clear-text connection (the client library retries that
+// forever), fails its first call with ErrInvalid saying the port speaks
+// TLS only, and the calls after it at once with the same error; on a
+// server that requires client certificates too.
+func TestPlainToTheTLSPort(t *testing.T) {
+	f := testca.Write(t, t.TempDir(), "zk.test")
+	for _, clientAuth := range []bool{false, true} {
+		s := zktest.StartTLS(t, zktest.TLSFiles{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA, ClientAuth: clientAuth})
+		r := open(t, "zk://"+s.SecureAddr()+"/tls?request_timeout=2s")
+		_, err := r.Lookup(t.Context(), "svc")
+		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "speaks TLS only") {
+			t.Fatalf("client certificates required %v: Lookup = %v, want ErrInvalid saying the port speaks TLS only", clientAuth, err)
+		}
+		_, err = r.Register(t.Context(), registry.Instance{Service: "svc", Address: "10.0.0.1:80"}, registry.WithTTL(3*time.Second))
+		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), "speaks TLS only") {
+			t.Fatalf("client certificates required %v: Register = %v, want ErrInvalid saying the port speaks TLS only", clientAuth, err)
+		}
+	}
+}
+
 // TestTLSOptionsParse: the shared TLS options (driver.Query.TLS), refused
 // while TLS is off.
 func TestTLSOptionsParse(t *testing.T) {

@@ -149,6 +149,10 @@ type Driver struct {
 	acl    []zk.ACL
 	read   *session // List, Services, Watch
 	closed atomic.Bool
+	// ports finds a plain client sent to a TLS port (secureClientPort),
+	// which closes every connection: the library would retry it forever.
+	// (TLS to a plain port is found at New.)
+	ports driver.PortCheck
 
 	mu       sync.Mutex
 	sessions map[time.Duration]*session // registrations' sessions, by TTL
@@ -184,6 +188,9 @@ func New(opts Options) (*Driver, error) {
 	d := &Driver{opts: opts, root: root, acl: zk.WorldACL(zk.PermAll), sessions: map[time.Duration]*session{}}
 	if opts.User != "" {
 		d.acl = append(zk.AuthACL(zk.PermAll), zk.WorldACL(zk.PermRead)...)
+	}
+	if opts.TLS == nil {
+		d.ports.Addrs = opts.Servers
 	}
 	var err error
 	if d.read, err = d.newSession(opts.SessionTimeout); err != nil {
@@ -279,6 +286,9 @@ func (d *Driver) call(ctx context.Context, what string, fn func() error) error {
 	if d.closed.Load() {
 		return fmt.Errorf("zookeeper: %s: %w", what, driver.ErrClosed)
 	}
+	if err := d.ports.Known(); err != nil {
+		return fmt.Errorf("zookeeper: %s: %w", what, err) // at once, not after another timeout
+	}
 	c, cancel := context.WithTimeout(ctx, d.opts.RequestTimeout)
 	defer cancel()
 	done := make(chan error, 1)
@@ -307,6 +317,11 @@ func (d *Driver) wrap(parent context.Context, what string, err error) error {
 		// The server refused the input or the identity: retrying the same
 		// call cannot help.
 		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrInvalid, err)
+	}
+	if perr := d.ports.Diagnose(); perr != nil {
+		return fmt.Errorf("zookeeper: %s: %w", what, perr) // perr names the address
+	}
+	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("zookeeper: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.opts.RequestTimeout)
 	default:
