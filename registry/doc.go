@@ -52,8 +52,8 @@
 // wiped, or simply reachable again — first answers without the instances
 // whose leases have not yet written themselves again. Those instances have
 // not gone; their leases return within one heartbeat interval. So when a
-// watch comes back from a failure, or sees the backend's revision go back,
-// it keeps serving the instances it served before until each reappears or
+// watch's stream comes back from a failure, or sees the backend's revision
+// go back, it keeps serving the instances it served before until each reappears or
 // the recovery window (DefaultRecoveryWindow, 15s; WithRecoveryWindow)
 // ends. Only absences are held: instances in the backend's answer are
 // served as the backend has them. An instance that really died during the

@@ -65,8 +65,8 @@ func (o *regOptions) validateTimings() error {
 
 // WithRecoveryWindow sets how long a watch keeps serving the instances it
 // served before a backend fault while their leases re-register (default
-// DefaultRecoveryWindow). When a watch comes back from a failure, or sees
-// the backend's revision go back (wiped, restarted empty), instances
+// DefaultRecoveryWindow). When a watch's stream comes back from a failure,
+// or sees the backend's revision go back (wiped, restarted empty), instances
 // missing from the backend's answer are held until they reappear or the
 // window ends; zero or negative applies the backend's answer at once.
 func WithRecoveryWindow(d time.Duration) Option { return func(o *options) { o.recovery = d } }

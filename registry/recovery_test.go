@@ -442,3 +442,40 @@ func (d *aheadListDriver) List(ctx context.Context, service string) (registry.Sn
 	d.lists.Add(1)
 	return s, err
 }
+
+// TestFailedResyncIsNoOutage: a relist that fails (a timeout on a loaded
+// backend) while the stream runs marks the cache stale, but the stream is
+// still connected: a removal it delivers next is an event seen live, not
+// a backend coming back without the instances, and is served at once,
+// not held for the recovery window (seen in CI: an expiry held for 15s
+// on Consul).
+func TestFailedResyncIsNoOutage(t *testing.T) {
+	srv := memory.NewServer()
+	a, b := put(t, srv, "a"), put(t, srv, "b")
+	d := &failingListDriver{Driver: memory.NewDriver(srv)}
+	r := registry.New(d, registry.WithResyncInterval(20*time.Millisecond), registry.WithRecoveryWindow(time.Minute))
+	defer r.Close()
+	w, err := r.Watch(context.Background(), "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	nextWhere(t, w, 2*time.Second, "a and b", nil, hasAll(a.ID, b.ID))
+	d.fail.Store(true)
+	nextWhere(t, w, 2*time.Second, "stale after a failed relist", nil, func(s registry.Snapshot) bool { return s.Stale })
+	srv.Delete("svc", a.ID) // the stream, still connected, delivers it
+	nextWhere(t, w, 2*time.Second, "a's removal", nil, func(s registry.Snapshot) bool { return !s.Stale && !has(s, a.ID) })
+}
+
+// failingListDriver fails every relist once fail is set.
+type failingListDriver struct {
+	*memory.Driver
+	fail atomic.Bool
+}
+
+func (d *failingListDriver) List(ctx context.Context, service string) (registry.Snapshot, error) {
+	if d.fail.Load() {
+		return registry.Snapshot{}, fmt.Errorf("list: %w: no answer within 5s", registry.ErrUnavailable)
+	}
+	return d.Driver.List(ctx, service)
+}

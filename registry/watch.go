@@ -28,9 +28,11 @@ import (
 //     empties the list. The watcher keeps retrying, and delivers a fresh
 //     snapshot (Stale false) when the backend answers again. If the backend
 //     was never reached, the stale snapshot is empty.
-//   - After a failure, or when the backend's revision goes back (a wipe),
-//     instances missing from the backend's first answers are held until
-//     they reappear or the recovery window ends (see the package doc).
+//   - After the backend stream failed, or when the backend's revision goes
+//     back (a wipe), instances missing from the backend's first answers are
+//     held until they reappear or the recovery window ends (see the package
+//     doc). A failed relist alone marks the state Stale but holds nothing:
+//     the stream that kept running saw every change as it happened.
 //   - Only ErrClosed (Close, Registry.Close) and the context's error are
 //     final. Close unblocks a pending Next.
 type Watcher struct {
@@ -110,10 +112,16 @@ type entry struct {
 	// stream has reached, and a stream snapshot behind such a relist is
 	// lagging, not a backend that went back.
 	streamRev uint64
-	err       error
-	changed   chan struct{}
-	closed    bool
-	hold      recovery
+	// streamLost: the backend stream failed, and the backend has not
+	// answered since. Its next answer may lack instances whose leases
+	// have not yet written themselves back, so it starts a hold. A failed
+	// relist while the stream runs is no such gap: the stream saw every
+	// change live.
+	streamLost bool
+	err        error
+	changed    chan struct{}
+	closed     bool
+	hold       recovery
 
 	resyncT *time.Timer // owned by run
 	cancel  context.CancelFunc
@@ -181,12 +189,13 @@ func (e *entry) applyLocked(s Snapshot, wentBack bool) {
 	// Back from a failure, or the backend's counter went back (a wipe):
 	// the backend may be answering before the leases had a chance to
 	// write themselves again. Hold what was served until they do.
-	if have && (!fresh || wentBack) {
+	if have && (e.streamLost || wentBack) {
 		if n := e.hold.begin(e.cur.Instances, e.r.recovery, e.endHold); n > 0 {
 			e.r.logf("roster: backend recovering: holding the last instances until their leases return",
 				"service", e.service, "held", n, "window", e.r.recovery)
 		}
 	}
+	e.streamLost = false
 	s = e.hold.apply(s)
 	if fresh && e.cur.SameInstances(s) {
 		e.mu.Unlock()
@@ -241,6 +250,15 @@ func (e *entry) deliverLocked(s Snapshot) {
 	if obs := e.r.obs; obs != nil {
 		obs.Snapshot(s)
 	}
+}
+
+// streamFailed marks the cache stale after the stream failed or could
+// not be opened, and remembers the gap (streamLost).
+func (e *entry) streamFailed(err error) {
+	e.mu.Lock()
+	e.streamLost = true
+	e.mu.Unlock()
+	e.fail(err)
 }
 
 // fail marks the cache stale: the last good instances stay, flagged.
@@ -299,7 +317,7 @@ func (e *entry) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			e.fail(err)
+			e.streamFailed(err)
 			if !e.sleep(ctx, policy.Delay(attempt), resyncC) {
 				return
 			}
@@ -334,7 +352,7 @@ func (e *entry) run(ctx context.Context) {
 				if r.err != nil {
 					if ctx.Err() == nil {
 						e.r.logf("roster: watch failed", "service", e.service, "err", r.err)
-						e.fail(r.err)
+						e.streamFailed(r.err)
 					}
 					failed = true
 					continue
