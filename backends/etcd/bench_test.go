@@ -105,7 +105,7 @@ func BenchmarkRegister(b *testing.B) {
 }
 
 // BenchmarkKeepAlive1000: one op is a heartbeat of each of 1,000 leases
-// (KeepAliveOnce + key check), 16 at a time.
+// (a keep-alive on the lease stream + key check), 16 at a time.
 func BenchmarkKeepAlive1000(b *testing.B) {
 	c := startCluster(b, etcdtest.Config{DirectClients: true})
 	d := benchDriver(b, c)

@@ -178,7 +178,8 @@ type Driver struct {
 	probeAt  time.Time
 	probeRev int64
 
-	leases leasePool // one shared lease per TTL
+	leases  leasePool // one shared lease per TTL
+	renewer renewer   // their renewals, over one stream
 
 	lostMu sync.Mutex
 	lost   chan struct{} // closed and replaced when the connection drops
@@ -327,6 +328,7 @@ func (d *Driver) Close() error {
 	}
 	d.stop()
 	<-d.done
+	d.renewer.close()
 	if d.ownsCli {
 		if err := d.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("etcd: close: %w", err)

@@ -166,7 +166,7 @@ func (d *Driver) keepAlive(ctx context.Context, op string, l *sharedLease) error
 		return err
 	}
 	defer cancel()
-	if _, err := d.cli.KeepAliveOnce(c, l.id); err != nil {
+	if err := d.renewer.renew(c, d.cli, l.id); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			d.drop(l)
 		}
