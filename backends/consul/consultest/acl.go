@@ -21,7 +21,12 @@ func StartACL(tb testing.TB, management string, args ...string) *Agent {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { a.Close() })
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			tb.Logf("consul agent (ACLs) log, tail:\n%s", a.LogTail(8000))
+		}
+		a.Close()
+	})
 	return a
 }
 

@@ -169,10 +169,15 @@ func (a *Agent) start() error {
 
 // waitReady polls until the agent has a leader and its own node is in the
 // catalog with a passing serfHealth (the `consul` service is listed as
-// passing): registrations made after that sync at once. The ports were
-// free when chosen, but another test's agent may have bound the HTTP port
-// first and would pass those checks while this one exits: the agent must
-// answer with its own node name.
+// passing), and until the agent's first anti-entropy full sync has run
+// (the node's tagged addresses, which only that sync writes, are in the
+// catalog). Registrations made before that sync can make it fail: Consul
+// then retries it 15–30 s later and syncs nothing meanwhile — a TTL check
+// that goes critical stays passing in the catalog (agent/ae/ae.go: a full
+// sync attempted while a registration pauses the syncer moves to the retry
+// state). The ports were free when chosen, but another test's agent may
+// have bound the HTTP port first and would pass those checks while this
+// one exits: the agent must answer with its own node name.
 func (a *Agent) waitReady(exited <-chan struct{}) error {
 	deadline := time.Now().Add(30 * time.Second)
 	c := &http.Client{Timeout: time.Second}
@@ -193,12 +198,26 @@ func (a *Agent) waitReady(exited <-chan struct{}) error {
 			}
 		}
 		if body, ok := get(c, "http://"+a.addr+"/v1/status/leader", a.token); ok && len(body) > 2 && body != `""` {
-			if body, ok := get(c, "http://"+a.addr+"/v1/health/service/consul?passing", a.token); ok && strings.Contains(body, `"Service"`) {
+			if body, ok := get(c, "http://"+a.addr+"/v1/health/service/consul?passing", a.token); ok && strings.Contains(body, `"Service"`) && a.nodeSynced(c) {
 				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// nodeSynced reports whether the agent's anti-entropy has written its
+// node's tagged addresses to the catalog (the leader registers the node
+// without them).
+func (a *Agent) nodeSynced(c *http.Client) bool {
+	body, ok := get(c, "http://"+a.addr+"/v1/catalog/node/"+a.node, a.token)
+	if !ok {
+		return false
+	}
+	var v struct {
+		Node struct{ TaggedAddresses map[string]string }
+	}
+	return json.Unmarshal([]byte(body), &v) == nil && len(v.Node.TaggedAddresses) > 0
 }
 
 func get(c *http.Client, url, token string) (string, bool) {
