@@ -33,12 +33,32 @@ type svcMarks struct {
 	writes int
 }
 
-// stale reports whether the index's entry for svc may be more than ttl/2
-// behind deadline, so that a heartbeat must refresh it.
-func (s *svcMarks) stale(svc string, deadline int64, ttl time.Duration) bool {
+// claim reports whether the index's entry for svc may be more than ttl/2
+// behind deadline, so that a heartbeat must refresh it, and if so marks
+// the refresh made at once: the heartbeats of a service's registrations
+// often run together, and all of them would otherwise see the entry stale
+// and write it. If the write fails, release takes the claim back.
+func (s *svcMarks) claim(svc string, deadline int64, ttl time.Duration) (prev int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.m[svc] < deadline-ttl.Milliseconds()/2
+	prev = s.m[svc]
+	if prev >= deadline-ttl.Milliseconds()/2 {
+		return prev, false
+	}
+	if s.m == nil {
+		s.m = map[string]int64{}
+	}
+	s.m[svc] = deadline
+	return prev, true
+}
+
+// release takes back claim's mark for svc unless another write moved it.
+func (s *svcMarks) release(svc string, deadline, prev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[svc] == deadline {
+		s.m[svc] = prev
+	}
 }
 
 // wrote records a write; every 1,024 writes it forgets the services whose
@@ -266,9 +286,17 @@ func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) 
 	// refreshing it once the score is TTL/2 behind (every other heartbeat)
 	// keeps it ahead of the clock; the registrations of a service in one
 	// process share that refresh.
-	if op != "heartbeat" || r.h.marks.stale(r.svc, deadline, r.ttl) {
+	refresh, prev, claimed := op != "heartbeat", int64(0), false
+	if !refresh {
+		prev, claimed = r.h.marks.claim(r.svc, deadline, r.ttl)
+		refresh = claimed
+	}
+	if refresh {
 		err := servicesScript.Run(ctx, r.h.c, []string{r.h.servicesKey()}, r.svc, deadline, r.h.o.Linger.Milliseconds()).Err()
 		if err != nil {
+			if claimed {
+				r.h.marks.release(r.svc, deadline, prev)
+			}
 			return false, r.h.wrap(op+" "+r.svc+"/"+r.id, err)
 		}
 		r.h.marks.wrote(r.svc, deadline)
