@@ -186,7 +186,7 @@ func (e *entry) publishList(s Snapshot, before uint64) {
 func (e *entry) applyLocked(s Snapshot, wentBack bool) {
 	have := e.seq != 0
 	fresh := have && !e.cur.Stale
-	// Back from a failure, or the backend's counter went back (a wipe):
+	// Back from a stream failure, or the backend's counter went back (a wipe):
 	// the backend may be answering before the leases had a chance to
 	// write themselves again. Hold what was served until they do.
 	if have && (e.streamLost || wentBack) {
