@@ -27,20 +27,13 @@ func TestPlatformSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	yes, no, port, zone := true, false, int32(8080), "eu-1a"
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "pods-web-abc", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "pods-web", discoveryv1.LabelManagedBy: "test-controller"},
-			Annotations: map[string]string{kubernetes.AnnotationWeight: "40", kubernetes.AnnotationVersion: "2.1.0"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
-		Endpoints: []discoveryv1.Endpoint{
-			{Addresses: []string{"10.1.0.1"}, Zone: &zone, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}},
-			{Addresses: []string{"10.1.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
-			{Addresses: []string{"10.1.0.3"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &no}},
-		},
-	}
-	createSlice(t, cs, slice)
+	yes, no, zone := true, false, "eu-1a"
+	createSlice(t, cs, platformSlice("pods-web", discoveryv1.AddressTypeIPv4,
+		map[string]string{kubernetes.AnnotationWeight: "40", kubernetes.AnnotationVersion: "2.1.0"},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.0.1"}, Zone: &zone, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1"}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &yes, Terminating: &yes}},
+		discoveryv1.Endpoint{Addresses: []string{"10.1.0.3"}, Conditions: discoveryv1.EndpointConditions{Ready: &no, Serving: &no}},
+	))
 	want := []registry.Instance{
 		{ID: "10.1.0.2", Service: "pods-web", Address: "10.1.0.2:8080", Version: "2.1.0", Weight: 0},
 		{ID: "web-1", Service: "pods-web", Address: "10.1.0.1:8080", Version: "2.1.0", Zone: "eu-1a", Weight: 40},
@@ -72,16 +65,9 @@ func TestPlatformWeightClamped(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cs := testClientset(t)
-	port := int32(8080)
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "pods-heavy-abc", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "pods-heavy", discoveryv1.LabelManagedBy: "test-controller"},
-			Annotations: map[string]string{kubernetes.AnnotationWeight: "100000"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.2.0.1"}}},
-	}
-	createSlice(t, cs, slice)
+	createSlice(t, cs, platformSlice("pods-heavy", discoveryv1.AddressTypeIPv4,
+		map[string]string{kubernetes.AnnotationWeight: "100000"},
+		discoveryv1.Endpoint{Addresses: []string{"10.2.0.1"}}))
 	got, err := openRegistry(t).Lookup(ctx, "pods-heavy")
 	if err != nil || len(got.Instances) != 1 || got.Instances[0].Weight != registry.MaxWeight {
 		t.Fatalf("Lookup = %+v, %v; want 10.2.0.1 at weight %d", got.Instances, err, registry.MaxWeight)
@@ -95,19 +81,25 @@ func TestPlatformSlicesIPv6(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cs := testClientset(t)
-	port := int32(8080)
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "pods-six-abc", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "pods-six", discoveryv1.LabelManagedBy: "test-controller"}},
-		AddressType: discoveryv1.AddressTypeIPv6,
-		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"fd00::1"}}},
-	}
-	createSlice(t, cs, slice)
+	createSlice(t, cs, platformSlice("pods-six", discoveryv1.AddressTypeIPv6, nil,
+		discoveryv1.Endpoint{Addresses: []string{"fd00::1"}}))
 	got, err := openRegistry(t).Lookup(ctx, "pods-six")
 	want := registry.Instance{ID: "fd00--1", Service: "pods-six", Address: "[fd00::1]:8080", Weight: registry.DefaultWeight}
 	if err != nil || len(got.Instances) != 1 || !got.Instances[0].Equal(want) {
 		t.Fatalf("Lookup = %+v, %v; want %+v", got.Instances, err, want)
+	}
+}
+
+// platformSlice is a slice of service as another controller writes it
+// (named <service>-abc, port 8080).
+func platformSlice(service string, at discoveryv1.AddressType, annotations map[string]string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	port := int32(8080)
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: service + "-abc", Annotations: annotations, Labels: map[string]string{
+			discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: "test-controller"}},
+		AddressType: at,
+		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
+		Endpoints:   eps,
 	}
 }
 
