@@ -24,7 +24,8 @@ type Config struct {
 	// Quarantine tunes local outlier ejection, per strategy in use.
 	Quarantine middleware.QuarantineConfig
 	// MaxStaleness bounds how long picks are served from a stale list
-	// while the registry fails (default 10 minutes, as middleware.Client).
+	// while the registry fails (default 0: for the whole outage, as
+	// middleware.Client).
 	MaxStaleness time.Duration
 	// SnapshotDir persists each service's last good list, so an agent
 	// that starts during an outage still answers (default: none).
@@ -49,9 +50,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxServices <= 0 {
 		c.MaxServices = 1024
-	}
-	if c.MaxStaleness == 0 {
-		c.MaxStaleness = 10 * time.Minute
 	}
 	return c
 }

@@ -33,8 +33,8 @@
 //     Config.TokenTTL (default 1 minute) and counts as an aborted call;
 //     at most Config.MaxTokens wait, past that the oldest expires early.
 //   - While the registry fails, picks go on from the last good list
-//     (flagged "stale") for Config.MaxStaleness (default 10 minutes);
-//     the instances endpoint flags the list stale too.
+//     (flagged "stale"), for the whole outage unless Config.MaxStaleness
+//     bounds it; the instances endpoint flags the list stale too.
 //   - The index of the instances endpoint counts the changes this agent
 //     saw (instances or stale flag); a long poll with ?index=N answers as
 //     soon as the index differs from N, or after ?wait (default 5m, at

@@ -61,7 +61,7 @@ See docs/agent.md for the API.`,
 	f.StringVar(&fl.listen, "listen", defaultAgentListen, "loopback ip:port (port 0: a free one) or unix:/path/to/socket")
 	f.StringVar(&fl.strategy, "strategy", string(selector.DefaultStrategy), fmt.Sprintf("default strategy of picks %v", selector.Strategies()))
 	durationVar(f, &fl.tokenTTL, "token-ttl", time.Minute, 100*time.Millisecond, maxTimeout, "how long a pick's token waits for its report")
-	durationVar(f, &fl.maxStale, "max-staleness", 10*time.Minute, time.Second, maxStaleness, "how long picks go on from a stale list while the registry fails")
+	boundVar(f, &fl.maxStale, "max-staleness", 0, time.Second, maxStaleness, "how long picks go on from a stale list while the registry fails (0: for the whole outage)")
 	f.StringVar(&fl.snapshotDir, "snapshot-dir", "", "keep each service's last good list here, for a start during an outage")
 	f.StringArrayVar(&fl.templates, "template", nil, "in.tmpl:out.conf to re-render on every change (repeatable)")
 	f.StringVar(&fl.exec, "exec", "", "command run (sh -c) after a template's output changed")
