@@ -44,6 +44,7 @@ type stream struct {
 
 	needList bool
 	rev      int64                      // every change up to rev is in state
+	listed   int64                      // revision of the last full read
 	state    map[string]driver.Instance // by ID
 	dirty    bool                       // state differs from the last one returned
 	sent     bool                       // something was returned
@@ -185,12 +186,17 @@ func (s *stream) drain() {
 // before it stops.
 const drainYields = 3
 
+// apply takes in the events of one watch response, in order. One
+// revision can change many keys (a transaction, or a lease that expires
+// with all its keys), and its events share that revision: only the
+// revision of the last full read tells an event already in the state
+// apart, never an earlier event of the same revision.
 func (s *stream) apply(evs []*clientv3.Event) {
 	for _, ev := range evs {
-		if ev.Kv.ModRevision <= s.rev {
+		if ev.Kv.ModRevision <= s.listed {
 			continue // already in the listed state
 		}
-		s.rev = ev.Kv.ModRevision
+		s.rev = max(s.rev, ev.Kv.ModRevision)
 		id, ok := idOf(s.sp, ev.Kv.Key)
 		if !ok {
 			continue
@@ -251,7 +257,7 @@ func (s *stream) relist(ctx context.Context) error {
 	if !maps.EqualFunc(state, s.state, driver.Instance.Equal) {
 		s.dirty = true
 	}
-	s.state, s.rev = state, resp.Header.Revision
+	s.state, s.rev, s.listed = state, resp.Header.Revision, resp.Header.Revision
 	s.lists++
 	return s.watchFrom(s.rev + 1)
 }
