@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envInstance) != "" {
 		os.Exit(runInstance())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(withRosterCleanup{m})
 }
 
 func repeats(t *testing.T) int {
@@ -105,8 +105,8 @@ func TestChaos(t *testing.T) {
 	// Parallel subtests run after this function returns; cleanups after
 	// they all end.
 	t.Cleanup(func() {
-		t.Logf("chaos: %d run(s) of each fault, TTL %v, outage %v, partition %v, %d callers every %v\n%s",
-			n, ttl, outage, partition, 2*callersPerKind, pace, sum.table())
+		t.Logf("chaos: %d run(s) of each fault, TTL %v, outage %v, partition %v, %d callers on each of %d paths every %v\n%s",
+			n, ttl, outage, partition, callersPerKind, len(kinds), pace, sum.table())
 	})
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -173,7 +173,9 @@ func newFixture(t *testing.T, srv server) *fixture {
 	}
 	t.Cleanup(func() { _ = fx.mc.Close() })
 	warm := newPhase("warm-up")
-	fx.load = newLoad(fx.mc, warm)
+	if fx.load, err = newLoad(fx.mc, reg, url, fx.dir, warm, defaultLoad); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(fx.load.close)
 	if err := fx.converge(warm); err != nil {
 		t.Fatal(err)
