@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,7 +95,35 @@ func startAgent(url, dir string) (*agentProc, error) {
 		return nil, fmt.Errorf("roster agent said %q (%v): %s", line, err, tail(a.logPath, 1000))
 	}
 	a.url, _, _ = strings.Cut(rest, ",")
+	if err := a.follow(); err != nil {
+		a.stop()
+		return nil, err
+	}
 	return a, nil
+}
+
+// follow asks the agent for the service until it lists instances: the
+// first request for a service starts its watch, which a PHP worker's
+// 250ms agent timeout may not wait for (a cold agent, not a fault).
+func (a *agentProc) follow() error {
+	// No keep-alive: no idle connection outlives the test (goleak).
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := hc.Get(a.url + "/v1/services/" + service)
+		if err == nil {
+			var body struct{ Instances []json.RawMessage }
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if err == nil && len(body.Instances) > 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("roster agent lists no instance of %s after 30s (%v): %s", service, err, tail(a.logPath, 1000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // stop sends SIGTERM and waits for the exit, SIGKILL after 10s.

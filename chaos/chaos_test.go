@@ -212,7 +212,7 @@ func (fx *fixture) check(t *testing.T, p *phase) {
 	calls, failed := p.total()
 	switch {
 	case failed > 0:
-		t.Errorf("%d of %d calls failed\n%s", failed, calls, p.report())
+		t.Errorf("%d of %d calls failed\n%s%s", failed, calls, p.report(), fx.load.agentLog(p))
 	case calls == 0 && p.ended.Sub(p.start) > 100*time.Millisecond:
 		t.Errorf("no call was made: the load is not running\n%s", p.report())
 	case len(p.events) > 0: // a fault, not the moments between two

@@ -187,6 +187,14 @@ func (l *load) servedBy() map[string]int64 {
 	return m
 }
 
+// agentLog returns the agent's log tail if p had failed agent calls.
+func (l *load) agentLog(p *phase) string {
+	if l == nil || p.failed[kindIndex(viaAgent)].Load() == 0 {
+		return ""
+	}
+	return "\n  roster agent's log:\n    " + strings.ReplaceAll(tail(l.agent.logPath, 2000), "\n", "\n    ")
+}
+
 func (l *load) callDo() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
