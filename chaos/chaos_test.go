@@ -141,7 +141,10 @@ type fixture struct {
 	tally  func(fault string, p *phase)
 }
 
-func newFixture(t *testing.T, srv server) *fixture {
+func newFixture(t *testing.T, srv server) *fixture { return newFixtureWith(t, srv, defaultLoad) }
+
+// newFixtureWith is newFixture with a load of the given shape.
+func newFixtureWith(t *testing.T, srv server, shape loadShape) *fixture {
 	fx := &fixture{srv: srv, dir: t.TempDir()}
 	t.Cleanup(fx.killInstances)
 	for range numInstances {
@@ -173,7 +176,7 @@ func newFixture(t *testing.T, srv server) *fixture {
 	}
 	t.Cleanup(func() { _ = fx.mc.Close() })
 	warm := newPhase("warm-up")
-	if fx.load, err = newLoad(fx.mc, reg, url, fx.dir, warm, defaultLoad); err != nil {
+	if fx.load, err = newLoad(fx.mc, reg, url, fx.dir, warm, shape); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fx.load.close)
