@@ -57,7 +57,7 @@ func (ta *tally) tableOf(keys [][2]string) string {
 	ta.mu.Lock()
 	defer ta.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-14s %-16s %4s %8s %6s  %s\n", "backend", "fault", "runs", "calls", "failed", "recovery min / median / max")
+	fmt.Fprintf(&b, "%-11s %-16s %4s %8s %6s  %s\n", "backend", "fault", "runs", "calls", "failed", "recovery min / median / max")
 	for _, k := range keys {
 		r := ta.rows[k]
 		if r == nil {
@@ -69,7 +69,7 @@ func (ta *tally) tableOf(keys [][2]string) string {
 			slices.Sort(s)
 			rec = fmt.Sprintf("%.2fs / %.2fs / %.2fs", s[0].Seconds(), s[n/2].Seconds(), s[n-1].Seconds())
 		}
-		fmt.Fprintf(&b, "%-14s %-16s %4d %8d %6d  %s\n", k[0], k[1], r.runs, r.calls, r.failed, rec)
+		fmt.Fprintf(&b, "%-11s %-16s %4d %8d %6d  %s\n", k[0], k[1], r.runs, r.calls, r.failed, rec)
 	}
 	return b.String()
 }
