@@ -300,7 +300,9 @@ func (s *stream) snapshot() driver.Snapshot {
 // probe reads one key linearizably and returns the cluster's revision.
 // Streams of one driver share the answer for half a progress interval, so
 // many quiet watches cost one read. It fails when no answer comes within
-// a progress interval, or when either context ends.
+// two progress intervals (a relist's budget: a registry answering every
+// request one interval late is slow, not stalled), or when either context
+// ends.
 func (d *Driver) probe(a, b context.Context) (int64, error) {
 	select {
 	case d.probeSem <- struct{}{}:
@@ -313,14 +315,14 @@ func (d *Driver) probe(a, b context.Context) (int64, error) {
 	if time.Since(d.probeAt) < d.progress/2 {
 		return d.probeRev, nil
 	}
-	ctx, cancel := context.WithTimeout(a, d.progress)
+	ctx, cancel := context.WithTimeout(a, 2*d.progress)
 	defer cancel()
 	stop := context.AfterFunc(b, cancel)
 	defer stop()
 	resp, err := d.cli.Get(ctx, d.prefix+"/", clientv3.WithCountOnly(), clientv3.WithLimit(1))
 	if err != nil {
 		if ctx.Err() != nil && a.Err() == nil && b.Err() == nil {
-			return 0, fmt.Errorf("no answer to a read within %v", d.progress)
+			return 0, fmt.Errorf("no answer to a read within %v", 2*d.progress)
 		}
 		return 0, err
 	}
