@@ -328,10 +328,17 @@ func (r *Registry) Services(ctx context.Context) ([]string, error) {
 	return s, nil
 }
 
-// Close deregisters every live lease (each with a few seconds' grace),
-// stops every watch — pending Next calls return ErrClosed — and closes the
-// driver. It returns the first error met.
-func (r *Registry) Close() error {
+// Close is Shutdown without a deadline of its own: each lease still has
+// a few seconds' grace.
+func (r *Registry) Close() error { return r.Shutdown(context.Background()) }
+
+// Shutdown deregisters every live lease (each with a few seconds' grace,
+// and none past ctx), stops every watch — pending Next calls return
+// ErrClosed — and closes the driver. It returns the first error met. A
+// lease not deregistered when ctx ends is left to expire at its TTL, and
+// the error says how many were; an fx stop hook or a signal handler can
+// so honour its own deadline.
+func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -349,7 +356,7 @@ func (r *Registry) Close() error {
 	r.entries = map[string]*entry{}
 	r.mu.Unlock()
 
-	errs := deregisterAll(leases)
+	errs := deregisterAll(ctx, leases)
 	for _, e := range entries {
 		e.cancel()
 		<-e.done
@@ -367,22 +374,34 @@ func (r *Registry) Close() error {
 const closeConcurrency = 32
 
 // deregisterAll deregisters leases, closeConcurrency at a time, each with
-// a few seconds' grace counted from its own start, and returns the errors.
-func deregisterAll(leases []*Lease) []error {
+// a few seconds' grace counted from its own start and none past ctx, and
+// returns the errors. Leases it had no time for are abandoned.
+func deregisterAll(ctx context.Context, leases []*Lease) []error {
 	var (
 		errs []error
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, closeConcurrency)
 	)
-	for _, l := range leases {
-		sem <- struct{}{}
+	left := 0
+	for i, l := range leases {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			for _, l := range leases[i:] {
+				l.Abandon()
+			}
+			left = len(leases) - i
+		}
+		if left > 0 {
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			lctx, cancel := context.WithTimeout(ctx, closeGrace)
 			defer cancel()
-			if err := l.Deregister(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			if err := l.Deregister(lctx); err != nil && !errors.Is(err, ErrClosed) {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -390,5 +409,11 @@ func deregisterAll(leases []*Lease) []error {
 		}()
 	}
 	wg.Wait()
+	if left > 0 {
+		errs = append(errs, fmt.Errorf("shutdown: %d of %d leases left to expire at their TTL: %w", left, len(leases), ctx.Err()))
+	}
 	return errs
 }
+
+// closeGrace bounds one lease's deregistration at Close.
+const closeGrace = 5 * time.Second
