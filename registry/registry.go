@@ -27,6 +27,8 @@ type Registry struct {
 	// recovery is the window a watch holds its last instances after a
 	// backend fault (see recovery.go).
 	recovery time.Duration
+	// lookupTimeout bounds Lookup and Services without a deadline.
+	lookupTimeout time.Duration
 
 	mu      sync.Mutex
 	closed  bool
@@ -46,7 +48,7 @@ func New(d driver.Driver, opts ...Option) *Registry {
 	}
 	return &Registry{
 		drv: checked{Driver: d, rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
-		leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
+		lookupTimeout: DefaultLookupTimeout, leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }
 
@@ -222,10 +224,40 @@ func (r *Registry) forget(l *Lease) {
 	r.mu.Unlock()
 }
 
+// DefaultLookupTimeout bounds a Lookup or Services whose context has no
+// deadline. It is above every backend's own bound on one request (Consul
+// 10s; etcd, ZooKeeper and Kubernetes 5s; a DNS question 2s), so that a
+// backend's own timeout, which names the cause, comes first; it bounds the
+// whole call however many requests the backend makes. A caller's deadline,
+// shorter or longer, replaces it.
+const DefaultLookupTimeout = 15 * time.Second
+
+// bound returns ctx with the lookup deadline when it has none.
+func (r *Registry) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, r.lookupTimeout)
+}
+
+// boundErr is the error of a call to the backend that failed under
+// bounded, the bound derived from the caller's ctx: past the default
+// bound the backend is unavailable, whatever error it gave.
+func (r *Registry) boundErr(what string, ctx, bounded context.Context, err error) error {
+	if bounded.Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("%s: %w: no answer within %v (DefaultLookupTimeout; a context deadline sets another bound): %w",
+			what, ErrUnavailable, r.lookupTimeout, bounded.Err())
+	}
+	return err
+}
+
 // Lookup returns the live instances of a service. When a Watcher of the
 // service is open, it answers from the shared cache without asking the
 // backend. If the backend fails and a cached state exists, Lookup returns
-// it marked Stale together with an error wrapping ErrUnavailable.
+// it marked Stale together with an error wrapping ErrUnavailable. The
+// backend is asked under ctx's deadline, or DefaultLookupTimeout if ctx
+// has none: past it, the error wraps ErrUnavailable and
+// context.DeadlineExceeded.
 func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error) {
 	start := time.Now()
 	if err := ValidateService(service); err != nil {
@@ -243,11 +275,14 @@ func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error)
 			return s, nil
 		}
 	}
-	s, err := r.drv.List(ctx, service)
+	bctx, cancel := r.bound(ctx)
+	defer cancel()
+	s, err := r.drv.List(bctx, service)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("lookup %s: %w", service, ctx.Err())
 		}
+		err = r.boundErr("lookup "+service, ctx, bctx, err)
 		r.observeLookup(service, false, start, err)
 		if e != nil {
 			if last, ok := e.last(); ok {
@@ -316,14 +351,18 @@ func (r *Registry) release(e *entry) {
 	}
 }
 
-// Services lists the services that have at least one live instance.
+// Services lists the services that have at least one live instance,
+// bounded as Lookup is.
 func (r *Registry) Services(ctx context.Context) ([]string, error) {
 	if err := r.checkOpen(); err != nil {
 		return nil, err
 	}
-	s, err := r.drv.Services(ctx)
+	bctx, cancel := r.bound(ctx)
+	defer cancel()
+	s, err := r.drv.Services(bctx)
 	if err != nil {
-		return nil, err // it names the backend and the operation
+		// The driver's error names the backend and the operation.
+		return nil, r.boundErr("services", ctx, bctx, err)
 	}
 	return s, nil
 }
