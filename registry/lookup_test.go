@@ -18,6 +18,7 @@ import (
 type probe struct {
 	driver.Driver
 	block     bool
+	ioTimeout bool           // when blocking, end as a connection deadline does: at the deadline, own error
 	deadlines chan time.Time // zero: no deadline
 	release   chan struct{}  // closed at cleanup, should a call outlive the test
 }
@@ -34,6 +35,12 @@ func (p *probe) wait(ctx context.Context) error {
 	p.deadlines <- d
 	if !p.block {
 		return nil
+	}
+	if p.ioTimeout {
+		for time.Now().Before(d) {
+			time.Sleep(time.Until(d) / 2)
+		}
+		return errors.New("read tcp: i/o timeout")
 	}
 	select {
 	case <-ctx.Done():
@@ -100,6 +107,24 @@ func TestLookupBoundedAgainstSilentBackend(t *testing.T) {
 		<-p.deadlines
 		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, registry.ErrUnavailable) {
 			t.Errorf("%s past the caller's deadline: %v; want its DeadlineExceeded, not ErrUnavailable", what, err)
+		}
+	}
+}
+
+// A backend whose connection deadline, set from the context, ends the
+// call a moment before the context reports its expiry: past the default
+// bound, the error is still the bound's.
+func TestLookupBoundedAgainstIOTimeout(t *testing.T) {
+	p, r := newProbe(t, true)
+	p.ioTimeout = true
+	registry.SetLookupTimeout(r, 20*time.Millisecond)
+	for range 20 {
+		for what, call := range calls(r) {
+			err := within(t, 5*time.Second, what, func() error { return call(context.Background()) })
+			<-p.deadlines
+			if !errors.Is(err, registry.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s ended by an i/o timeout at the default bound: %v; want ErrUnavailable and DeadlineExceeded", what, err)
+			}
 		}
 	}
 }

@@ -232,23 +232,34 @@ func (r *Registry) forget(l *Lease) {
 // shorter or longer, replaces it.
 const DefaultLookupTimeout = 15 * time.Second
 
-// bound returns ctx with the lookup deadline when it has none.
-func (r *Registry) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, r.lookupTimeout)
+// bounded is a caller's context with the lookup deadline if it had none.
+type bounded struct {
+	context.Context
+	caller context.Context
+	own    time.Time // the deadline set here; zero: the caller's
 }
 
-// boundErr is the error of a call to the backend that failed under
-// bounded, the bound derived from the caller's ctx: past the default
-// bound the backend is unavailable, whatever error it gave.
-func (r *Registry) boundErr(what string, ctx, bounded context.Context, err error) error {
-	if bounded.Err() != nil && ctx.Err() == nil {
-		return fmt.Errorf("%s: %w: no answer within %v (DefaultLookupTimeout; a context deadline sets another bound): %w",
-			what, ErrUnavailable, r.lookupTimeout, bounded.Err())
+// bound returns ctx with the lookup deadline when it has none, and the
+// function that releases it.
+func (r *Registry) bound(ctx context.Context) (bounded, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return bounded{Context: ctx, caller: ctx}, func() {}
 	}
-	return err
+	own := time.Now().Add(r.lookupTimeout)
+	c, cancel := context.WithDeadline(ctx, own)
+	return bounded{Context: c, caller: ctx, own: own}, cancel
+}
+
+// err is the error of a call to the backend that failed under b: past
+// the deadline set here the backend is unavailable, whatever error it
+// gave (a read timeout at the deadline may come before the context's own
+// expiry).
+func (b bounded) err(what string, timeout time.Duration, err error) error {
+	if b.own.IsZero() || b.caller.Err() != nil || time.Now().Before(b.own) {
+		return err
+	}
+	return fmt.Errorf("%s: %w: no answer within %v (DefaultLookupTimeout; a context deadline sets another bound): %w",
+		what, ErrUnavailable, timeout, context.DeadlineExceeded)
 }
 
 // Lookup returns the live instances of a service. When a Watcher of the
@@ -282,7 +293,7 @@ func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error)
 		if ctx.Err() != nil {
 			err = fmt.Errorf("lookup %s: %w", service, ctx.Err())
 		}
-		err = r.boundErr("lookup "+service, ctx, bctx, err)
+		err = bctx.err("lookup "+service, r.lookupTimeout, err)
 		r.observeLookup(service, false, start, err)
 		if e != nil {
 			if last, ok := e.last(); ok {
@@ -362,7 +373,7 @@ func (r *Registry) Services(ctx context.Context) ([]string, error) {
 	s, err := r.drv.Services(bctx)
 	if err != nil {
 		// The driver's error names the backend and the operation.
-		return nil, r.boundErr("services", ctx, bctx, err)
+		return nil, bctx.err("services", r.lookupTimeout, err)
 	}
 	return s, nil
 }
