@@ -136,3 +136,21 @@ func TestAgentSIGHUPReloadsTemplates(t *testing.T) {
 		t.Fatalf("out.conf is %q after a broken reload, want the last good render", b)
 	}
 }
+
+// Without CMD, a reload signal is logged and the sidecar stays
+// registered.
+func TestSidecarWithoutCommandSurvivesSIGHUP(t *testing.T) {
+	reg, url := openReg(t, "/cli-hup-alone")
+	s := startSidecarCmd(t, nil, nil,
+		"--registry", url, "--service", "alone", "--addr", "127.0.0.1:8096", "--ttl", "3s")
+	s.logged(t, "registered alone-", 20*time.Second)
+	s.cmd.Process.Signal(syscall.SIGHUP)
+	s.logged(t, "SIGHUP: no command to forward it to", 10*time.Second)
+	if snap, err := reg.Lookup(context.Background(), "alone"); err != nil || len(snap.Instances) != 1 {
+		t.Fatalf("after SIGHUP: %v %v, want the instance still registered\n%s", snap.Instances, err, s.stderr.String())
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if code := s.exitCode(t, 20*time.Second); code != 0 {
+		t.Fatalf("roster exited %d after SIGTERM\n%s", code, s.stderr.String())
+	}
+}
