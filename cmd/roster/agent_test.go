@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,6 +27,7 @@ type agentProc struct {
 	cmd    *exec.Cmd
 	url    string
 	exited chan error
+	stderr syncBuffer // a copy of what it wrote to stderr
 }
 
 // startAgent runs `roster agent` on a free loopback port and returns once
@@ -34,7 +36,8 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"agent", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), "ROSTER_REGISTRY=")
-	cmd.Stderr = os.Stderr
+	p := &agentProc{cmd: cmd, exited: make(chan error, 1)}
+	cmd.Stderr = io.MultiWriter(os.Stderr, &p.stderr)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +45,6 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{cmd: cmd, exited: make(chan error, 1)}
 	t.Cleanup(func() { p.stop(t) })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
@@ -59,7 +61,12 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 
 // stop sends SIGTERM and waits for a clean exit.
 func (p *agentProc) stop(t *testing.T) {
-	if p.cmd.ProcessState != nil || p.cmd.Process.Signal(syscall.SIGTERM) != nil {
+	select {
+	case <-p.exited: // exited by itself (ProcessState is Wait's to write)
+		return
+	default:
+	}
+	if p.cmd.Process.Signal(syscall.SIGTERM) != nil {
 		return
 	}
 	select {
