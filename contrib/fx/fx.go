@@ -122,8 +122,9 @@ func NewRegistry(p RegistryParams) (*registry.Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rosterfx: open registry: %w", err) // Open redacts credentials
 	}
-	p.Lifecycle.Append(fx.StopHook(func() error {
-		if err := reg.Close(); err != nil && !errors.Is(err, registry.ErrClosed) {
+	p.Lifecycle.Append(fx.StopHook(func(ctx context.Context) error {
+		// Within fx's stop deadline: leases it leaves expire at their TTL.
+		if err := reg.Shutdown(ctx); err != nil && !errors.Is(err, registry.ErrClosed) {
 			return fmt.Errorf("rosterfx: close %s: %w", reg, err)
 		}
 		return nil
