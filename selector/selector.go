@@ -94,6 +94,7 @@ func New(opts ...Option) (*Selector, error) {
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
 		clock:   &coarse,
+		shift:   inflightShift(c.inflightBound),
 		slow:    slow,
 	}
 	if c.clock != nil {
@@ -194,7 +195,9 @@ func (o *PickOptions) relaxes(s step) bool {
 type Done struct {
 	ep     *endpoint
 	sh     *shared
-	picked int64 // the coarse clock at pick time (P2CEWMA)
+	picked int64  // the coarse clock at pick time
+	epoch  uint32 // the in-flight epoch ep counted the pick in
+	total  uint32 // the one the selector's total counted it in
 }
 
 // Done feeds the call's outcome back: it ends the in-flight count that
@@ -248,9 +251,9 @@ func (d Done) Finish(err error) {
 
 // release ends the call's count of requests in flight.
 func (d Done) release() {
-	d.ep.inflight.Add(-1)
+	d.ep.inflight.done(d.epoch)
 	if d.sh.bounded {
-		d.sh.total.Add(-1)
+		d.sh.total.done(d.total)
 	}
 }
 
@@ -323,13 +326,11 @@ func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, 
 	if !p.track {
 		return inst, Done{}, nil
 	}
-	ep.inflight.Add(1)
+	now := p.sh.clock.read()
+	g := p.sh.epoch(now)
+	d := Done{ep: ep, sh: p.sh, picked: now, epoch: ep.inflight.add(g)}
 	if p.sh.bounded {
-		p.sh.total.Add(1)
-	}
-	d := Done{ep: ep, sh: p.sh}
-	if p.sh.ewma {
-		d.picked = p.sh.clock.read()
+		d.total = p.sh.total.add(g)
 	}
 	return inst, d, nil
 }
