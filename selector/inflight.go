@@ -28,15 +28,18 @@ type gauge struct{ b [2]atomic.Uint64 }
 // (a later one if a pick with a newer clock took the bucket meanwhile).
 func (c *gauge) add(g uint32) uint32 {
 	b := &c.b[g&1]
-	for {
-		w := b.Load()
-		if int32(uint32(w>>32)-g) >= 0 {
-			return uint32(b.Add(1) >> 32)
-		}
+	// One atomic add in the common case. Added to a bucket of an older
+	// epoch, the one is lost with that epoch's count when it is replaced.
+	w := b.Add(1)
+	for int32(uint32(w>>32)-g) < 0 {
 		if b.CompareAndSwap(w, uint64(g)<<32|1) {
 			return g
 		}
+		if w = b.Load(); int32(uint32(w>>32)-g) >= 0 {
+			w = b.Add(1)
+		}
 	}
+	return uint32(w >> 32)
 }
 
 // done ends a pick counted in epoch g, unless its bucket moved on.
