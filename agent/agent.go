@@ -32,6 +32,8 @@ type Config struct {
 	SnapshotDir string
 	// TokenTTL is how long a pick's token waits for its report; an
 	// unreported token then counts as an aborted call (default 1 minute).
+	// The pick holds its instance's in-flight count for at most
+	// selector.DefaultInflightBound, whatever the TTL.
 	TokenTTL time.Duration
 	// MaxTokens bounds the tokens waiting for a report; past it the
 	// oldest expires early (default 65536).
