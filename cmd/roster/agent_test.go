@@ -393,3 +393,40 @@ func startInstanceOf(t *testing.T, reg *registry.Registry, in registry.Instance)
 	}
 	return &instance{id: in.ID, srv: srv, lease: l}
 }
+
+// TestAgentExampleClientsWaitOnAColdPick: with no saved list of the
+// service, a client waits longer than its usual 250 ms for the agent's
+// pick (whose first pick of a service waits for the registry), since it
+// has nothing to fall back on. The agent here is a stand-in that answers
+// after 700 ms: what is tested is the client's timeout, not the agent.
+func TestAgentExampleClientsWaitOnAColdPick(t *testing.T) {
+	inst := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "hello from a")
+	}))
+	defer inst.Close()
+	in := map[string]any{"id": "a", "service": "api", "address": inst.Listener.Addr().String(), "weight": 100}
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/pick":
+			time.Sleep(700 * time.Millisecond) // the registry's first answer
+			_ = json.NewEncoder(w).Encode(map[string]any{"token": "t1", "instance": in})
+		case "/v1/services/api":
+			_ = json.NewEncoder(w).Encode(map[string]any{"service": "api", "instances": []any{in}})
+		default:
+			_, _ = io.WriteString(w, "{}")
+		}
+	}))
+	defer slow.Close()
+	for name, argv := range map[string][]string{
+		"php":    {"php", "../../examples/php/client.php"},
+		"python": {"python3", "../../examples/python/roster_agent.py"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lines, err := runClientArgs(t, slow.URL, t.TempDir(), argv, 1)
+			if n := served(lines); err != nil || n["ok"] != 1 {
+				t.Errorf("cold pick answered after 700ms: %v (exit %v), want 1 ok call", lines, err)
+			}
+		})
+	}
+}

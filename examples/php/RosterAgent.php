@@ -27,6 +27,9 @@ final class RosterAgent
 {
     private string $base;
     private ?string $socket = null;
+    /** Seconds a pick waits for the agent when no list of the service is saved. */
+    public const COLD_TIMEOUT = 2.0;
+
     /** Whether the latest pick came from the saved list (the agent was down). */
     public bool $lastFallback = false;
 
@@ -54,7 +57,10 @@ final class RosterAgent
     public function pick(string $service, array $opts = []): array
     {
         $this->lastFallback = false;
-        [$status, $body] = $this->request('POST', '/v1/pick', ['service' => $service] + $opts);
+        // With no saved list to fall back on, a slow answer beats none: an
+        // agent's first pick of a service waits for the registry.
+        $timeout = is_file($this->listFile($service)) ? 0 : max($this->timeout, self::COLD_TIMEOUT);
+        [$status, $body] = $this->request('POST', '/v1/pick', ['service' => $service] + $opts, $timeout);
         if ($status === 200 && isset($body['instance']['address'])) {
             $this->saveList($service);
             return ['instance' => $body['instance'], 'token' => $body['token'] ?? null, 'fallback' => false];

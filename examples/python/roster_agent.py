@@ -44,6 +44,10 @@ def matching(instances, version="", zone="", tags=(), **_):
             and all(t in (i.get("tags") or []) for t in tags)]
 
 
+# Seconds a pick waits for the agent when no list of the service is saved.
+COLD_TIMEOUT = 2.0
+
+
 class RosterAgent:
     def __init__(self, agent, cache_dir, timeout=0.25, refresh=5):
         self.base = agent.rstrip("/")
@@ -52,13 +56,13 @@ class RosterAgent:
         self.refresh = refresh
         self.last_fallback = False
 
-    def _request(self, method, path, body=None):
+    def _request(self, method, path, body=None, timeout=None):
         """Returns (status, decoded body); status 0 when the agent did not answer."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method,
                                      headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 raw = resp.read()
                 return resp.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as e:
@@ -100,7 +104,10 @@ class RosterAgent:
 
         Raises AgentError when the agent answers an error."""
         self.last_fallback = False
-        status, body = self._request("POST", "/v1/pick", dict(service=service, **opts))
+        # With no saved list to fall back on, a slow answer beats none: an
+        # agent's first pick of a service waits for the registry.
+        timeout = None if os.path.exists(self._list_file(service)) else max(self.timeout, COLD_TIMEOUT)
+        status, body = self._request("POST", "/v1/pick", dict(service=service, **opts), timeout)
         if status == 200 and isinstance(body, dict) and isinstance(body.get("instance"), dict):
             self._save_list(service)
             return body["instance"], body.get("token"), False
