@@ -543,12 +543,25 @@ type registration struct {
 
 	mu    sync.Mutex
 	lease *sharedLease // nil once released
+	putAt time.Time    // when the last put of the key returned
 }
 
 func (r *registration) current() *sharedLease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lease
+}
+
+func (r *registration) lastPut() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.putAt
+}
+
+func (r *registration) setPut(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.putAt = at
 }
 
 // releaseLease takes the registration off its lease, once.
@@ -602,7 +615,7 @@ func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 		}
 		r.releaseLease(ctx) // the old lease, on a re-grant by Update
 		r.mu.Lock()
-		r.lease = l
+		r.lease, r.putAt = l, time.Now()
 		r.mu.Unlock()
 		l.beat(r)
 		return nil
@@ -621,7 +634,8 @@ func (d *Driver) put(ctx context.Context, key, val string, lease clientv3.LeaseI
 
 // Heartbeat implements driver.Registration: a keep-alive of the shared
 // lease (skipped when another registration renewed it within TTL/6), then
-// a check that the key is still there.
+// a check that the key is still on it, in the keys the server listed at
+// the last renewal: no request of its own.
 func (r *registration) Heartbeat(ctx context.Context) error {
 	d := r.d
 	l := r.current()
@@ -636,20 +650,12 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		}
 		return err
 	}
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := d.cli.Get(c, r.key, clientv3.WithCountOnly())
-	if err != nil {
-		return d.wrap(ctx, "heartbeat "+r.id+": check key", err)
-	}
-	if resp.Count == 0 {
-		// Deleted behind our back: the engine registers anew, on the
+	if l.lost(r.key, r.lastPut()) {
+		// Deleted behind our back, or overwritten without the lease (it
+		// would not expire with us): the engine registers anew, on the
 		// same lease.
 		r.releaseLease(ctx)
-		return fmt.Errorf("etcd: heartbeat %s: %w: key %s was deleted", r.id, driver.ErrNotFound, r.key)
+		return fmt.Errorf("etcd: heartbeat %s: %w: key %s is no longer on the lease (deleted?)", r.id, driver.ErrNotFound, r.key)
 	}
 	l.beat(r)
 	return nil
@@ -665,7 +671,9 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	d := r.d
 	l := r.current()
 	if l != nil {
-		err = d.put(ctx, r.key, val, l.id)
+		if err = d.put(ctx, r.key, val, l.id); err == nil {
+			r.setPut(time.Now())
+		}
 	}
 	if l == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		if l != nil {
