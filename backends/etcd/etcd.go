@@ -48,25 +48,49 @@
 // seconds (Limits: MinTTL 2s, the server's floor with default election
 // settings, TTLGranularity 1s; the registry rejects shorter TTLs and
 // rounds up), granting it on the first registration with that TTL.
-// Heartbeat, which the registry's lease engine calls every TTL/3, sends
-// one KeepAliveOnce for the shared lease — skipped when another
+// Heartbeat, which the registry's lease engine calls every TTL/3 for each
+// registration, renews the shared lease with one keep-alive on the
+// driver's one LeaseKeepAlive stream — skipped when another
 // registration's heartbeat renewed it within TTL/6, so N registrations
-// cost about one keep-alive per TTL/3 — and then reads the key: a lease
-// the server no longer knows (expired during a partition, lost with wiped
-// data) or a key deleted behind our back is reported as
-// driver.ErrNotFound, and the engine registers again, forever, with
-// capped backoff; a lost lease is replaced by one new grant, which every
-// key moves to as its heartbeat finds the loss.
+// cost about one renewal per TTL/6 — followed by one LeaseTimeToLive
+// asking which keys the server still holds on the lease. The heartbeat
+// then looks for its own key in that answer, without a request of its
+// own. A lease the server no longer knows (expired during a partition,
+// lost with wiped data), a key deleted behind our back, or a key
+// overwritten without the lease (it would no longer expire with the
+// process) is reported as driver.ErrNotFound, and the engine registers
+// again, forever, with capped backoff; a lost lease is replaced by one
+// new grant, which every key moves to as its heartbeat finds the loss.
 //
-// Why KeepAliveOnce and not the client's KeepAlive stream: the lease
-// engine already owns heartbeat scheduling, jitter, failure counting and
-// re-registration for every backend. A KeepAlive stream would run a second
-// scheduler inside the client, whose channel must be drained by a
-// goroutine per lease and whose loss arrives asynchronously and without
-// an error. KeepAliveOnce makes each heartbeat a synchronous call with the
-// engine's deadline and a precise error. The price is one short gRPC
-// stream per heartbeat instead of one message on a shared stream, plus the
-// key read that detects external deletes; docs/bench/etcd.md measures it.
+// The look-up is one request per lease and renewal, whatever the number
+// of keys, and the leader answers it from its lease table in memory,
+// after applying every committed write: a key put before the look-up
+// began is in the answer unless something removed it since. An answer
+// that began before a registration's last put says nothing about it. So
+// a change behind our back is seen at the first heartbeat after the next
+// renewal: within two heartbeat intervals (≈2×TTL/3), where reading each
+// key showed it within one, at one linearizable range read per
+// registration per heartbeat (600 a second for 1,000 registrations at TTL
+// 5s; BenchmarkHold1000 and docs/benchmarks.md have the figures).
+//
+// Two other designs were weighed. A watch on the process's own keys costs
+// nothing while nothing changes, but it can miss deletes while it is
+// disconnected, compacted or on a wiped server, so it needs a relist
+// after each of those, and one watch per key or every other process's
+// deletes too; the look-up has no such gap and costs one request. A Txn
+// of Gets, one per key, is still a range read per key, and at most 128 of
+// them per Txn by default.
+//
+// Why renew on a heartbeat, and not with the client's KeepAlive: the
+// lease engine already owns heartbeat scheduling, jitter, failure counting
+// and re-registration for every backend. KeepAlive would run a second
+// scheduler inside the client, whose channel must be drained and whose
+// loss arrives asynchronously and without an error; and it renews for as
+// long as the process lives, so a lease whose registrations stopped
+// beating would never expire. The driver's own stream (renew.go) makes
+// each renewal a synchronous call with the engine's deadline and a
+// precise error, and the client authenticates once for the stream, where
+// KeepAliveOnce opens a stream, and authenticates, per renewal.
 //
 // Deregister deletes the key (watchers see it at once); the lease is
 // revoked when its last registration deregisters. A lease orphaned by a
@@ -543,12 +567,25 @@ type registration struct {
 
 	mu    sync.Mutex
 	lease *sharedLease // nil once released
+	putAt time.Time    // when the last put of the key returned
 }
 
 func (r *registration) current() *sharedLease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lease
+}
+
+func (r *registration) lastPut() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.putAt
+}
+
+func (r *registration) setPut(at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.putAt = at
 }
 
 // releaseLease takes the registration off its lease, once.
@@ -602,7 +639,7 @@ func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 		}
 		r.releaseLease(ctx) // the old lease, on a re-grant by Update
 		r.mu.Lock()
-		r.lease = l
+		r.lease, r.putAt = l, time.Now()
 		r.mu.Unlock()
 		l.beat(r)
 		return nil
@@ -621,7 +658,8 @@ func (d *Driver) put(ctx context.Context, key, val string, lease clientv3.LeaseI
 
 // Heartbeat implements driver.Registration: a keep-alive of the shared
 // lease (skipped when another registration renewed it within TTL/6), then
-// a check that the key is still there.
+// a check that the key is still on it, in the keys the server listed at
+// the last renewal: no request of its own.
 func (r *registration) Heartbeat(ctx context.Context) error {
 	d := r.d
 	l := r.current()
@@ -636,20 +674,12 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		}
 		return err
 	}
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	resp, err := d.cli.Get(c, r.key, clientv3.WithCountOnly())
-	if err != nil {
-		return d.wrap(ctx, "heartbeat "+r.id+": check key", err)
-	}
-	if resp.Count == 0 {
-		// Deleted behind our back: the engine registers anew, on the
+	if l.lost(r.key, r.lastPut()) {
+		// Deleted behind our back, or overwritten without the lease (it
+		// would not expire with us): the engine registers anew, on the
 		// same lease.
 		r.releaseLease(ctx)
-		return fmt.Errorf("etcd: heartbeat %s: %w: key %s was deleted", r.id, driver.ErrNotFound, r.key)
+		return fmt.Errorf("etcd: heartbeat %s: %w: key %s is no longer on the lease (deleted?)", r.id, driver.ErrNotFound, r.key)
 	}
 	l.beat(r)
 	return nil
@@ -665,7 +695,9 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	d := r.d
 	l := r.current()
 	if l != nil {
-		err = d.put(ctx, r.key, val, l.id)
+		if err = d.put(ctx, r.key, val, l.id); err == nil {
+			r.setPut(time.Now())
+		}
 	}
 	if l == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		if l != nil {

@@ -38,8 +38,12 @@ type sharedLease struct {
 	id   clientv3.LeaseID
 	refs int // registrations attached and not deregistered
 
-	kmu     sync.Mutex // one keep-alive at a time; guards renewed
+	kmu     sync.Mutex // one keep-alive at a time; guards renewed, keys, keysAt
 	renewed time.Time  // start of the last successful keep-alive
+	// keys are the keys the server held on the lease when asked at
+	// keysAt, right after the last renewal.
+	keys   map[string]struct{}
+	keysAt time.Time
 
 	bmu   sync.Mutex
 	beats map[*registration]time.Time // last heartbeat (or put) of each registration
@@ -172,8 +176,48 @@ func (d *Driver) keepAlive(ctx context.Context, op string, l *sharedLease) error
 		}
 		return d.wrap(ctx, op+": keep-alive", err)
 	}
+	if err := d.readKeys(c, ctx, op, l); err != nil {
+		return err
+	}
 	l.renewed = start
 	return nil
+}
+
+// readKeys asks the server which keys it holds on l: one look-up per
+// lease and renewal instead of a read per registration and heartbeat.
+// The leader answers from its lease table, in memory, after applying
+// every committed write, so a key put before the look-up began is in the
+// answer unless something removed it since. l.kmu is held.
+func (d *Driver) readKeys(c, parent context.Context, op string, l *sharedLease) error {
+	at := time.Now()
+	resp, err := d.cli.TimeToLive(c, l.id, clientv3.WithAttachedKeys())
+	if err == nil && resp.TTL < 0 {
+		err = rpctypes.ErrLeaseNotFound // the server's answer for an unknown lease
+	}
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			d.drop(l)
+		}
+		return d.wrap(parent, op+": lease keys", err)
+	}
+	keys := make(map[string]struct{}, len(resp.Keys))
+	for _, k := range resp.Keys {
+		keys[string(k)] = struct{}{}
+	}
+	l.keys, l.keysAt = keys, at
+	return nil
+}
+
+// lost reports whether the server's last answer lacked key, put at
+// putAt. An answer from before the put says nothing about it.
+func (l *sharedLease) lost(key string, putAt time.Time) bool {
+	l.kmu.Lock()
+	defer l.kmu.Unlock()
+	if !l.keysAt.After(putAt) {
+		return false
+	}
+	_, ok := l.keys[key]
+	return !ok
 }
 
 // LeaseGrants reports how many leases the driver has granted: one per TTL

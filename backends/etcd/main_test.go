@@ -2,6 +2,7 @@ package etcd_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -12,7 +13,12 @@ import (
 
 // TestMain checks for leaked goroutines with no exceptions: every test
 // closes its clients, then its servers.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(serverEnv) != "" {
+		os.Exit(serveForBench())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // progress is the stall-detection interval the tests use: short enough
 // that a silently stalled watcher goes stale well within the tests'

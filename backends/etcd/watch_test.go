@@ -235,6 +235,7 @@ func TestHeartbeatReportsLostLease(t *testing.T) {
 	if _, err := d.cli.Revoke(t.Context(), r.(*registration).current().id); err != nil {
 		t.Fatal(err)
 	}
+	renewalDue(r.(*registration).current()) // the loss shows at the next renewal
 	if err := r.Heartbeat(t.Context()); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("Heartbeat on a revoked lease = %v, want ErrNotFound", err)
 	}
