@@ -48,7 +48,7 @@ func (ta *tally) table() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-11s %-16s %4s %8s %6s  %s\n", "backend", "fault", "runs", "calls", "failed", "recovery min / median / max")
 	for _, be := range backends {
-		for _, f := range faults {
+		for _, f := range be.faultsOf() {
 			r := ta.rows[[2]string{be.name, f.name}]
 			if r == nil {
 				continue
