@@ -11,30 +11,6 @@ import (
 	"github.com/roster-go/roster/internal/loopback"
 )
 
-// reader is a server whose instances are read through another URL than
-// the one they register through: a read-only backend.
-type reader interface{ readURL() string }
-
-// A reader may name instances otherwise than they registered: it
-// implements readID.
-type idReader interface{ readID(*instance) string }
-
-// readID is the ID the client reads in by on s.
-func readID(s server, in *instance) string {
-	if r, ok := s.(idReader); ok {
-		return r.readID(in)
-	}
-	return in.id
-}
-
-// readURL is the URL the suite's recovery check and client read s by.
-func readURL(s server) string {
-	if r, ok := s.(reader); ok {
-		return r.readURL()
-	}
-	return s.url()
-}
-
 // dnsServer is a private Consul agent read through its DNS interface
 // (dns+srv://, read-only, default options: TCP, polled every second).
 // The instances register with the agent, the owner of the records, and
