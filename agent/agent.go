@@ -24,13 +24,16 @@ type Config struct {
 	// Quarantine tunes local outlier ejection, per strategy in use.
 	Quarantine middleware.QuarantineConfig
 	// MaxStaleness bounds how long picks are served from a stale list
-	// while the registry fails (default 10 minutes, as middleware.Client).
+	// while the registry fails (default 0: for the whole outage, as
+	// middleware.Client).
 	MaxStaleness time.Duration
 	// SnapshotDir persists each service's last good list, so an agent
 	// that starts during an outage still answers (default: none).
 	SnapshotDir string
 	// TokenTTL is how long a pick's token waits for its report; an
 	// unreported token then counts as an aborted call (default 1 minute).
+	// The pick holds its instance's in-flight count for at most
+	// selector.DefaultInflightBound, whatever the TTL.
 	TokenTTL time.Duration
 	// MaxTokens bounds the tokens waiting for a report; past it the
 	// oldest expires early (default 65536).
@@ -49,9 +52,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxServices <= 0 {
 		c.MaxServices = 1024
-	}
-	if c.MaxStaleness == 0 {
-		c.MaxStaleness = 10 * time.Minute
 	}
 	return c
 }

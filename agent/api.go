@@ -193,8 +193,9 @@ func (a *Agent) pick(ctx context.Context, req PickRequest) (middleware.Pending, 
 	if err != nil {
 		return middleware.Pending{}, 0, err
 	}
-	a.stats.picked(req.Service, p.Instance.ID)
-	return p, a.tokens.issue(newPending(p, req.Service, time.Now())), nil
+	now := time.Now()
+	a.stats.picked(req.Service, p.Instance.ID, now)
+	return p, a.tokens.issue(newPending(p, req.Service, now)), nil
 }
 
 // excludes returns the routing filter of a pick request, or nil.
@@ -268,7 +269,8 @@ func (a *Agent) Report(ctx context.Context, req ReportRequest) error {
 }
 
 // expire ends a pick whose token was never reported: an aborted call,
-// which releases the in-flight count and counts against no one.
+// which counts against no one. Its in-flight count ended long before,
+// at the selector's in-flight bound.
 func (a *Agent) expire(p *pending) {
 	a.finish(context.Background(), p, middleware.Abort, time.Since(p.issued))
 }
@@ -276,7 +278,7 @@ func (a *Agent) expire(p *pending) {
 func (a *Agent) finish(ctx context.Context, p *pending, class middleware.Class, latency time.Duration) {
 	p.p.Report(ctx, class, latency)
 	failed := class == middleware.Retryable || class == middleware.Fatal
-	a.stats.reported(p.service, p.p.Instance.ID, failed, class == middleware.Abort, latency)
+	a.stats.reported(p.service, p.p.Instance.ID, p.issued, failed, class == middleware.Abort, latency)
 	p.release()
 }
 

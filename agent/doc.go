@@ -29,12 +29,16 @@
 //   - Every pick returns a token; reporting it feeds the call's outcome
 //     and latency to the selector (in-flight count, latency EWMA) and to
 //     the quarantine, exactly as an attempt through Client.Do does. A
-//     token is reported once. An unreported token expires after
-//     Config.TokenTTL (default 1 minute) and counts as an aborted call;
-//     at most Config.MaxTokens wait, past that the oldest expires early.
+//     token is reported once. A pick counts in flight for at most the
+//     selector's in-flight bound (selector.DefaultInflightBound, about
+//     8.6 s), reported or not, so a client that died mid-call does not
+//     starve the instance; a later report still feeds latency and
+//     quarantine. An unreported token expires after Config.TokenTTL
+//     (default 1 minute) and counts as an aborted call; at most
+//     Config.MaxTokens wait, past that the oldest expires early.
 //   - While the registry fails, picks go on from the last good list
-//     (flagged "stale") for Config.MaxStaleness (default 10 minutes);
-//     the instances endpoint flags the list stale too.
+//     (flagged "stale"), for the whole outage unless Config.MaxStaleness
+//     bounds it; the instances endpoint flags the list stale too.
 //   - The index of the instances endpoint counts the changes this agent
 //     saw (instances or stale flag); a long poll with ?index=N answers as
 //     soon as the index differs from N, or after ?wait (default 5m, at

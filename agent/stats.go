@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/roster-go/roster/selector"
 )
 
 // window is how many recent latencies an instance keeps for its p50/p99.
@@ -13,11 +15,17 @@ const window = 256
 // average (about the last 10 reports).
 const ewmaWeight = 0.1
 
+// flightEpoch is half the selector's in-flight bound: the dashboard
+// counts a pick in flight as the selector does, for one to two epochs at
+// most (see selector.WithInflightBound), so a token never reported stops
+// counting long before it expires.
+const flightEpoch = selector.DefaultInflightBound / 2
+
 // instStats is what the agent's clients did with one instance: the
 // dashboard's picks, failures, p50/p99 and moving average.
 type instStats struct {
 	picks, failures uint64
-	inflight        int64
+	flight          [2]struct{ epoch, n int64 } // picks in flight by epoch, even and odd
 	lat             [window]time.Duration
 	n               int // reports so far (lat is a ring once n ≥ window)
 	ewma            float64
@@ -44,6 +52,13 @@ type stats struct {
 
 func newStats() *stats { return &stats{by: map[string]map[string]*instStats{}} }
 
+// flightStart is where epochs count from, on the monotonic clock: about
+// where the selector's do (its package is initialised just before).
+var flightStart = time.Now()
+
+// epoch returns the in-flight epoch of t.
+func (s *stats) epoch(t time.Time) int64 { return int64(t.Sub(flightStart) / flightEpoch) }
+
 func (s *stats) get(service, id string) *instStats {
 	m := s.by[service]
 	if m == nil {
@@ -58,21 +73,32 @@ func (s *stats) get(service, id string) *instStats {
 	return st
 }
 
-func (s *stats) picked(service, id string) {
+// picked counts a pick made at the time issued.
+func (s *stats) picked(service, id string, issued time.Time) {
+	e := s.epoch(issued)
 	s.mu.Lock()
 	st := s.get(service, id)
 	st.picks++
-	st.inflight++
+	if b := &st.flight[e&1]; b.epoch != e {
+		*b = struct{ epoch, n int64 }{e, 1}
+	} else {
+		b.n++
+	}
 	s.mu.Unlock()
 }
 
-// reported ends a pick: failed counts it as a failure, aborted (an
-// expired token, a caller that gave up) leaves the latencies alone.
-func (s *stats) reported(service, id string, failed, aborted bool, latency time.Duration) {
+// reported ends a pick made at the time issued: failed counts it as a
+// failure, aborted (an expired token, a caller that gave up) leaves the
+// latencies alone. A pick older than its epoch's bucket is in flight no
+// more, and its report leaves the count alone.
+func (s *stats) reported(service, id string, issued time.Time, failed, aborted bool, latency time.Duration) {
+	e := s.epoch(issued)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.get(service, id)
-	st.inflight = max(0, st.inflight-1)
+	if b := &st.flight[e&1]; b.epoch == e && b.n > 0 {
+		b.n--
+	}
 	if failed {
 		st.failures++
 	}
@@ -108,7 +134,7 @@ func (s *stats) snapshot(service, id string) InstanceStats {
 	if st == nil {
 		return InstanceStats{}
 	}
-	out := InstanceStats{Picks: st.picks, Failures: st.failures, Inflight: st.inflight, EWMA: st.ewma}
+	out := InstanceStats{Picks: st.picks, Failures: st.failures, Inflight: st.inflightAt(s.epoch(time.Now())), EWMA: st.ewma}
 	n := min(st.n, window)
 	if n > 0 {
 		s.buf = append(s.buf[:0], st.lat[:n]...)
@@ -117,6 +143,18 @@ func (s *stats) snapshot(service, id string) InstanceStats {
 		out.P99 = ms(s.buf[(n-1)*99/100])
 	}
 	return out
+}
+
+// inflightAt returns the picks in flight at epoch e: those of e and of
+// the epoch before.
+func (st *instStats) inflightAt(e int64) int64 {
+	var n int64
+	for _, b := range st.flight {
+		if b.epoch == e || b.epoch == e-1 {
+			n += b.n
+		}
+	}
+	return n
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

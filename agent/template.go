@@ -32,6 +32,11 @@ type TemplateConfig struct {
 	// Log receives render and command errors after the first render
 	// (default: discarded).
 	Log io.Writer
+	// Reload, if set, makes RunTemplates read the template files again
+	// and re-render them on every receive (roster agent's SIGHUP). A
+	// file that no longer reads or parses is logged, and the templates
+	// in use are kept.
+	Reload <-chan struct{}
 }
 
 // RunTemplates renders the templates, then re-renders them after every
@@ -47,6 +52,8 @@ type TemplateConfig struct {
 //
 // A template that does not parse or whose first render fails is an error
 // at once; a later render error is logged and leaves the file as it is.
+// Each receive on Reload reads and parses the templates again, then
+// renders them at once.
 func (a *Agent) RunTemplates(ctx context.Context, cfg TemplateConfig) error {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 200 * time.Millisecond
@@ -72,10 +79,23 @@ func (a *Agent) RunTemplates(ctx context.Context, cfg TemplateConfig) error {
 		case changed && cfg.Exec != "":
 			runExec(ctx, cfg.Exec, cfg.Log)
 		}
-		if !debounce(ctx, changes, a.events, cfg.Debounce) {
+		switch debounce(ctx, changes, a.events, cfg.Debounce, cfg.Reload) {
+		case wakeStop:
 			return nil
+		case wakeReload:
+			tpls = a.reparse(ctx, cfg, tpls)
 		}
 	}
+}
+
+// reparse reads the templates again, keeping old if one fails.
+func (a *Agent) reparse(ctx context.Context, cfg TemplateConfig, old []*template.Template) []*template.Template {
+	tpls, err := a.parseTemplates(ctx, cfg.Templates)
+	if err != nil {
+		fmt.Fprintf(cfg.Log, "roster agent: reload: %v; the templates in use are kept\n", err)
+		return old
+	}
+	return tpls
 }
 
 func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.Template, error) {
@@ -167,13 +187,24 @@ func runExec(ctx context.Context, command string, log io.Writer) {
 	}
 }
 
+// wake is why debounce returned.
+type wake int
+
+const (
+	wakeChange wake = iota // a change, then a quiet Debounce
+	wakeReload             // a receive on reload
+	wakeStop               // ctx ended
+)
+
 // debounce waits for a change after changes was taken, then for a quiet
-// Debounce; it returns false when ctx ends.
-func debounce(ctx context.Context, changes <-chan struct{}, b *broadcast, quiet time.Duration) bool {
+// Debounce; a reload ends the wait at once (a nil reload never does).
+func debounce(ctx context.Context, changes <-chan struct{}, b *broadcast, quiet time.Duration, reload <-chan struct{}) wake {
 	select {
 	case <-changes:
+	case <-reload:
+		return wakeReload
 	case <-ctx.Done():
-		return false
+		return wakeStop
 	}
 	for {
 		next := b.wait()
@@ -182,10 +213,13 @@ func debounce(ctx context.Context, changes <-chan struct{}, b *broadcast, quiet 
 		case <-next:
 			t.Stop()
 		case <-t.C:
-			return true
+			return wakeChange
+		case <-reload:
+			t.Stop()
+			return wakeReload
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			return wakeStop
 		}
 	}
 }

@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envInstance) != "" {
 		os.Exit(runInstance())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(withRosterCleanup{m})
 }
 
 func repeats(t *testing.T) int {
@@ -121,8 +121,8 @@ func TestChaos(t *testing.T) {
 	// Parallel subtests run after this function returns; cleanups after
 	// they all end.
 	t.Cleanup(func() {
-		t.Logf("chaos: %d run(s) of each fault, TTL %v, outage %v, partition %v, %d callers every %v\n%s",
-			n, ttl, outage, partition, 2*callersPerKind, pace, sum.table())
+		t.Logf("chaos: %d run(s) of each fault, TTL %v, outage %v, partition %v, %d callers on each of %d paths every %v\n%s",
+			n, ttl, outage, partition, callersPerKind, len(kinds), pace, sum.table())
 	})
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -157,7 +157,10 @@ type fixture struct {
 	tally  func(fault string, p *phase)
 }
 
-func newFixture(t *testing.T, srv server) *fixture {
+func newFixture(t *testing.T, srv server) *fixture { return newFixtureWith(t, srv, defaultLoad) }
+
+// newFixtureWith is newFixture with a load of the given shape.
+func newFixtureWith(t *testing.T, srv server, shape loadShape) *fixture {
 	fx := &fixture{srv: srv, dir: t.TempDir()}
 	t.Cleanup(fx.killInstances)
 	for range numInstances {
@@ -189,7 +192,9 @@ func newFixture(t *testing.T, srv server) *fixture {
 	}
 	t.Cleanup(func() { _ = fx.mc.Close() })
 	warm := newPhase("warm-up")
-	fx.load = newLoad(fx.mc, warm)
+	if fx.load, err = newLoad(fx.mc, reg, url, fx.dir, warm, shape); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(fx.load.close)
 	if err := fx.converge(warm); err != nil {
 		t.Fatal(err)
@@ -226,7 +231,7 @@ func (fx *fixture) check(t *testing.T, p *phase) {
 	calls, failed := p.total()
 	switch {
 	case failed > 0:
-		t.Errorf("%d of %d calls failed\n%s", failed, calls, p.report())
+		t.Errorf("%d of %d calls failed\n%s%s", failed, calls, p.report(), fx.load.agentLog(p))
 	case calls == 0 && p.ended.Sub(p.start) > 100*time.Millisecond:
 		t.Errorf("no call was made: the load is not running\n%s", p.report())
 	case len(p.events) > 0: // a fault, not the moments between two

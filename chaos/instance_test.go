@@ -27,7 +27,9 @@ const (
 )
 
 // runInstance is the body of an instance process: an HTTP server on a free
-// loopback port that answers every request with its instance ID,
+// loopback port that answers every request with its instance ID, and on
+// the same port a gRPC server (the health service, the ID in the answer's
+// header),
 // registered through registry.Open for as long as it runs. On SIGTERM it
 // stops in the graceful order: deregister, drain, stop the server. It
 // prints "ready <id> <addr>" on stdout once registered and logs to stderr.
@@ -47,7 +49,10 @@ func runInstance() int {
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(id)) }),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	go func() { _ = srv.Serve(ln) }()
+	gs := newGRPCServer(id)
+	httpLn, grpcLn := splitHTTP2(ln)
+	go func() { _ = srv.Serve(httpLn) }()
+	go func() { _ = gs.Serve(grpcLn) }()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -80,10 +85,13 @@ func runInstance() int {
 	// them still get an answer; then the server stops, finishing requests
 	// in flight.
 	time.Sleep(drainWindow)
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Print(err)
 		return 1
 	}
+	<-stopped
 	log.Print("stopped")
 	return 0
 }

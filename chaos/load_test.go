@@ -13,17 +13,28 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+
+	rostergrpc "github.com/roster-go/roster/contrib/grpc"
 	rosterhttp "github.com/roster-go/roster/contrib/http"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )
 
-// Caller kinds: through middleware.Client.Do, and through an http.Client
-// over contrib/http's Transport.
+// Caller kinds, the four paths: middleware.Client.Do, an http.Client over
+// contrib/http's Transport, a gRPC ClientConn through contrib/grpc's
+// resolver and balancer, and a PHP worker through a roster agent process.
 const (
-	viaDo   = "Do"
-	viaHTTP = "http"
+	viaDo    = "Do"
+	viaHTTP  = "http"
+	viaGRPC  = "grpc"
+	viaAgent = "agent"
 )
+
+var kinds = [...]string{viaDo, viaHTTP, viaGRPC, viaAgent}
 
 // load calls the service without pause from a few callers, each one call
 // every pace, and counts every call in the current phase.
@@ -33,6 +44,9 @@ type load struct {
 	base  *http.Transport // contrib/http's attempts
 	do    *http.Client    // plain
 	hc    *http.Client    // contrib/http over base
+	conn  *grpc.ClientConn
+	agent *agentProc
+	php   []*phpWorker
 
 	mu  sync.RWMutex
 	cur *phase
@@ -44,11 +58,20 @@ type load struct {
 	wg   sync.WaitGroup
 }
 
-// newLoad starts callersPerKind callers of each kind on mc. Both kinds use
-// the client and the transport with their default options; only the base
-// HTTP transports are the test's own, with a per-attempt timeout, so that
-// their idle connections can be closed at the end.
-func newLoad(mc *middleware.Client, first *phase) *load {
+// loadShape is how many callers of each kind call, how often.
+type loadShape struct {
+	callers int // of each kind
+	pace    time.Duration
+}
+
+var defaultLoad = loadShape{callersPerKind, pace}
+
+// newLoad starts the callers of every kind: mc's, and a gRPC ClientConn
+// and a roster agent process on the client's registry (reg, at regURL),
+// each with its default options. Only the base HTTP transports are the
+// test's own, with a per-attempt timeout, so that their idle connections
+// can be closed at the end. The agent and the PHP workers log in dir.
+func newLoad(mc *middleware.Client, reg *registry.Registry, regURL, dir string, first *phase, shape loadShape) (*load, error) {
 	l := &load{
 		mc:     mc,
 		plain:  attemptTransport(),
@@ -61,12 +84,30 @@ func newLoad(mc *middleware.Client, first *phase) *load {
 	tr := rosterhttp.New(mc)
 	tr.Base = l.base
 	l.hc = &http.Client{Transport: tr, Timeout: callTimeout}
-	for range callersPerKind {
-		l.wg.Add(2)
-		go l.run(viaDo, l.callDo)
-		go l.run(viaHTTP, l.callHTTP)
+	var err error
+	if l.conn, err = rostergrpc.NewClient(reg, service, nil, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return nil, err
 	}
-	return l
+	if l.agent, err = startAgent(regURL, dir); err != nil {
+		l.conn.Close()
+		return nil, err
+	}
+	for range shape.callers {
+		w, err := startPHP(l.agent.url, dir)
+		if err != nil {
+			l.close()
+			return nil, err
+		}
+		l.php = append(l.php, w)
+	}
+	for i := range shape.callers {
+		l.wg.Add(4)
+		go l.run(viaDo, shape.pace, l.callDo)
+		go l.run(viaHTTP, shape.pace, l.callHTTP)
+		go l.run(viaGRPC, shape.pace, l.callGRPC)
+		go l.run(viaAgent, shape.pace, l.php[i].call)
+	}
+	return l, nil
 }
 
 func attemptTransport() *http.Transport {
@@ -77,15 +118,21 @@ func attemptTransport() *http.Transport {
 	}
 }
 
-// close stops the callers and closes their idle connections.
+// close stops the callers, the PHP workers and the agent, and closes the
+// connections.
 func (l *load) close() {
 	close(l.stop)
 	l.wg.Wait()
+	for _, w := range l.php {
+		w.close()
+	}
+	l.agent.stop()
+	_ = l.conn.Close()
 	l.plain.CloseIdleConnections()
 	l.base.CloseIdleConnections()
 }
 
-func (l *load) run(kind string, call func() (string, error)) {
+func (l *load) run(kind string, pace time.Duration, call func() (string, error)) {
 	defer l.wg.Done()
 	tick := time.NewTicker(pace)
 	defer tick.Stop()
@@ -140,6 +187,14 @@ func (l *load) servedBy() map[string]int64 {
 	return m
 }
 
+// agentLog returns the agent's log tail if p had failed agent calls.
+func (l *load) agentLog(p *phase) string {
+	if l == nil || p.failed[kindIndex(viaAgent)].Load() == 0 {
+		return ""
+	}
+	return "\n  roster agent's log:\n    " + strings.ReplaceAll(tail(l.agent.logPath, 2000), "\n", "\n    ")
+}
+
 func (l *load) callDo() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
@@ -156,6 +211,21 @@ func (l *load) callDo() (string, error) {
 
 func (l *load) callHTTP() (string, error) {
 	return get(context.Background(), l.hc, "http://"+service+"/")
+}
+
+// callGRPC calls the health service and returns the instance named in
+// the answer's header.
+func (l *load) callGRPC() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	var md metadata.MD
+	if _, err := healthpb.NewHealthClient(l.conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md)); err != nil {
+		return "", err
+	}
+	if ids := md.Get(idHeader); len(ids) == 1 {
+		return ids[0], nil
+	}
+	return "", fmt.Errorf("answer names no instance: %v", md)
 }
 
 // get sends a GET and returns the body of a 200 answer (the instance ID).
@@ -193,9 +263,9 @@ type phase struct {
 	ended    time.Time
 	inflight sync.WaitGroup
 
-	calls, failed [2]atomic.Int64 // by kind: viaDo, viaHTTP
-	maxLatency    atomic.Int64    // ns
-	recovery      time.Duration   // after a registry restart: ready → every instance listed; -1 if not measured
+	calls, failed [len(kinds)]atomic.Int64 // by kind, in the order of kinds
+	maxLatency    atomic.Int64             // ns
+	recovery      time.Duration            // after a registry restart: ready → every instance listed; -1 if not measured
 
 	mu        sync.Mutex
 	events    []string
@@ -209,12 +279,7 @@ func newPhase(name string) *phase {
 	return &phase{name: name, start: time.Now(), recovery: -1, kinds: map[string]int{}}
 }
 
-func kindIndex(kind string) int {
-	if kind == viaDo {
-		return 0
-	}
-	return 1
-}
+func kindIndex(kind string) int { return slices.Index(kinds[:], kind) }
 
 // since formats a time relative to the phase's start.
 func (p *phase) since(t time.Time) string { return fmt.Sprintf("+%.2fs", t.Sub(p.start).Seconds()) }
@@ -244,7 +309,7 @@ func (p *phase) record(kind string, start time.Time, d time.Duration, err error,
 	at := start.Sub(p.start)
 	norm := normalise(err.Error())
 	var sample string
-	if p.failed[0].Load()+p.failed[1].Load() <= maxSamples {
+	if _, failed := p.total(); failed <= maxSamples {
 		// What the client picked from when the call failed.
 		snap, ok := mc.Snapshot(service)
 		sample = fmt.Sprintf("+%.3fs %s (%v): %v [client: %d instances, stale %v, have %v, ejected %d]",
@@ -281,17 +346,30 @@ func normalise(s string) string {
 	return s
 }
 
-// total returns the calls and failures of both kinds.
+// total returns the calls and failures of every kind.
 func (p *phase) total() (calls, failed int64) {
-	return p.calls[0].Load() + p.calls[1].Load(), p.failed[0].Load() + p.failed[1].Load()
+	for k := range kinds {
+		calls += p.calls[k].Load()
+		failed += p.failed[k].Load()
+	}
+	return calls, failed
+}
+
+// byKind formats counts as "N Do, N http, N grpc, N agent".
+func byKind(n *[len(kinds)]atomic.Int64) string {
+	s := make([]string, len(kinds))
+	for k, name := range kinds {
+		s[k] = fmt.Sprintf("%d %s", n[k].Load(), name)
+	}
+	return strings.Join(s, ", ")
 }
 
 // summary is the one-line account of an ended phase.
 func (p *phase) summary() string {
 	calls, failed := p.total()
-	s := fmt.Sprintf("%s: %.1fs, %d calls (%d Do, %d http), %d failed (%d Do, %d http), max latency %v",
-		p.name, p.ended.Sub(p.start).Seconds(), calls, p.calls[0].Load(), p.calls[1].Load(),
-		failed, p.failed[0].Load(), p.failed[1].Load(), time.Duration(p.maxLatency.Load()).Round(time.Millisecond))
+	s := fmt.Sprintf("%s: %.1fs, %d calls (%s), %d failed (%s), max latency %v",
+		p.name, p.ended.Sub(p.start).Seconds(), calls, byKind(&p.calls),
+		failed, byKind(&p.failed), time.Duration(p.maxLatency.Load()).Round(time.Millisecond))
 	if p.recovery >= 0 {
 		s += fmt.Sprintf(", recovery %v", p.recovery.Round(10*time.Millisecond))
 	}

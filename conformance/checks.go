@@ -39,6 +39,7 @@ var checks = []check{
 	{name: "WatchAddUpdateRemove", run: watchAddUpdateRemove},
 	{name: "WatchLastInstanceRemoval", run: watchLastRemoval},
 	{name: "WatchCrashRemoval", run: watchCrash},
+	{name: "WatchSeveralChangesAtOnce", run: watchSeveral},
 	{name: "WatchSharedByWatchers", run: watchShared},
 	{name: "WatchSlowConsumerGetsLatest", run: watchSlowConsumer},
 	{name: "WatchIgnoresOtherServices", run: watchOtherServices},
@@ -516,6 +517,79 @@ func watchCrash(t TB, s *suite) {
 	waitWatch(t, w, l.TTL()+s.cfg.ExpirySlack, "expiry of the crashed instance", func(sn registry.Snapshot) bool {
 		return !has(sn, id) && has(sn, keep.Instance().ID)
 	})
+}
+
+// watchSeveral: changes to several instances that a backend may apply
+// together (registrations of one process at once, the leases of a
+// crashed process expiring together, deregistrations at once) reach the
+// watcher as the exact state within the backend's bound. One of these,
+// a lease expiring with all its keys at one revision, left etcd watchers
+// holding 9 of 10 dead instances until the next resync.
+func watchSeveral(t TB, s *suite) {
+	r, obs, svc := s.pair(t, "wmany")
+	keep := s.register(t, s.open(t), s.inst(svc))
+	w := s.watch(t, obs, svc)
+	const n = 10
+	only := []string{keep.Instance().ID}
+	exactly := func(want []string) func(registry.Snapshot) bool {
+		return func(sn registry.Snapshot) bool { return sortedEqual(ids(sn), want) }
+	}
+	leases := s.registerAtOnce(t, r, svc, n)
+	waitWatch(t, w, 2*s.cfg.Propagation, fmt.Sprintf("%d registered at once", n), exactly(append(leaseIDs(leases), only...)))
+	for _, l := range leases {
+		l.Abandon() // the process crashes: every lease stops at once
+	}
+	waitWatch(t, w, s.cfg.TTL+s.cfg.ExpirySlack, fmt.Sprintf("%d expired together", n), exactly(only))
+
+	leases = s.registerAtOnce(t, r, svc, n)
+	waitWatch(t, w, 2*s.cfg.Propagation, fmt.Sprintf("%d registered again", n), exactly(append(leaseIDs(leases), only...)))
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		wg.Go(func() {
+			if err := l.Deregister(t.Context()); err != nil {
+				t.Errorf("Deregister %s: %v", l.Instance().ID, err)
+			}
+		})
+	}
+	wg.Wait()
+	waitWatch(t, w, s.cfg.Propagation, fmt.Sprintf("%d deregistered at once", n), exactly(only))
+}
+
+// registerAtOnce registers n instances of svc on r concurrently.
+func (s *suite) registerAtOnce(t TB, r *registry.Registry, svc string, n int) []*registry.Lease {
+	t.Helper()
+	leases := make([]*registry.Lease, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range leases {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			leases[i], errs[i] = r.Register(ctx, s.inst(svc), registry.WithTTL(s.cfg.TTL))
+		})
+	}
+	wg.Wait()
+	for _, l := range leases {
+		if l != nil {
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = l.Deregister(ctx)
+			})
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("%d registrations at once: %v", n, err)
+	}
+	return leases
+}
+
+func leaseIDs(ls []*registry.Lease) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = l.Instance().ID
+	}
+	return out
 }
 
 func watchShared(t TB, s *suite) {

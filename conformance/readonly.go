@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/roster-go/roster/registry"
@@ -28,6 +29,7 @@ var readOnlyChecks = map[string]func(TB, *suite, ReadOnly){
 	"WatchInitialEmpty":         roWatchInitialEmpty,
 	"WatchAddUpdateRemove":      roWatchAddUpdateRemove,
 	"WatchLastInstanceRemoval":  roWatchLastRemoval,
+	"WatchSeveralChangesAtOnce": roWatchSeveral,
 	"WatchIgnoresOtherServices": roWatchOtherServices,
 	"LookupFromWatchCache":      roLookupFromCache,
 }
@@ -144,6 +146,52 @@ func roWatchAddUpdateRemove(t TB, s *suite, ro ReadOnly) {
 	})
 	unpublish(t, ro, b)
 	waitWatch(t, w, s.cfg.Propagation, "removal", func(sn registry.Snapshot) bool { return has(sn, ida) && !has(sn, idb) })
+}
+
+// roWatchSeveral: several instances published at once, then withdrawn
+// at once, reach the watcher as the exact state.
+func roWatchSeveral(t TB, s *suite, ro ReadOnly) {
+	svc := service("wmany")
+	keep := publish(t, ro, s.inst(svc))
+	w := s.watch(t, s.open(t), svc)
+	const n = 10
+	ins := make([]registry.Instance, n)
+	want := []string{keep}
+	for i := range ins {
+		ins[i] = s.inst(svc)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = ro.Unpublish(ctx, ins[i])
+		})
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, in := range ins {
+		wg.Go(func() {
+			id, err := ro.Publish(t.Context(), in)
+			if err != nil {
+				t.Errorf("Harness.Publish(%s): %v", in.Address, err)
+			}
+			mu.Lock()
+			want = append(want, id)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	exactly := func(want []string) func(registry.Snapshot) bool {
+		return func(sn registry.Snapshot) bool { return sortedEqual(ids(sn), want) }
+	}
+	waitWatch(t, w, 2*s.cfg.Propagation, fmt.Sprintf("%d published at once", n), exactly(want))
+	for _, in := range ins {
+		wg.Go(func() {
+			if err := ro.Unpublish(t.Context(), in); err != nil {
+				t.Errorf("Harness.Unpublish(%s): %v", in.Address, err)
+			}
+		})
+	}
+	wg.Wait()
+	waitWatch(t, w, 2*s.cfg.Propagation, fmt.Sprintf("%d withdrawn at once", n), exactly([]string{keep}))
 }
 
 func roWatchLastRemoval(t TB, s *suite, ro ReadOnly) {

@@ -17,9 +17,9 @@ import (
 	"github.com/roster-go/roster/selector"
 )
 
-// ErrStale is returned when the registry has failed for longer than the
-// client's maximum staleness: the cached instances are too old to trust.
-// It wraps registry.ErrUnavailable.
+// ErrStale is returned when the registry has failed for longer than a
+// maximum staleness set with WithMaxStaleness. It wraps
+// registry.ErrUnavailable.
 var ErrStale = fmt.Errorf("%w: cached instances older than the maximum staleness", registry.ErrUnavailable)
 
 // Option configures a Client.
@@ -79,8 +79,11 @@ func WithThrottle(t *Throttle) Option {
 func WithBreaker(b *Breaker) Option { return func(c *clientConfig) { c.breaker = b } }
 
 // WithMaxStaleness bounds how long the client keeps calling instances from
-// a stale snapshot while the registry fails (default 10 minutes; 0 or
-// less: forever). Past it, calls fail with ErrStale.
+// a stale snapshot while the registry fails. Past it, calls fail with
+// ErrStale. The default, 0 (or less), is no bound: an outage of the
+// registry says nothing about the instances, and quarantine already
+// steers calls away from those that fail. Staleness is measured on the
+// process's monotonic clock, so a step of the wall clock does not move it.
 func WithMaxStaleness(d time.Duration) Option { return func(c *clientConfig) { c.maxStale = d } }
 
 // WithZeroProtection keeps serving the last non-empty instance list for up
@@ -129,7 +132,7 @@ type Client struct {
 // NewClient returns a Client that discovers services in reg. It does not
 // own reg: close the Client before the Registry.
 func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
-	cfg := clientConfig{maxStale: 10 * time.Minute, firstTimeout: 10 * time.Second}
+	cfg := clientConfig{firstTimeout: 10 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -422,7 +425,7 @@ type service struct {
 
 	ready     chan struct{} // closed when the first usable snapshot is in
 	readyOnce sync.Once
-	staleAt   atomic.Int64 // unix ns since when the served state is stale; 0 fresh
+	staleAt   atomic.Int64 // monoNow when the served state went stale; 0 fresh
 
 	cancel    context.CancelFunc
 	done      chan struct{} // follow ended
@@ -493,7 +496,7 @@ func (s *service) usable(maxStale time.Duration) (bool, error) {
 	if at == 0 {
 		return false, nil
 	}
-	if maxStale > 0 && time.Since(time.Unix(0, at)) > maxStale {
+	if maxStale > 0 && time.Duration(monoNow()-at) > maxStale {
 		return true, fmt.Errorf("%s: %w", s.name, ErrStale)
 	}
 	return true, nil
@@ -523,7 +526,7 @@ func (s *service) apply(ctx context.Context, snap registry.Snapshot) {
 			if disk, ok, _ := loadSnapshot(c.cfg.dir, s.name); ok {
 				s.sel.Update(disk)
 				s.good = true
-				s.setStale(disk.At)
+				s.setStale(diskAge(disk.At, time.Now()))
 				s.markReady()
 				return
 			}
@@ -536,7 +539,7 @@ func (s *service) apply(ctx context.Context, snap registry.Snapshot) {
 			cur.Stale = true
 			s.sel.Update(cur)
 		}
-		s.setStale(time.Now())
+		s.setStale(0)
 		s.markReady()
 		return
 	}
@@ -553,7 +556,7 @@ func (s *service) apply(ctx context.Context, snap registry.Snapshot) {
 				s.sel.Update(snap)
 			}
 		})
-		s.setStale(time.Time{})
+		s.setFresh()
 		s.markReady()
 		return
 	}
@@ -561,7 +564,7 @@ func (s *service) apply(ctx context.Context, snap registry.Snapshot) {
 	s.lastFresh = snap
 	s.good = true
 	s.sel.Update(snap)
-	s.setStale(time.Time{})
+	s.setFresh()
 	if c.cfg.dir != "" {
 		_ = saveSnapshot(c.cfg.dir, snap) // best effort: the next snapshot tries again
 	}
@@ -569,16 +572,51 @@ func (s *service) apply(ctx context.Context, snap registry.Snapshot) {
 	s.markReady()
 }
 
-// setStale records since when the served state is stale (zero: fresh);
-// s.mu held.
-func (s *service) setStale(since time.Time) {
-	if since.IsZero() {
-		s.staleAt.Store(0)
-		s.c.tel.setStale(s.name, time.Time{})
+// setFresh records that the served state is fresh; s.mu held.
+func (s *service) setFresh() {
+	s.staleAt.Store(0)
+	s.c.tel.setStale(s.name, time.Time{})
+}
+
+// setStale records that the served state is stale and was already age
+// old; s.mu held. A state already stale keeps its first time.
+func (s *service) setStale(age time.Duration) {
+	if s.staleAt.Load() != 0 {
 		return
 	}
-	if s.staleAt.Load() == 0 {
-		s.staleAt.Store(since.UnixNano())
-		s.c.tel.setStale(s.name, since)
+	at := monoNow() - int64(age)
+	if at == 0 {
+		at = -1 // 0 means fresh
 	}
+	s.staleAt.Store(at)
+	s.c.tel.setStale(s.name, monoTime(at))
+}
+
+// monoEpoch anchors monoNow: durations since it are read on the monotonic
+// clock, which a step of the wall clock does not move.
+var monoEpoch = time.Now()
+
+// monoNow is the process's monotonic clock in nanoseconds.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) + clockSkip.Load() }
+
+// clockSkip moves monoNow forward in tests (export_test.go), so that an
+// outage of hours is tested in milliseconds.
+var clockSkip atomic.Int64
+
+// monoTime turns a monoNow reading back into a time, for display.
+func monoTime(at int64) time.Time { return monoEpoch.Add(time.Duration(at)) }
+
+// unknownAge is the age of a persisted snapshot dated in the future: a
+// clock that went back since it was written, or a file set by hand. Such
+// a date proves nothing, so the snapshot counts as older than any bound.
+const unknownAge = 100 * 365 * 24 * time.Hour
+
+// diskAge is the age at now of a persisted snapshot confirmed at at: the
+// one comparison of wall-clock times, since the file outlives the
+// process.
+func diskAge(at, now time.Time) time.Duration {
+	if at.After(now) {
+		return unknownAge
+	}
+	return now.Sub(at)
 }

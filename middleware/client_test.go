@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -232,6 +233,47 @@ func TestMaxStaleness(t *testing.T) {
 	for c.Do(context.Background(), "api", get) != nil {
 		if time.Now().After(deadline) {
 			t.Fatal("calls did not recover with the registry")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestStaleServedForTheWholeOutage: with default options, an outage of
+// the registry far longer than any old bound (a day, on the clock
+// staleness is measured on) leaves calls going to the instances last
+// listed; only an explicit WithMaxStaleness ends them.
+func TestStaleServedForTheWholeOutage(t *testing.T) {
+	e := newEnv(t)
+	startBackend(t, e.writer, "api", 100)
+	plain := newClient(t, e.reader)
+	bounded := newClient(t, e.reader, middleware.WithMaxStaleness(time.Hour))
+	for _, c := range []*middleware.Client{plain, bounded} {
+		if err := c.Do(context.Background(), "api", get); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.link.SetReachable(false)
+	waitStale(t, plain, "api")
+	waitStale(t, bounded, "api")
+	middleware.SkipClock(24 * time.Hour)
+	if err := plain.Do(context.Background(), "api", get); err != nil {
+		t.Errorf("default client, a day into the outage: %v", err)
+	}
+	if err := bounded.Do(context.Background(), "api", get); !errors.Is(err, middleware.ErrStale) {
+		t.Errorf("WithMaxStaleness(1h), a day into the outage: %v, want ErrStale", err)
+	}
+}
+
+// waitStale waits until c serves svc from a stale list.
+func waitStale(t *testing.T, c *middleware.Client, svc string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if snap, ok := c.Snapshot(svc); ok && snap.Stale {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("client never noticed the registry outage")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -517,6 +559,58 @@ func TestSnapshotDirAgeCountsFromLastConfirmation(t *testing.T) {
 	c2 := newClient(t, cold, middleware.WithSnapshotDir(dir), middleware.WithMaxStaleness(maxStale))
 	if err := c2.Do(context.Background(), "api", get); err != nil {
 		t.Fatalf("cold start from a snapshot confirmed moments ago, changed %v ago: %v", time.Since(snap.At), err)
+	}
+}
+
+// TestSnapshotDirFromTheFutureIsNotFresh: a persisted snapshot dated
+// after now (the clock went back since, or the file was set by hand) has
+// an unknown age: under a bound it is too old, not newer than new.
+func TestSnapshotDirFromTheFutureIsNotFresh(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t)
+	startBackend(t, e.writer, "api", 100)
+	c := newClient(t, e.reader, middleware.WithSnapshotDir(dir))
+	if err := c.Do(context.Background(), "api", get); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	file := filepath.Join(dir, "api.json")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f map[string]any
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	future := time.Now().Add(240 * time.Hour)
+	f["snapshot"].(map[string]any)["at"] = future
+	if b, err = json.Marshal(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(file, future, future); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []middleware.Option
+		want error
+	}{
+		{"bounded", []middleware.Option{middleware.WithMaxStaleness(time.Hour)}, middleware.ErrStale},
+		{"default", nil, nil},
+	} {
+		d := memory.NewDriver(e.srv)
+		d.SetReachable(false)
+		cold := registry.New(d)
+		c := newClient(t, cold, append(tc.opts, middleware.WithSnapshotDir(dir))...)
+		if err := c.Do(context.Background(), "api", get); !errors.Is(err, tc.want) {
+			t.Errorf("%s: cold start from a snapshot dated %v ahead: %v, want %v", tc.name, time.Until(future).Round(time.Hour), err, tc.want)
+		}
+		c.Close()
+		cold.Close()
 	}
 }
 

@@ -56,7 +56,7 @@ func (c *Client) serviceState(s *service) ServiceState {
 	ss := ServiceState{Service: s.name, Revision: snap.Revision, Stale: snap.Stale, At: snap.At,
 		Instances: make([]InstanceState, 0, len(snap.Instances))}
 	if at := s.staleAt.Load(); at != 0 {
-		ss.Stale, ss.StaleSince = true, time.Unix(0, at)
+		ss.Stale, ss.StaleSince = true, monoTime(at)
 	}
 	ejected := c.q.Ejected(s.name)
 	for _, in := range snap.Instances {

@@ -72,8 +72,8 @@
 //   - An error never replaces a good list: while the registry fails the
 //     last good instances stay in use, flagged stale (Client.Snapshot,
 //     span attribute roster.stale, metric roster.discovery.staleness).
-//   - WithMaxStaleness (10 min; 0: forever) bounds that: past it, calls
-//     fail with ErrStale rather than call addresses nobody has confirmed.
+//     They stay in use for the whole outage unless WithMaxStaleness sets
+//     a bound, past which calls fail with ErrStale.
 //   - A backend that comes back empty (restarted without its data, wiped)
 //     does not empty the list either: the registry's watch holds the
 //     instances it served until their leases write them back or its

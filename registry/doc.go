@@ -45,6 +45,9 @@
 // marking instead of emptying on errors. The cache re-lists each watched
 // service every resync interval (random phase), to heal anything a change
 // feed missed. Lookup answers from that cache when a watch is live.
+// Lookup and Services ask the backend under the caller's deadline, or
+// DefaultLookupTimeout (15s) when the context has none, so that no
+// backend can leave a call waiting.
 //
 // # Surviving a backend that restarts empty
 //

@@ -297,3 +297,45 @@ func TestObserver(t *testing.T) {
 		t.Fatalf("observer saw hits=%d misses=%d snapshots=%d states=%d; want 1, 1, ≥1, ≥1", obs.hits, obs.misses, obs.snapshots, obs.states)
 	}
 }
+
+// hangingDriver's deregistrations wait for their context: a backend that
+// stopped answering.
+type hangingDriver struct{ driver.Driver }
+
+func (d hangingDriver) Register(ctx context.Context, in driver.Instance, ttl time.Duration) (driver.Registration, error) {
+	reg, err := d.Driver.Register(ctx, in, ttl)
+	return hangingRegistration{reg}, err
+}
+
+type hangingRegistration struct{ driver.Registration }
+
+func (hangingRegistration) Deregister(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestShutdownHonoursItsContext: Shutdown returns by its deadline with
+// the leases it could not deregister named, where Close would give each
+// of 100 leases its grace (32 at a time: 20s) against a backend that
+// hangs.
+func TestShutdownHonoursItsContext(t *testing.T) {
+	r := registry.New(hangingDriver{memory.NewDriver(memory.NewServer())})
+	for range 100 {
+		if _, err := r.Register(t.Context(), registry.Instance{Service: "api", Address: "127.0.0.1:1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := r.Shutdown(ctx)
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Shutdown with a 200ms deadline took %v", el)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown = %v, want the deadline's error", err)
+	}
+	if err := r.Close(); !errors.Is(err, registry.ErrClosed) {
+		t.Errorf("Close after Shutdown = %v, want ErrClosed", err)
+	}
+}

@@ -27,6 +27,8 @@ type Registry struct {
 	// recovery is the window a watch holds its last instances after a
 	// backend fault (see recovery.go).
 	recovery time.Duration
+	// lookupTimeout bounds Lookup and Services without a deadline.
+	lookupTimeout time.Duration
 
 	mu      sync.Mutex
 	closed  bool
@@ -46,7 +48,7 @@ func New(d driver.Driver, opts ...Option) *Registry {
 	}
 	return &Registry{
 		drv: checked{Driver: d, rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
-		leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
+		lookupTimeout: DefaultLookupTimeout, leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }
 
@@ -222,10 +224,51 @@ func (r *Registry) forget(l *Lease) {
 	r.mu.Unlock()
 }
 
+// DefaultLookupTimeout bounds a Lookup or Services whose context has no
+// deadline. It is above every backend's own bound on one request (Consul
+// 10s; etcd, ZooKeeper and Kubernetes 5s; a DNS question 2s), so that a
+// backend's own timeout, which names the cause, comes first; it bounds the
+// whole call however many requests the backend makes. A caller's deadline,
+// shorter or longer, replaces it.
+const DefaultLookupTimeout = 15 * time.Second
+
+// bounded is a caller's context with the lookup deadline if it had none.
+type bounded struct {
+	context.Context
+	caller context.Context
+	own    time.Time // the deadline set here; zero: the caller's
+}
+
+// bound returns ctx with the lookup deadline when it has none, and the
+// function that releases it.
+func (r *Registry) bound(ctx context.Context) (bounded, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return bounded{Context: ctx, caller: ctx}, func() {}
+	}
+	own := time.Now().Add(r.lookupTimeout)
+	c, cancel := context.WithDeadline(ctx, own)
+	return bounded{Context: c, caller: ctx, own: own}, cancel
+}
+
+// err is the error of a call to the backend that failed under b: past
+// the deadline set here the backend is unavailable, whatever error it
+// gave (a read timeout at the deadline may come before the context's own
+// expiry).
+func (b bounded) err(what string, timeout time.Duration, err error) error {
+	if b.own.IsZero() || b.caller.Err() != nil || time.Now().Before(b.own) {
+		return err
+	}
+	return fmt.Errorf("%s: %w: no answer within %v (DefaultLookupTimeout; a context deadline sets another bound): %w",
+		what, ErrUnavailable, timeout, context.DeadlineExceeded)
+}
+
 // Lookup returns the live instances of a service. When a Watcher of the
 // service is open, it answers from the shared cache without asking the
 // backend. If the backend fails and a cached state exists, Lookup returns
-// it marked Stale together with an error wrapping ErrUnavailable.
+// it marked Stale together with an error wrapping ErrUnavailable. The
+// backend is asked under ctx's deadline, or DefaultLookupTimeout if ctx
+// has none: past it, the error wraps ErrUnavailable and
+// context.DeadlineExceeded.
 func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error) {
 	start := time.Now()
 	if err := ValidateService(service); err != nil {
@@ -243,11 +286,14 @@ func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error)
 			return s, nil
 		}
 	}
-	s, err := r.drv.List(ctx, service)
+	bctx, cancel := r.bound(ctx)
+	defer cancel()
+	s, err := r.drv.List(bctx, service)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("lookup %s: %w", service, ctx.Err())
 		}
+		err = bctx.err("lookup "+service, r.lookupTimeout, err)
 		r.observeLookup(service, false, start, err)
 		if e != nil {
 			if last, ok := e.last(); ok {
@@ -316,22 +362,33 @@ func (r *Registry) release(e *entry) {
 	}
 }
 
-// Services lists the services that have at least one live instance.
+// Services lists the services that have at least one live instance,
+// bounded as Lookup is.
 func (r *Registry) Services(ctx context.Context) ([]string, error) {
 	if err := r.checkOpen(); err != nil {
 		return nil, err
 	}
-	s, err := r.drv.Services(ctx)
+	bctx, cancel := r.bound(ctx)
+	defer cancel()
+	s, err := r.drv.Services(bctx)
 	if err != nil {
-		return nil, err // it names the backend and the operation
+		// The driver's error names the backend and the operation.
+		return nil, bctx.err("services", r.lookupTimeout, err)
 	}
 	return s, nil
 }
 
-// Close deregisters every live lease (each with a few seconds' grace),
-// stops every watch — pending Next calls return ErrClosed — and closes the
-// driver. It returns the first error met.
-func (r *Registry) Close() error {
+// Close is Shutdown without a deadline of its own: each lease still has
+// a few seconds' grace.
+func (r *Registry) Close() error { return r.Shutdown(context.Background()) }
+
+// Shutdown deregisters every live lease (each with a few seconds' grace,
+// and none past ctx), stops every watch — pending Next calls return
+// ErrClosed — and closes the driver. It returns the first error met. A
+// lease not deregistered when ctx ends is left to expire at its TTL, and
+// the error says how many were; an fx stop hook or a signal handler can
+// so honour its own deadline.
+func (r *Registry) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -349,7 +406,7 @@ func (r *Registry) Close() error {
 	r.entries = map[string]*entry{}
 	r.mu.Unlock()
 
-	errs := deregisterAll(leases)
+	errs := deregisterAll(ctx, leases)
 	for _, e := range entries {
 		e.cancel()
 		<-e.done
@@ -367,22 +424,34 @@ func (r *Registry) Close() error {
 const closeConcurrency = 32
 
 // deregisterAll deregisters leases, closeConcurrency at a time, each with
-// a few seconds' grace counted from its own start, and returns the errors.
-func deregisterAll(leases []*Lease) []error {
+// a few seconds' grace counted from its own start and none past ctx, and
+// returns the errors. Leases it had no time for are abandoned.
+func deregisterAll(ctx context.Context, leases []*Lease) []error {
 	var (
 		errs []error
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, closeConcurrency)
 	)
-	for _, l := range leases {
-		sem <- struct{}{}
+	left := 0
+	for i, l := range leases {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			for _, l := range leases[i:] {
+				l.Abandon()
+			}
+			left = len(leases) - i
+		}
+		if left > 0 {
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			lctx, cancel := context.WithTimeout(ctx, closeGrace)
 			defer cancel()
-			if err := l.Deregister(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			if err := l.Deregister(lctx); err != nil && !errors.Is(err, ErrClosed) {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -390,5 +459,11 @@ func deregisterAll(leases []*Lease) []error {
 		}()
 	}
 	wg.Wait()
+	if left > 0 {
+		errs = append(errs, fmt.Errorf("shutdown: %d of %d leases left to expire at their TTL: %w", left, len(leases), ctx.Err()))
+	}
 	return errs
 }
+
+// closeGrace bounds one lease's deregistration at Close.
+const closeGrace = 5 * time.Second

@@ -44,7 +44,11 @@
 //     and comes back later starts fresh.
 //   - Done must be called once per successful Pick for LeastRequest,
 //     P2CEWMA and bounded loads (it is what they measure); it is a cheap
-//     no-op for the other strategies, so callers can always call it.
+//     no-op for the other strategies, so callers can always call it. A
+//     pick whose Done never comes counts in flight for at most
+//     WithInflightBound (DefaultInflightBound, about 8.6 s), so a caller
+//     that died mid-call does not starve its instance; a late Done then
+//     changes nothing.
 //   - Filters run in Update, never per pick. Per-call routing is a Route
 //     (PickOptions.Route or WithRoute): its prepared picker is cached with
 //     the snapshot, so a routed pick allocates nothing either. WithSplit

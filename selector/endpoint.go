@@ -11,11 +11,11 @@ import (
 // for as long as the instance (by ID) stays in the snapshots. It fills one
 // cache line so that counters of different instances do not share one.
 type endpoint struct {
-	inflight atomic.Int64
+	inflight gauge         // requests in flight, for at most the in-flight bound
 	cost     atomic.Uint64 // peak-EWMA latency in ns, as float64 bits
 	stamp    atomic.Int64  // monotonic ns of the last cost update
 	warmFrom atomic.Int64  // monotonic ns its slow start began; 0 = not warming
-	_        [32]byte
+	_        [24]byte
 }
 
 // shared is the state of a Selector that Done and picks need.
@@ -25,7 +25,8 @@ type shared struct {
 	bounded bool         // count the in-flight total for bounded loads
 	ewma    bool         // Done updates the latency estimate
 	clock   *coarseClock // &coarse, or a test's clock
-	total   atomic.Int64 // requests in flight over all instances
+	shift   uint8        // an in-flight epoch is 2^shift ns (see gauge)
+	total   gauge        // requests in flight over all instances
 	// warmEnd is when the last slow start in progress ends (monotonic
 	// ns), 0 when none is: a pick checks ramps only while it is set.
 	warmEnd atomic.Int64
@@ -108,7 +109,7 @@ const penalty = float64(math.MaxInt64 >> 16)
 // such a branch would be mispredicted about as often as not.
 func (sh *shared) load(ep *endpoint, now int64, inv float64) float64 {
 	bits := ep.cost.Load()
-	inflight := ep.inflight.Load()
+	inflight := ep.inflight.load(sh.epoch(now))
 	pending := float64(inflight)
 	age := float64(max(now-ep.stamp.Load(), 0))
 	l := math.Float64bits(math.Float64frombits(bits) * roughDecay(age*sh.perTau) * (pending*inv + 1))

@@ -149,7 +149,7 @@ func TestPickerKeepsItsSet(t *testing.T) {
 			}
 			d.Done(nil, time.Millisecond)
 		}
-		if n := s.sh.total.Load(); n != 0 {
+		if n := s.sh.count(&s.sh.total); n != 0 {
 			t.Fatalf("%s: in-flight total %d after every Done", st, n)
 		}
 	}

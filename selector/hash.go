@@ -66,11 +66,12 @@ func (b *bounded) walk(owners []uint32, start int, n uint64) int {
 	if b.c == 0 {
 		return int(owners[start])
 	}
-	limit := b.capacity(n)
+	g := b.sh.epoch(b.sh.clock.read())
+	limit := b.capacity(n, g)
 	pos := start
 	for range len(owners) {
 		o := owners[pos]
-		if b.eps[o].inflight.Load() < limit {
+		if b.eps[o].inflight.load(g) < limit {
 			return int(o)
 		}
 		if pos++; pos == len(owners) {
@@ -80,9 +81,9 @@ func (b *bounded) walk(owners []uint32, start int, n uint64) int {
 	return int(owners[start])
 }
 
-// capacity is ⌈c × (total in flight + 1) / n⌉.
-func (b *bounded) capacity(n uint64) int64 {
-	return int64(math.Ceil(b.c * float64(b.sh.total.Load()+1) / float64(n)))
+// capacity is ⌈c × (total in flight + 1) / n⌉ at epoch g.
+func (b *bounded) capacity(n uint64, g uint32) int64 {
+	return int64(math.Ceil(b.c * float64(b.sh.total.load(g)+1) / float64(n)))
 }
 
 // maxRingPoints caps the points of a ring: 1,000 virtual nodes per

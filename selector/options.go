@@ -103,12 +103,15 @@ type config struct {
 	smoothLimit int
 	slow        SlowStart
 	split       *Split
+	// inflightBound: a pick counts in flight for at most this long.
+	inflightBound time.Duration
 }
 
 func defaultConfig() config {
 	return config{
 		strategy: DefaultStrategy, vnodes: DefaultVirtualNodes, choices: DefaultChoices,
 		decay: DefaultDecay, smoothLimit: 64, slow: DefaultSlowStart,
+		inflightBound: DefaultInflightBound,
 	}
 }
 
@@ -147,6 +150,15 @@ func WithChoices(k int) Option { return func(c *config) { c.choices = k } }
 // WithDecay sets the peak-EWMA time constant τ of P2CEWMA (default 10 s).
 func WithDecay(tau time.Duration) Option { return func(c *config) { c.decay = tau } }
 
+// WithInflightBound bounds how long a pick whose Done is never called
+// counts as a request in flight for LeastRequest, P2CEWMA and bounded
+// loads (default DefaultInflightBound, about 8.6 s). d is rounded down to
+// a power of two nanoseconds, and a pick stops counting between d/2 and
+// d after it, Done or not: counts are kept per epoch of d/2 (see
+// docs/selector.md). Raise it, up to an hour, when calls longer than a
+// few seconds (streams, long polls) are to count for their whole length.
+func WithInflightBound(d time.Duration) Option { return func(c *config) { c.inflightBound = d } }
+
 func (c *config) validate() error {
 	if _, err := ParseStrategy(string(c.strategy)); err != nil {
 		return err
@@ -159,6 +171,9 @@ func (c *config) validate() error {
 	}
 	if c.maglevSize != 0 && (c.maglevSize < 7 || c.maglevSize > 1<<26 || !isPrime(c.maglevSize)) {
 		return fmt.Errorf("%w: maglev table size %d (want a prime from 7 to 2^26)", ErrInvalidOption, c.maglevSize)
+	}
+	if c.inflightBound < time.Millisecond || c.inflightBound > time.Hour {
+		return fmt.Errorf("%w: in-flight bound %v (want 1ms to 1h)", ErrInvalidOption, c.inflightBound)
 	}
 	if c.decay <= 0 {
 		return fmt.Errorf("%w: decay %v (want > 0)", ErrInvalidOption, c.decay)

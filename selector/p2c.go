@@ -13,12 +13,13 @@ type leastRequest struct {
 	n        uint64
 	choices  int
 	rnd      rng
+	sh       *shared
 	scanning bool
 }
 
 func newLeastRequest(p *Picker, choices int) *leastRequest {
 	n := len(p.insts)
-	l := &leastRequest{eps: p.eps, n: uint64(n), choices: choices, rnd: p.rnd, scanning: choices >= n}
+	l := &leastRequest{eps: p.eps, n: uint64(n), choices: choices, rnd: p.rnd, sh: p.sh, scanning: choices >= n}
 	if !sameWeights(p.weights) {
 		l.w = make([]uint64, n)
 		for i, w := range p.weights {
@@ -29,9 +30,9 @@ func newLeastRequest(p *Picker, choices int) *leastRequest {
 	return l
 }
 
-// less reports whether instance a is less loaded than b.
-func (l *leastRequest) less(a, b uint64) bool {
-	ia, ib := l.eps[a].inflight.Load(), l.eps[b].inflight.Load()
+// less reports whether instance a is less loaded than b at epoch g.
+func (l *leastRequest) less(a, b uint64, g uint32) bool {
+	ia, ib := l.eps[a].inflight.load(g), l.eps[b].inflight.load(g)
 	if l.w == nil {
 		return ia < ib
 	}
@@ -43,6 +44,7 @@ func (l *leastRequest) pick(uint64, bool, int) int {
 	if n == 1 {
 		return 0
 	}
+	g := l.sh.epoch(l.sh.clock.read())
 	if l.scanning {
 		// Start at a random instance so that ties spread.
 		start := l.rnd.below(n)
@@ -52,7 +54,7 @@ func (l *leastRequest) pick(uint64, bool, int) int {
 			if i >= n {
 				i -= n
 			}
-			if l.less(i, best) {
+			if l.less(i, best, g) {
 				best = i
 			}
 		}
@@ -70,7 +72,7 @@ func (l *leastRequest) pick(uint64, bool, int) int {
 	} else {
 		a, b = l.rnd.pair(n)
 	}
-	if l.less(b, a) {
+	if l.less(b, a, g) {
 		a = b
 	}
 	for k := 2; k < l.choices; k++ {
@@ -78,7 +80,7 @@ func (l *leastRequest) pick(uint64, bool, int) int {
 		if l.sample != nil {
 			c = uint64(l.sample.pick(0, false, 0))
 		}
-		if l.less(c, a) {
+		if l.less(c, a, g) {
 			a = c
 		}
 	}

@@ -327,12 +327,12 @@ func TestBoundedLoad(t *testing.T) {
 			const keys = 200_000
 			for range keys {
 				i := p.algo.pick(r.Uint64(), true, 0)
-				p.eps[i].inflight.Add(1)
-				sel.sh.total.Add(1)
+				sel.sh.add(&p.eps[i].inflight, 1)
+				sel.sh.add(&sel.sh.total, 1)
 			}
 			var mx int64
 			for _, ep := range p.eps {
-				mx = max(mx, ep.inflight.Load())
+				mx = max(mx, sel.sh.count(&ep.inflight))
 			}
 			mean := float64(keys) / n
 			ratio := float64(mx) / mean
@@ -349,7 +349,7 @@ func TestLeastRequestScanIsLeastConnection(t *testing.T) {
 	sel.Update(snap(4))
 	p := sel.cur.Load()
 	for i, n := range []int64{3, 1, 4, 2} {
-		p.eps[i].inflight.Store(n)
+		sel.sh.add(&p.eps[i].inflight, n)
 	}
 	for range 20 {
 		if i := p.algo.pick(0, false, 0); i != 1 {

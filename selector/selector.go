@@ -94,6 +94,7 @@ func New(opts ...Option) (*Selector, error) {
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
 		clock:   &coarse,
+		shift:   inflightShift(c.inflightBound),
 		slow:    slow,
 	}
 	if c.clock != nil {
@@ -194,7 +195,13 @@ func (o *PickOptions) relaxes(s step) bool {
 type Done struct {
 	ep     *endpoint
 	sh     *shared
-	picked int64 // the coarse clock at pick time (P2CEWMA)
+	picked int64 // the coarse clock at pick time
+	// epochs are the in-flight epochs the pick was counted in: ep's in
+	// the high half, the selector's total's in the low one. One field,
+	// not two: a struct of more than four fields is not kept in
+	// registers, and every caller's copy of Done went through memory
+	// (a round-robin pick took twice as long).
+	epochs uint64
 }
 
 // Done feeds the call's outcome back: it ends the in-flight count that
@@ -248,9 +255,9 @@ func (d Done) Finish(err error) {
 
 // release ends the call's count of requests in flight.
 func (d Done) release() {
-	d.ep.inflight.Add(-1)
+	d.ep.inflight.done(uint32(d.epochs >> 32))
 	if d.sh.bounded {
-		d.sh.total.Add(-1)
+		d.sh.total.done(uint32(d.epochs))
 	}
 }
 
@@ -323,13 +330,11 @@ func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, 
 	if !p.track {
 		return inst, Done{}, nil
 	}
-	ep.inflight.Add(1)
+	now := p.sh.clock.read()
+	g := p.sh.epoch(now)
+	d := Done{ep: ep, sh: p.sh, picked: now, epochs: uint64(ep.inflight.add(g)) << 32}
 	if p.sh.bounded {
-		p.sh.total.Add(1)
-	}
-	d := Done{ep: ep, sh: p.sh}
-	if p.sh.ewma {
-		d.picked = p.sh.clock.read()
+		d.epochs |= uint64(p.sh.total.add(g))
 	}
 	return inst, d, nil
 }

@@ -145,14 +145,14 @@ func TestStateSurvivesUpdate(t *testing.T) {
 		_, d, _ := s.Pick(ctx, PickOptions{})
 		dones = append(dones, d)
 	}
-	before := s.eps["i0001"].inflight.Load()
+	before := s.sh.count(&s.eps["i0001"].inflight)
 	next := snap(4)
 	next.Revision = 2
 	s.Update(next)
-	if got := s.eps["i0001"].inflight.Load(); got != before || got == 0 {
+	if got := s.sh.count(&s.eps["i0001"].inflight); got != before || got == 0 {
 		t.Fatalf("in-flight of a surviving instance = %d after update, want %d", got, before)
 	}
-	if s.eps["i0003"].inflight.Load() != 0 {
+	if s.sh.count(&s.eps["i0003"].inflight) != 0 {
 		t.Fatal("new instance starts with requests in flight")
 	}
 	for _, d := range dones {
@@ -160,7 +160,7 @@ func TestStateSurvivesUpdate(t *testing.T) {
 	}
 	var total int64
 	for _, ep := range s.eps {
-		total += ep.inflight.Load()
+		total += s.sh.count(&ep.inflight)
 	}
 	if total != 0 {
 		t.Fatalf("in flight after all Done: %d", total)
@@ -283,10 +283,10 @@ func TestConcurrentPickAndUpdate(t *testing.T) {
 		}
 		var total int64
 		for _, ep := range s.eps {
-			total += ep.inflight.Load()
+			total += s.sh.count(&ep.inflight)
 		}
-		if total != 0 || s.sh.total.Load() != 0 {
-			t.Errorf("%s: %d in flight after every Done (total counter %d)", st, total, s.sh.total.Load())
+		if total != 0 || s.sh.count(&s.sh.total) != 0 {
+			t.Errorf("%s: %d in flight after every Done (total counter %d)", st, total, s.sh.count(&s.sh.total))
 		}
 	}
 }

@@ -32,14 +32,37 @@
 //
 // # What it reads
 //
-// Each SRV record of the name is one instance: its address is the target's
-// A or AAAA record (from the answer's additional section, else asked for),
-// its port the record's port, its weight the record's weight (SRV weight 0,
-// "use only when nothing else is left", is Roster's draining weight 0). Its
-// ID is the address, host:port, so two records for one address are one
-// instance. Metadata carries srv_target and srv_priority. A target of "."
-// (the service is decidedly not available) is no instance; a name that
-// does not exist (NXDOMAIN) or has no SRV records is an empty snapshot.
+// Each SRV record of the name's lowest priority is one instance: its
+// address is the target's A or AAAA record (from the answer's additional
+// section, else asked for), its port the record's port, its weight the
+// record's weight (SRV weight 0, "use only when nothing else is left", is
+// Roster's draining weight 0). Its ID is the address, host:port, so two
+// records for one address are one instance. Metadata carries srv_target
+// and srv_priority. A target of "." (the service is decidedly not
+// available) is no instance; a name that does not exist (NXDOMAIN) or has
+// no SRV records is an empty snapshot.
+//
+// # Priority
+//
+// As RFC 2782 asks, only the records of the lowest priority are served;
+// the next priority's are served only when none of the lowest's targets
+// resolves to an address (NXDOMAIN, no address records, failed
+// questions), and so on. The lowest is served again at the first poll
+// where one of its targets resolves.
+//
+// # One deadline
+//
+// The targets whose addresses the answer lacks are asked for together
+// (A and AAAA at once, at most 128 questions in flight per lookup), under
+// the caller's deadline: a Lookup of 50 targets whose answers each come
+// 1.5s late takes 1.5s. registry.Registry bounds every Lookup by
+// registry.DefaultLookupTimeout when the caller's context has no deadline;
+// a watch's poll is bounded by twice the timeout option. A target of the
+// served priority whose questions fail or do not answer within the
+// deadline is left out and reported by a warning on slog.Default (at most
+// one line per 10s, counting the others); when no target of any priority
+// resolves and a question failed, the lookup fails with the first error
+// (driver.ErrUnavailable, or the context's error).
 //
 // # TCP by default
 //
@@ -70,9 +93,12 @@
 package dnssrv
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,6 +142,11 @@ type Driver struct {
 	tcp    *dns.Client
 	rev    atomic.Uint64 // orders the snapshots of every query
 	closed atomic.Bool
+	warn   struct { // the last left-out warning (leftOut)
+		sync.Mutex
+		at      time.Time
+		skipped int
+	}
 }
 
 // ErrReadOnly is the error of Register: it wraps driver.ErrInvalid.
@@ -180,45 +211,89 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 	return snap, err
 }
 
-// lookup asks for the service's records and returns the snapshot and the
-// smallest TTL of the records used.
+// lookup asks for the service's records and returns the snapshot of its
+// lowest priority that resolves, and the smallest TTL of the records used.
 func (d *Driver) lookup(ctx context.Context, service string) (driver.Snapshot, time.Duration, error) {
 	if d.closed.Load() {
 		return driver.Snapshot{}, 0, fmt.Errorf("dnssrv: %w", driver.ErrClosed)
 	}
-	name := d.NameOf(service)
-	resp, err := d.exchange(ctx, name, dns.TypeSRV)
+	resp, err := d.exchange(ctx, d.NameOf(service), dns.TypeSRV)
 	if err != nil {
 		return driver.Snapshot{}, 0, err
 	}
 	snap := driver.Snapshot{Service: service, Instances: []driver.Instance{}}
 	ttl := time.Duration(-1)
-	seen := map[string]bool{}
+	var groups [][]*dns.SRV
 	for _, rr := range resp.Answer {
-		srv, ok := rr.(*dns.SRV)
-		if !ok || srv.Target == "." {
+		if srv, ok := rr.(*dns.SRV); ok && srv.Target != "." {
+			ttl = minTTL(ttl, srv.Hdr.Ttl)
+			groups = addByPriority(groups, srv)
+		}
+	}
+	// RFC 2782: the lowest priority that has a usable target; the next
+	// only when none of its targets resolves.
+	var failed []error
+	for _, g := range groups {
+		ins, gttl, errs := instances(service, g, d.resolve(ctx, resp, g))
+		if len(ins) == 0 {
+			failed = append(failed, errs...)
 			continue
 		}
-		ttl = minTTL(ttl, srv.Hdr.Ttl)
-		ips, ipTTL, err := d.addresses(ctx, resp, srv.Target)
-		if err != nil {
-			return driver.Snapshot{}, 0, err
+		d.leftOut(service, g[0].Priority, errs)
+		snap.Instances = ins
+		ttl = minTTL(ttl, gttl)
+		break
+	}
+	if len(snap.Instances) == 0 && len(failed) > 0 {
+		return driver.Snapshot{}, 0, failed[0]
+	}
+	driver.SortInstances(snap.Instances)
+	snap.Revision, snap.At = d.rev.Add(1), time.Now()
+	return snap, max(ttl, 0), nil
+}
+
+// addByPriority adds srv to its priority's group; groups stay sorted by
+// priority, lowest first.
+func addByPriority(groups [][]*dns.SRV, srv *dns.SRV) [][]*dns.SRV {
+	i, found := slices.BinarySearchFunc(groups, srv.Priority, func(g []*dns.SRV, p uint16) int { return cmp.Compare(g[0].Priority, p) })
+	if found {
+		groups[i] = append(groups[i], srv)
+		return groups
+	}
+	return slices.Insert(groups, i, []*dns.SRV{srv})
+}
+
+// instances returns the instances of one priority's records, the
+// smallest TTL of their addresses, and the errors of the targets that did
+// not resolve.
+func instances(service string, g []*dns.SRV, res map[string]resolved) ([]driver.Instance, uint32, []error) {
+	var (
+		ins  []driver.Instance
+		ttl  uint32
+		errs []error
+		seen = map[string]bool{}
+	)
+	for _, srv := range g {
+		r := res[srv.Target]
+		if r.err != nil && !seen[srv.Target] {
+			errs = append(errs, r.err)
 		}
-		ttl = minTTL(ttl, ipTTL)
-		for _, ip := range ips {
+		seen[srv.Target] = true
+		if len(r.ips) > 0 && (len(ins) == 0 || r.ttl < ttl) {
+			ttl = r.ttl
+		}
+		for _, ip := range r.ips {
 			addr := net.JoinHostPort(ip, strconv.Itoa(int(srv.Port)))
 			if seen[addr] {
 				continue
 			}
 			seen[addr] = true
-			snap.Instances = append(snap.Instances, driver.Instance{ID: InstanceID(addr), Service: service, Address: addr,
+			ins = append(ins, driver.Instance{ID: InstanceID(addr), Service: service, Address: addr,
 				Weight: uint32(srv.Weight), Metadata: map[string]string{
 					"srv_target": strings.TrimSuffix(srv.Target, "."), "srv_priority": strconv.Itoa(int(srv.Priority))}})
 		}
 	}
-	driver.SortInstances(snap.Instances)
-	snap.Revision, snap.At = d.rev.Add(1), time.Now()
-	return snap, max(ttl, 0), nil
+	return ins, ttl, errs
 }
 
 // InstanceID is the ID under which an SRV answer's address host:port is
@@ -234,29 +309,122 @@ func minTTL(cur time.Duration, ttl uint32) time.Duration {
 	return cur
 }
 
-// addresses returns the target's IPv4 and IPv6 addresses: from the
-// answer's additional section when it has them, else asked for.
-func (d *Driver) addresses(ctx context.Context, resp *dns.Msg, target string) ([]string, uint32, error) {
+// warnEvery bounds the warnings about targets left out: one line per
+// interval, with the count of those not reported since.
+const warnEvery = 10 * time.Second
+
+// leftOut reports the targets of the served priority that did not
+// resolve (errs), with a rate-limited warning on slog.Default: they are
+// left out of the snapshot, which holds the targets that did.
+func (d *Driver) leftOut(service string, priority uint16, errs []error) {
+	if len(errs) == 0 {
+		return
+	}
+	d.warn.Lock()
+	now := time.Now()
+	if !d.warn.at.IsZero() && now.Sub(d.warn.at) < warnEvery {
+		d.warn.skipped++
+		d.warn.Unlock()
+		return
+	}
+	skipped := d.warn.skipped
+	d.warn.at, d.warn.skipped = now, 0
+	d.warn.Unlock()
+	slog.Default().Warn("roster: dns+srv: targets that did not resolve are left out", "service", service,
+		"priority", priority, "targets", len(errs), "first", errs[0].Error(), "unreported", skipped)
+}
+
+// maxQuestions bounds the address questions one lookup has in flight:
+// enough for 64 targets at once (A and AAAA each), so that a service's
+// slow targets cost one question's time, not one each, without opening
+// a connection per target of a large service at once.
+const maxQuestions = 128
+
+// resolved is what a target's addresses came to.
+type resolved struct {
+	ips []string
+	ttl uint32
+	err error // the target did not resolve: its questions failed
+}
+
+// resolve finds the addresses of the records' targets, together, at most
+// maxQuestions questions at a time, under ctx.
+func (d *Driver) resolve(ctx context.Context, resp *dns.Msg, g []*dns.SRV) map[string]resolved {
+	res := map[string]resolved{}
+	var ask []string
+	for _, srv := range g {
+		if _, dup := res[srv.Target]; dup {
+			continue
+		}
+		ips, ttl, ok := known(resp, srv.Target)
+		res[srv.Target] = resolved{ips: ips, ttl: ttl}
+		if !ok {
+			ask = append(ask, srv.Target)
+		}
+	}
+	got := make([]resolved, len(ask))
+	sem := make(chan struct{}, maxQuestions)
+	var wg sync.WaitGroup
+	for i, target := range ask {
+		wg.Go(func() { got[i] = d.ask(ctx, sem, target) })
+	}
+	wg.Wait()
+	for i, target := range ask {
+		res[target] = got[i]
+	}
+	return res
+}
+
+// known returns the target's addresses when no question is needed: from
+// the answer's additional section, or the target itself when it is an IP.
+func known(resp *dns.Msg, target string) ([]string, uint32, bool) {
 	if ips, ttl := addressesIn(resp.Extra, target); len(ips) > 0 {
-		return ips, ttl, nil
+		return ips, ttl, true
 	}
 	if ip := net.ParseIP(strings.TrimSuffix(target, ".")); ip != nil {
-		return []string{ip.String()}, 0, nil
+		return []string{ip.String()}, 0, true
 	}
-	var ips []string
-	var ttl uint32
-	for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		r, err := d.exchange(ctx, target, t)
-		if err != nil {
-			return nil, 0, err
-		}
-		got, gotTTL := addressesIn(r.Answer, target)
-		if len(got) > 0 && (len(ips) == 0 || gotTTL < ttl) {
-			ttl = gotTTL
-		}
-		ips = append(ips, got...)
+	return nil, 0, false
+}
+
+// ask puts the target's A and AAAA questions together. A target with an
+// address of either family resolves; one without is an error only if a
+// question failed (a name without addresses is no instance, no error).
+func (d *Driver) ask(ctx context.Context, sem chan struct{}, target string) resolved {
+	var (
+		wg  sync.WaitGroup
+		got [2]resolved
+	)
+	for i, qt := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		wg.Go(func() {
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			case <-ctx.Done():
+				got[i].err = fmt.Errorf("dnssrv: %s %s: %w", dns.TypeToString[qt], target, ctx.Err())
+				return
+			}
+			r, err := d.exchange(ctx, target, qt)
+			if err != nil {
+				got[i].err = err
+				return
+			}
+			got[i].ips, got[i].ttl = addressesIn(r.Answer, target)
+		})
 	}
-	return ips, ttl, nil
+	wg.Wait()
+	var out resolved
+	for _, g := range got {
+		if len(g.ips) > 0 && (len(out.ips) == 0 || g.ttl < out.ttl) {
+			out.ttl = g.ttl
+		}
+		out.ips = append(out.ips, g.ips...)
+		out.err = cmp.Or(out.err, g.err)
+	}
+	if len(out.ips) > 0 {
+		out.err = nil
+	}
+	return out
 }
 
 // addressesIn returns the A and AAAA records of name in rrs (following

@@ -93,7 +93,7 @@
 //     lost nothing.
 //   - The watch is quiet: after progress_interval without a response the
 //     stream reads one key linearizably (one read per driver at a time,
-//     shared by all quiet streams). No answer within another
+//     shared by all quiet streams). No answer within two more
 //     progress_interval fails the stream with driver.ErrUnavailable; an
 //     answer whose revision is below the stream's means the data went back
 //     in time (a resumed watch would wait silently for a revision that
@@ -105,7 +105,8 @@
 // A relist after a discontinuity is bounded by 2×progress_interval too, so
 // a member that lost its leader (watch cancelled, reads hang) is reported
 // as quickly. A stalled watch is thus reported within about
-// 2×progress_interval, and a dropped connection at once.
+// 3×progress_interval, and a dropped connection at once; a server that
+// answers every request up to 2×progress_interval late is served fresh.
 //
 // # Guarantees and limits
 //

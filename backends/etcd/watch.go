@@ -44,6 +44,7 @@ type stream struct {
 
 	needList bool
 	rev      int64                      // every change up to rev is in state
+	listed   int64                      // revision of the last full read
 	state    map[string]driver.Instance // by ID
 	dirty    bool                       // state differs from the last one returned
 	sent     bool                       // something was returned
@@ -185,12 +186,17 @@ func (s *stream) drain() {
 // before it stops.
 const drainYields = 3
 
+// apply takes in the events of one watch response, in order. One
+// revision can change many keys (a transaction, or a lease that expires
+// with all its keys), and its events share that revision: only the
+// revision of the last full read tells an event already in the state
+// apart, never an earlier event of the same revision.
 func (s *stream) apply(evs []*clientv3.Event) {
 	for _, ev := range evs {
-		if ev.Kv.ModRevision <= s.rev {
+		if ev.Kv.ModRevision <= s.listed {
 			continue // already in the listed state
 		}
-		s.rev = ev.Kv.ModRevision
+		s.rev = max(s.rev, ev.Kv.ModRevision)
 		id, ok := idOf(s.sp, ev.Kv.Key)
 		if !ok {
 			continue
@@ -251,7 +257,7 @@ func (s *stream) relist(ctx context.Context) error {
 	if !maps.EqualFunc(state, s.state, driver.Instance.Equal) {
 		s.dirty = true
 	}
-	s.state, s.rev = state, resp.Header.Revision
+	s.state, s.rev, s.listed = state, resp.Header.Revision, resp.Header.Revision
 	s.lists++
 	return s.watchFrom(s.rev + 1)
 }
@@ -294,7 +300,9 @@ func (s *stream) snapshot() driver.Snapshot {
 // probe reads one key linearizably and returns the cluster's revision.
 // Streams of one driver share the answer for half a progress interval, so
 // many quiet watches cost one read. It fails when no answer comes within
-// a progress interval, or when either context ends.
+// two progress intervals (a relist's budget: a registry answering every
+// request one interval late is slow, not stalled), or when either context
+// ends.
 func (d *Driver) probe(a, b context.Context) (int64, error) {
 	select {
 	case d.probeSem <- struct{}{}:
@@ -307,14 +315,14 @@ func (d *Driver) probe(a, b context.Context) (int64, error) {
 	if time.Since(d.probeAt) < d.progress/2 {
 		return d.probeRev, nil
 	}
-	ctx, cancel := context.WithTimeout(a, d.progress)
+	ctx, cancel := context.WithTimeout(a, 2*d.progress)
 	defer cancel()
 	stop := context.AfterFunc(b, cancel)
 	defer stop()
 	resp, err := d.cli.Get(ctx, d.prefix+"/", clientv3.WithCountOnly(), clientv3.WithLimit(1))
 	if err != nil {
 		if ctx.Err() != nil && a.Err() == nil && b.Err() == nil {
-			return 0, fmt.Errorf("no answer to a read within %v", d.progress)
+			return 0, fmt.Errorf("no answer to a read within %v", 2*d.progress)
 		}
 		return 0, err
 	}

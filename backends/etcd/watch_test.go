@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -319,5 +320,68 @@ func TestStreamCoalescesBursts(t *testing.T) {
 	t.Logf("%d registrations reached the watcher in %d snapshots", n, calls)
 	if calls > n/10 {
 		t.Fatalf("%d snapshots for %d registrations made while the watcher was not reading; want a few", calls, n)
+	}
+}
+
+// TestStreamAppliesEveryEventOfARevision: a lease revoked with all its
+// keys, and a transaction that writes several, each change many keys at
+// one revision. Every event of the revision reaches the state, not just
+// the first (9 of 10 crashed instances were kept until the next resync).
+func TestStreamAppliesEveryEventOfARevision(t *testing.T) {
+	c := startServer(t)
+	d := newTestDriver(t, c, time.Minute)
+	st, err := d.Watch(t.Context(), "rev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if s, err := nextWithin(t, st, 10*time.Second); err != nil || len(s.Instances) != 0 {
+		t.Fatalf("first snapshot: %v, %v", ids(s), err)
+	}
+	const n = 10
+	for i := range n {
+		register(t, d, "rev", fmt.Sprintf("i%02d", i)) // one TTL: one shared lease
+	}
+	waitIDs(t, st, n)
+	d.leases.mu.Lock()
+	lease := d.leases.byTTL[10]
+	d.leases.mu.Unlock()
+	if lease == nil {
+		t.Fatal("no shared lease for the TTL")
+	}
+	if _, err := d.cli.Revoke(t.Context(), lease.id); err != nil {
+		t.Fatal(err)
+	}
+	waitIDs(t, st, 0)
+
+	// One transaction puts n keys at one revision.
+	var ops []clientv3.Op
+	for i := range n {
+		in := registry.Instance{ID: fmt.Sprintf("t%02d", i), Service: "rev", Address: "127.0.0.1:1"}
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, clientv3.OpPut(d.Key("rev", in.ID), string(b)))
+	}
+	if _, err := d.cli.Txn(t.Context()).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	waitIDs(t, st, n)
+}
+
+// waitIDs reads st until it holds n instances; a snapshot that stops
+// short of n for 5s fails the test.
+func waitIDs(t *testing.T, st driver.Stream, n int) {
+	t.Helper()
+	var last []string
+	for {
+		s, err := nextWithin(t, st, 5*time.Second)
+		if err != nil {
+			t.Fatalf("want %d instances, last snapshot %v: %v", n, last, err)
+		}
+		if last = ids(s); len(last) == n {
+			return
+		}
 	}
 }

@@ -163,6 +163,15 @@
 // are node-local). Without notifications a change reaches watchers within
 // one poll interval.
 //
+// A watch whose relist finds instances gone first checks the server's
+// run_id (a restart) and the keyspace's epoch key <prefix>:~epoch, a
+// random token created by the first watch that finds it missing and
+// expiring 24h after the last watch pushed it back (hourly). A wipe
+// (FLUSHALL, FLUSHDB, a restart without data) takes the key along; seeing
+// its token gone or new, the watch reports driver.ErrUnavailable, so the
+// registry holds the instances until their leases write them back, as
+// after a restart.
+//
 // # Errors
 //
 // Errors wrap driver.ErrUnavailable (network, timeouts, server errors),

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -23,6 +24,9 @@ type keysStream struct {
 	svc   string
 	last  driver.Snapshot
 	runID string // the server's run_id when last checked; "" unknown
+	epoch string // the keyspace's epoch token when last checked; "" unknown
+	// epochAt is when the epoch key's expiry was last pushed back.
+	epochAt time.Time
 
 	pending bool
 	ps      *goredis.PubSub // nil without notifications
@@ -39,6 +43,7 @@ func (ks *keysLayout) watch(ctx context.Context, service string) (driver.Stream,
 	}
 	st := &keysStream{ks: ks, svc: service, last: s, pending: true, hints: make(chan struct{}, 1), closed: make(chan struct{})}
 	st.runID = ks.runID(ctx)
+	st.epoch, st.epochAt = ks.epochToken(ctx), time.Now()
 	if ks.notifyEnabled(ctx) {
 		db := ks.copts.DB
 		chans := []string{}
@@ -199,12 +204,17 @@ func (st *keysStream) Next(ctx context.Context) (driver.Snapshot, error) {
 			return driver.Snapshot{}, err
 		}
 		t.Reset(st.ks.o.Poll)
-		if lost(st.last, s) && st.restarted(ctx) {
-			// The pool re-dialled a restarted server without an error: say
-			// so, so that the registry holds the instances whose leases
-			// have not yet written themselves back.
-			st.last = s
-			return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w: the server restarted (run_id changed)", st.svc, driver.ErrUnavailable)
+		if lost(st.last, s) {
+			// A restart (the pool re-dialled without an error) or a wipe
+			// looks like instances leaving: say so, so that the registry
+			// holds those whose leases have not yet written themselves back.
+			restarted, wiped := st.restarted(ctx), st.wiped(ctx)
+			if restarted || wiped {
+				st.last = s
+				return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w: %s", st.svc, driver.ErrUnavailable, fault(restarted))
+			}
+		} else {
+			st.keepEpoch(ctx)
 		}
 		if !s.SameInstances(st.last) {
 			st.last = s
@@ -235,6 +245,73 @@ func (st *keysStream) restarted(ctx context.Context) bool {
 	prev := st.runID
 	st.runID = id
 	return prev != "" && prev != id
+}
+
+// fault names what a watch saw when instances disappeared.
+func fault(restarted bool) string {
+	if restarted {
+		return "the server restarted (run_id changed)"
+	}
+	return "the keyspace was wiped (its epoch key " + epochKey + " is gone or new: FLUSHALL, FLUSHDB)"
+}
+
+// The keyspace's epoch: a key under the layout's prefix holding a random
+// token, created by the first watch that finds it missing. Anything that
+// wipes the keyspace (FLUSHALL, FLUSHDB, a restart without data, a
+// failover to a replica that lost it) takes it along, so a watch whose
+// instances disappear and whose token is no longer there knows that they
+// did not leave. Its name is no service's key (a service's keys are
+// <prefix>:<service>:<addr>); it expires epochTTL after the last watch
+// pushed it back, so an unwatched keyspace keeps nothing.
+const (
+	epochKey     = "~epoch"
+	epochTTL     = 24 * time.Hour
+	epochRefresh = time.Hour // how often a watch pushes its expiry back
+)
+
+// epochScript returns the epoch token, creating it if it is missing, and
+// pushes its expiry back. KEYS: epoch key. ARGV: new token, ttl seconds.
+var epochScript = luaScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+  return ARGV[1]
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return v
+`)
+
+// epochToken returns the keyspace's epoch token, or "" when it cannot be
+// known (the script refused, the server unreachable).
+func (ks *keysLayout) epochToken(ctx context.Context) string {
+	v, err := epochScript.Run(ctx, ks.c, []string{ks.o.Prefix + ":" + epochKey}, rand.Text(), int64(epochTTL/time.Second)).Text()
+	if err != nil {
+		return ""
+	}
+	return v
+}
+
+// wiped reports whether the epoch token changed since the last check:
+// the keyspace was wiped meanwhile. Unknown is never a wipe.
+func (st *keysStream) wiped(ctx context.Context) bool {
+	tok := st.ks.epochToken(ctx)
+	if tok == "" {
+		return false
+	}
+	prev := st.epoch
+	st.epoch, st.epochAt = tok, time.Now()
+	return prev != "" && prev != tok
+}
+
+// keepEpoch pushes the epoch key's expiry back every epochRefresh. It
+// never creates the key: a watch that finds it missing must still see
+// the wipe when its instances disappear.
+func (st *keysStream) keepEpoch(ctx context.Context) {
+	if time.Since(st.epochAt) < epochRefresh {
+		return
+	}
+	st.epochAt = time.Now()
+	_ = st.ks.c.Expire(ctx, st.ks.o.Prefix+":"+epochKey, epochTTL).Err()
 }
 
 // runID returns the server's run_id, which changes at every restart, or

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,7 +51,8 @@ authentication: --listen takes a loopback address or a Unix socket only.
 
 With --template in.tmpl:out.conf (repeatable) it re-renders each text/template
 on every change of the services it reads (debounced), writes it atomically and
-runs --exec CMD after a change, as consul-template does for Nginx.
+runs --exec CMD after a change, as consul-template does for Nginx. SIGHUP
+reads the template files again and re-renders them.
 
 See docs/agent.md for the API.`,
 		Args: cobra.NoArgs,
@@ -61,7 +64,7 @@ See docs/agent.md for the API.`,
 	f.StringVar(&fl.listen, "listen", defaultAgentListen, "loopback ip:port (port 0: a free one) or unix:/path/to/socket")
 	f.StringVar(&fl.strategy, "strategy", string(selector.DefaultStrategy), fmt.Sprintf("default strategy of picks %v", selector.Strategies()))
 	durationVar(f, &fl.tokenTTL, "token-ttl", time.Minute, 100*time.Millisecond, maxTimeout, "how long a pick's token waits for its report")
-	durationVar(f, &fl.maxStale, "max-staleness", 10*time.Minute, time.Second, maxStaleness, "how long picks go on from a stale list while the registry fails")
+	boundVar(f, &fl.maxStale, "max-staleness", 0, time.Second, maxStaleness, "how long picks go on from a stale list while the registry fails (0: for the whole outage)")
 	f.StringVar(&fl.snapshotDir, "snapshot-dir", "", "keep each service's last good list here, for a start during an outage")
 	f.StringArrayVar(&fl.templates, "template", nil, "in.tmpl:out.conf to re-render on every change (repeatable)")
 	f.StringVar(&fl.exec, "exec", "", "command run (sh -c) after a template's output changed")
@@ -149,18 +152,19 @@ func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *
 	fmt.Fprintf(out, "roster agent: listening on %s, registry %s\n", url, reg)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// SIGHUP reloads, as it does nginx; by Go's default it would kill the
+	// agent and leave its local registrations to their TTL.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{}, 1)
 	tplDone := make(chan error, 1)
 	if len(tpls) > 0 {
 		go func() {
-			tplDone <- a.RunTemplates(ctx, agent.TemplateConfig{Templates: tpls, Exec: fl.exec, Debounce: fl.debounce, Log: errOut})
+			tplDone <- a.RunTemplates(ctx, agent.TemplateConfig{Templates: tpls, Exec: fl.exec, Debounce: fl.debounce, Log: errOut, Reload: reload})
 		}()
 	}
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-served:
-	case err = <-tplDone:
-	}
+	err := waitAgent(ctx, errOut, hup, reload, len(tpls), served, tplDone)
 	cancel()
 	shut, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
@@ -172,4 +176,29 @@ func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *
 		err = nil
 	}
 	return err
+}
+
+// waitAgent waits for ctx to end (SIGTERM, SIGINT) or the server or the
+// template runner to fail, and passes each SIGHUP on to the runner.
+func waitAgent(ctx context.Context, errOut io.Writer, hup <-chan os.Signal, reload chan<- struct{}, ntpl int, served, tplDone <-chan error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-served:
+			return err
+		case err := <-tplDone:
+			return err
+		case <-hup:
+			if ntpl == 0 {
+				fmt.Fprintln(errOut, "roster agent: SIGHUP: no --template to reload")
+				continue
+			}
+			fmt.Fprintf(errOut, "roster agent: SIGHUP: reloading %d template(s)\n", ntpl)
+			select {
+			case reload <- struct{}{}:
+			default: // a reload is pending already
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,6 +27,7 @@ type agentProc struct {
 	cmd    *exec.Cmd
 	url    string
 	exited chan error
+	stderr syncBuffer // a copy of what it wrote to stderr
 }
 
 // startAgent runs `roster agent` on a free loopback port and returns once
@@ -34,7 +36,8 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"agent", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), "ROSTER_REGISTRY=")
-	cmd.Stderr = os.Stderr
+	p := &agentProc{cmd: cmd, exited: make(chan error, 1)}
+	cmd.Stderr = io.MultiWriter(os.Stderr, &p.stderr)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +45,6 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &agentProc{cmd: cmd, exited: make(chan error, 1)}
 	t.Cleanup(func() { p.stop(t) })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
@@ -59,7 +61,12 @@ func startAgent(t *testing.T, args ...string) *agentProc {
 
 // stop sends SIGTERM and waits for a clean exit.
 func (p *agentProc) stop(t *testing.T) {
-	if p.cmd.ProcessState != nil || p.cmd.Process.Signal(syscall.SIGTERM) != nil {
+	select {
+	case <-p.exited: // exited by itself (ProcessState is Wait's to write)
+		return
+	default:
+	}
+	if p.cmd.Process.Signal(syscall.SIGTERM) != nil {
 		return
 	}
 	select {
@@ -82,35 +89,39 @@ type instance struct {
 }
 
 func startInstance(t *testing.T, reg *registry.Registry, id string) *instance {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "hello from %s\n", id)
-	}))
-	t.Cleanup(srv.Close)
-	l, err := reg.Register(context.Background(), registry.Instance{ID: id, Service: "api", Address: srv.Listener.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &instance{id: id, srv: srv, lease: l}
+	return startInstanceOf(t, reg, registry.Instance{ID: id})
 }
 
 // runClient runs an example client and returns its lines.
 func runClient(t *testing.T, agentURL, cacheDir string, argv []string, calls int) []string {
 	t.Helper()
+	lines, err := runClientArgs(t, agentURL, cacheDir, argv, calls)
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", argv, err, strings.Join(lines, "\n"))
+	}
+	return lines
+}
+
+// runClientArgs runs an example client with pick options (version=v2 …)
+// and returns its lines and its exit error (it exits 1 when a call failed).
+func runClientArgs(t *testing.T, agentURL, cacheDir string, argv []string, calls int, opts ...string) ([]string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], "api", fmt.Sprint(calls))...)
+	args := append(append(argv[1:len(argv):len(argv)], "api", fmt.Sprint(calls)), opts...)
+	cmd := exec.CommandContext(ctx, argv[0], args...)
 	cmd.Env = append(os.Environ(), "ROSTER_AGENT="+agentURL, "ROSTER_CACHE_DIR="+cacheDir)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v: %v\n%s%s", argv, err, out, stderr.String())
+	if stderr.Len() > 0 {
+		t.Logf("%v stderr: %s", argv, stderr.String())
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) != calls {
-		t.Fatalf("%v: %d lines for %d calls:\n%s", argv, len(lines), calls, out)
+		t.Fatalf("%v %v: %d lines for %d calls (%v):\n%s%s", argv, opts, len(lines), calls, err, out, stderr.String())
 	}
-	return lines
+	return lines, err
 }
 
 // served counts the calls of a client run by outcome word and instance.
@@ -266,5 +277,156 @@ func TestAgentBadFlags(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("roster %v: exit %d, stderr %q; want an error with %q", args, code, stderr, c.want)
 		}
+	}
+}
+
+// TestAgentExampleClientsHonourFilters: the PHP and Python clients fall
+// back to their saved list only when the agent cannot be reached, and
+// then filter it as the agent does; an error the agent answers (503
+// no_instances, 503 stale) is an error of the call, never a pick from the
+// saved list that ignores the filters.
+func TestAgentExampleClientsHonourFilters(t *testing.T) {
+	clients := map[string][]string{
+		"php":    {"php", "../../examples/php/client.php"},
+		"python": {"python3", "../../examples/python/roster_agent.py"},
+	}
+	for name, argv := range clients {
+		t.Run(name, func(t *testing.T) {
+			if _, err := exec.LookPath(argv[0]); err != nil {
+				t.Fatalf("%s is not installed (scripts/test.sh installs it): %v", argv[0], err)
+			}
+			testClientFilters(t, argv)
+		})
+	}
+}
+
+func testClientFilters(t *testing.T, argv []string) {
+	srv := redistest.Start(t)
+	url := "redis://" + srv.Addr() + "/0"
+	reg, err := registry.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	startInstanceOf(t, reg, registry.Instance{ID: "a", Version: "v1", Zone: "z1", Tags: []string{"x"}})
+	startInstanceOf(t, reg, registry.Instance{ID: "b", Version: "v1", Zone: "z2"})
+	c := startInstanceOf(t, reg, registry.Instance{ID: "c", Version: "v2", Zone: "z2", Tags: []string{"x", "y"}})
+	agent := startAgent(t, "--registry", url, "--max-staleness", "1s")
+	cache := t.TempDir()
+	runClient(t, agent.url, cache, argv, 1) // saves a, b and c
+
+	// c, the only v2, leaves: the agent's 503 no_instances is the answer,
+	// not a v1 from the saved list.
+	if err := c.lease.Deregister(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitAgentList(t, agent.url, 2)
+	wantFailed(t, agent.url, cache, argv, "no_instances", "version=v2")
+
+	// The registry is down for longer than --max-staleness: 503 stale.
+	srv.Kill()
+	waitPickCode(t, agent.url, "stale")
+	wantFailed(t, agent.url, cache, argv, "stale")
+
+	// The agent is down: the saved list, filtered.
+	agent.stop(t)
+	for _, c := range []struct {
+		opts []string
+		want string
+	}{
+		{[]string{"version=v2"}, "c"},
+		{[]string{"version=v1", "zone=z2"}, "b"},
+		{[]string{"tags=x,y"}, "c"},
+		{[]string{"zone=z1", "tags=x"}, "a"},
+	} {
+		lines, err := runClientArgs(t, agent.url, cache, argv, 10, c.opts...)
+		if n := served(lines); err != nil || n["fallback"] != 10 || n[c.want] != 10 {
+			t.Errorf("agent down, %v: %v, want 10 fallback calls on %s; exit %v:\n%s", c.opts, n, c.want, err, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// wantFailed runs 5 calls of a client and checks that each one failed
+// with the agent's code.
+func wantFailed(t *testing.T, agentURL, cache string, argv []string, code string, opts ...string) {
+	t.Helper()
+	lines, err := runClientArgs(t, agentURL, cache, argv, 5, opts...)
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "failed ") || !strings.Contains(l, code) {
+			t.Errorf("%v: %q, want a call failed with %s (exit %v)", opts, l, code, err)
+		}
+	}
+}
+
+// waitPickCode picks through the agent until it answers the error code.
+func waitPickCode(t *testing.T, agentURL, code string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Post(agentURL+"/v1/pick", "application/json", strings.NewReader(`{"service":"api"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Code string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if e.Code == code {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent does not answer %s within 15s (status %d, code %q)", code, resp.StatusCode, e.Code)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the agent's state, not a race
+	}
+}
+
+// startInstanceOf starts a real HTTP instance of api registered as in.
+func startInstanceOf(t *testing.T, reg *registry.Registry, in registry.Instance) *instance {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "hello from %s\n", in.ID)
+	}))
+	t.Cleanup(srv.Close)
+	in.Service, in.Address = "api", srv.Listener.Addr().String()
+	l, err := reg.Register(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &instance{id: in.ID, srv: srv, lease: l}
+}
+
+// TestAgentExampleClientsWaitOnAColdPick: with no saved list of the
+// service, a client waits longer than its usual 250 ms for the agent's
+// pick (whose first pick of a service waits for the registry), since it
+// has nothing to fall back on. The agent here is a stand-in that answers
+// after 700 ms: what is tested is the client's timeout, not the agent.
+func TestAgentExampleClientsWaitOnAColdPick(t *testing.T) {
+	inst := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "hello from a")
+	}))
+	defer inst.Close()
+	in := map[string]any{"id": "a", "service": "api", "address": inst.Listener.Addr().String(), "weight": 100}
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/pick":
+			time.Sleep(700 * time.Millisecond) // the registry's first answer
+			_ = json.NewEncoder(w).Encode(map[string]any{"token": "t1", "instance": in})
+		case "/v1/services/api":
+			_ = json.NewEncoder(w).Encode(map[string]any{"service": "api", "instances": []any{in}})
+		default:
+			_, _ = io.WriteString(w, "{}")
+		}
+	}))
+	defer slow.Close()
+	for name, argv := range map[string][]string{
+		"php":    {"php", "../../examples/php/client.php"},
+		"python": {"python3", "../../examples/python/roster_agent.py"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lines, err := runClientArgs(t, slow.URL, t.TempDir(), argv, 1)
+			if n := served(lines); err != nil || n["ok"] != 1 {
+				t.Errorf("cold pick answered after 700ms: %v (exit %v), want 1 ok call", lines, err)
+			}
+		})
 	}
 }

@@ -21,8 +21,8 @@ const (
 	maxTimeout = time.Hour // --drain, --check-interval, conformance timings, bench --hold, agent --token-ttl
 	minTTL     = 10 * time.Millisecond
 	maxTTL     = 24 * time.Hour
-	// maxStaleness bounds agent --max-staleness: a week of serving the
-	// last good list through an outage.
+	// maxStaleness bounds a set agent --max-staleness: a week of serving
+	// the last good list through an outage (0, the default, sets none).
 	maxStaleness = 7 * 24 * time.Hour
 	// bench: beyond these a run measures the machine, not the registry
 	// (each registry is its own connections; each instance a lease).
@@ -31,16 +31,18 @@ const (
 	maxBenchProbes     = 10_000
 )
 
-// durationFlag is a time.Duration flag bounded to [min, max].
+// durationFlag is a time.Duration flag bounded to [min, max], or 0 where
+// zero says "no bound".
 type durationFlag struct {
-	p        *time.Duration
-	min, max time.Duration
+	p         *time.Duration
+	min, max  time.Duration
+	zeroIsOff bool
 }
 
 // durationVar defines a duration flag whose value must lie in [min, max].
 func durationVar(f *pflag.FlagSet, p *time.Duration, name string, value, min, max time.Duration, usage string) {
 	*p = value
-	f.Var(&durationFlag{p, min, max}, name, usage)
+	f.Var(&durationFlag{p: p, min: min, max: max}, name, usage)
 }
 
 func (f *durationFlag) Set(s string) error {
@@ -48,11 +50,24 @@ func (f *durationFlag) Set(s string) error {
 	if err != nil {
 		return errors.New("not a duration (write it like 500ms, 3s or 1m)")
 	}
+	if f.zeroIsOff && d == 0 {
+		*f.p = 0
+		return nil
+	}
 	if d < f.min || d > f.max {
+		if f.zeroIsOff {
+			return fmt.Errorf("must be 0 (no bound) or from %s to %s", shortDuration(f.min), shortDuration(f.max))
+		}
 		return fmt.Errorf("must be from %s to %s", shortDuration(f.min), shortDuration(f.max))
 	}
 	*f.p = d
 	return nil
+}
+
+// boundVar defines a duration flag that is 0 (no bound) or in [min, max].
+func boundVar(f *pflag.FlagSet, p *time.Duration, name string, value, min, max time.Duration, usage string) {
+	*p = value
+	f.Var(&durationFlag{p, min, max, true}, name, usage)
 }
 
 func (f *durationFlag) String() string { return shortDuration(*f.p) }

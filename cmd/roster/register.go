@@ -38,7 +38,8 @@ the health check passes (at once without --check-http), keeps the registration
 while the check passes, and on SIGTERM or SIGINT it deregisters FIRST, waits
 --drain so that clients stop picking the instance, then forwards the signal to
 CMD's process group and exits with CMD's exit code. If CMD exits by itself, the
-instance is deregistered and roster exits with CMD's code.
+instance is deregistered and roster exits with CMD's code. SIGHUP, SIGUSR1 and
+SIGUSR2 (reload signals) are forwarded to CMD, and roster stays up.
 
 CMD runs in a process group of its own: Ctrl-C in a terminal reaches roster
 only, and CMD gets it after the deregistration and the drain. CMD reads stdin
@@ -104,6 +105,13 @@ func runSidecar(cmd *cobra.Command, in registry.Instance, ttl time.Duration, opt
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// Reload signals are CMD's (php-fpm's USR2, nginx's HUP): by Go's
+	// default, SIGHUP would kill the sidecar and USR1/USR2 be lost.
+	fwd := make(chan os.Signal, 1)
+	for sig := range forwardSignals {
+		signal.Notify(fwd, sig)
+	}
+	defer signal.Stop(fwd)
 
 	s := &sidecar{out: cmd.ErrOrStderr(), drain: drain, exited: make(chan error, 1)}
 	// Bad input fails here, before CMD starts. An unreachable registry does
@@ -138,6 +146,8 @@ func runSidecar(cmd *cobra.Command, in registry.Instance, ttl time.Duration, opt
 			}
 		case sig := <-sigs:
 			return s.shutdown(sig, sigs)
+		case sig := <-fwd:
+			s.forward(sig)
 		case err := <-s.exited:
 			s.settle()
 			s.deregister()
@@ -248,6 +258,21 @@ func (s *sidecar) shutdown(sig os.Signal, sigs <-chan os.Signal) error {
 		s.logf("forward %s: %v", signalName(sig), err)
 	}
 	return exitCode(<-s.exited)
+}
+
+// forward passes a reload signal to CMD, and to CMD only: a master
+// process (php-fpm, nginx) tells its workers itself, and a worker may
+// die of a signal it does not expect (php-fpm's die of USR2).
+func (s *sidecar) forward(sig os.Signal) {
+	if s.child == nil {
+		s.logf("%s: no command to forward it to", forwardSignals[sig])
+		return
+	}
+	if err := s.child.Process.Signal(sig); err != nil {
+		s.logf("forward %s: %v", forwardSignals[sig], err)
+		return
+	}
+	s.logf("forwarded %s to the command (pid %d)", forwardSignals[sig], s.child.Process.Pid)
 }
 
 // deregister removes the instance, and reports whether there was one.

@@ -12,3 +12,6 @@ func ownGroup(*exec.Cmd) {}
 
 // signalGroup sends sig to p.
 func signalGroup(p *os.Process, sig os.Signal) error { return p.Signal(sig) }
+
+// forwardSignals is empty where there are no reload signals.
+var forwardSignals map[os.Signal]string

@@ -111,7 +111,13 @@ func startSidecar(t *testing.T, env []string, args ...string) *sidecarProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = append(append([]string{"register"}, args...), "--", self)
+	return startSidecarCmd(t, env, []string{self}, args...)
+}
+
+// startSidecarCmd starts roster register args… -- cmd….
+func startSidecarCmd(t *testing.T, env, cmd []string, args ...string) *sidecarProc {
+	t.Helper()
+	args = append(append(append([]string{"register"}, args...), "--"), cmd...)
 	s := &sidecarProc{cmd: exec.Command(binary, args...), lines: make(chan string, 64), exited: make(chan struct{})}
 	s.cmd.Env = append(append(os.Environ(), "ROSTER_REGISTRY="), env...)
 	// CMD's output comes through a pipe of our own, which Wait does not

@@ -27,3 +27,7 @@ func signalGroup(p *os.Process, sig os.Signal) error {
 	}
 	return syscall.Kill(-p.Pid, s)
 }
+
+// forwardSignals are the signals the sidecar passes on to CMD and
+// survives, the reload signals of the usual servers, by name.
+var forwardSignals = map[os.Signal]string{syscall.SIGHUP: "SIGHUP", syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2"}

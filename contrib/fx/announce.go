@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 
 	"go.uber.org/fx"
 
+	"github.com/roster-go/roster/internal/backoff"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -50,7 +52,21 @@ type Announcement struct {
 	Drain bool
 	// Options are passed to Registry.Register (TTL, state hook, …).
 	Options []registry.RegisterOption
+	// WaitRegistered makes start fail when the registry cannot be
+	// reached, instead of retrying in the background (the default): the
+	// app then starts only registered.
+	WaitRegistered bool
+	// Logger receives the background retries (default slog.Default()).
+	Logger *slog.Logger
 }
+
+// Retries of a registration while the registry cannot be reached: the
+// bounds of roster register's.
+const (
+	retryBase      = 200 * time.Millisecond
+	retryMax       = 10 * time.Second
+	attemptTimeout = 10 * time.Second
+)
 
 // Announce announces the service being built. constructor is an fx
 // constructor (its parameters are injected) returning an Announcement, or
@@ -76,7 +92,11 @@ func announce(lc fx.Lifecycle, reg *registry.Registry, a Announcement) {
 type announcer struct {
 	reg   *registry.Registry
 	a     Announcement
-	lease *registry.Lease
+	lease *registry.Lease // nil until registered; set by retry before retried closes
+
+	stopRetry   context.CancelFunc // ends the background retries
+	retried     chan struct{}      // closed when they end; nil without them
+	retryCancel context.CancelFunc // cancels an attempt under way
 }
 
 func (an *announcer) describe(inst registry.Instance) string {
@@ -108,12 +128,86 @@ func (an *announcer) start(ctx context.Context) error {
 		}
 		opts = append(opts, registry.WithHealthCheck(a.HealthCheck, every))
 	}
-	lease, err := an.reg.Register(ctx, inst, opts...)
-	if err != nil {
+	if inst.ID == "" {
+		// One ID for every attempt: an attempt whose answer was lost and
+		// the next one upsert one registration.
+		inst.ID = registry.NewID(inst.Service, inst.Address)
+	}
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	lease, err := an.reg.Register(actx, inst, opts...)
+	cancel()
+	switch {
+	case err == nil:
+		an.lease = lease
+		return nil
+	case a.WaitRegistered || errors.Is(err, registry.ErrInvalid) || errors.Is(err, registry.ErrClosed):
 		return fmt.Errorf("%s: %w", an.describe(inst), err)
 	}
-	an.lease = lease
+	an.retry(inst, opts, err)
 	return nil
+}
+
+func (an *announcer) logger() *slog.Logger {
+	if an.a.Logger != nil {
+		return an.a.Logger
+	}
+	return slog.Default()
+}
+
+// retry registers inst in the background, with backoff, logging every
+// failure, until it succeeds, the registry rejects the instance for good,
+// or stop ends the retries. The service serves meanwhile, as behind
+// roster register; it gets traffic once registered.
+func (an *announcer) retry(inst registry.Instance, opts []registry.RegisterOption, err error) {
+	stop, stopRetry := context.WithCancel(context.Background())
+	bg, cancel := context.WithCancel(context.Background())
+	an.stopRetry, an.retryCancel, an.retried = stopRetry, cancel, make(chan struct{})
+	log := an.logger().With("service", inst.Service, "address", inst.Address)
+	go func() {
+		defer close(an.retried)
+		policy := backoff.Policy{Base: retryBase, Max: retryMax}
+		for attempt := 0; ; attempt++ {
+			d := policy.Delay(attempt)
+			log.Warn("rosterfx: cannot register yet; the service runs meanwhile", "retry_in", d.Round(time.Millisecond), "err", err)
+			t := time.NewTimer(d)
+			select {
+			case <-stop.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			actx, acancel := context.WithTimeout(bg, attemptTimeout)
+			lease, rerr := an.reg.Register(actx, inst, opts...)
+			acancel()
+			switch {
+			case rerr == nil:
+				an.lease = lease
+				log.Info("rosterfx: registered", "id", inst.ID, "attempts", attempt+2)
+				return
+			case errors.Is(rerr, registry.ErrInvalid) || errors.Is(rerr, registry.ErrClosed):
+				log.Error("rosterfx: cannot register; giving up", "err", rerr)
+				return
+			}
+			err = rerr
+		}
+	}()
+}
+
+// endRetry stops the background retries, letting an attempt under way
+// finish while ctx lasts: it may have reached the registry, and what it
+// registered is deregistered by stop.
+func (an *announcer) endRetry(ctx context.Context) {
+	if an.retried == nil {
+		return
+	}
+	an.stopRetry()
+	select {
+	case <-an.retried:
+	case <-ctx.Done():
+		an.retryCancel() // what it wrote expires with its TTL
+		<-an.retried
+	}
+	an.retryCancel()
 }
 
 // waitHealthy polls check until it passes or ctx ends, and returns the
@@ -147,8 +241,12 @@ func waitHealthy(ctx context.Context, check func(context.Context) error, every t
 }
 
 func (an *announcer) stop(ctx context.Context) error {
+	an.endRetry(ctx)
 	l := an.lease
 	if l == nil {
+		if an.retried != nil {
+			an.logger().Info("rosterfx: never registered: nothing to deregister", "service", an.a.Instance.Service)
+		}
 		return nil
 	}
 	inst := l.Instance()

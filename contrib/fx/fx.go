@@ -39,10 +39,22 @@
 // The registry is closed after everything that uses it has stopped; a
 // Registry.Close also deregisters any lease still alive.
 //
-// Start errors (registry unreachable, invalid instance, an unspecified
-// address such as [::]:8080, a health check that
-// never passes) fail fx's Start with a message naming the service and
-// address; fx.App.Run then exits non-zero.
+// # Registry down at start
+//
+// If the registry cannot be reached when the announcement registers, the
+// app starts all the same and the registration is retried in the
+// background, as roster register does: backoff from 200ms to 10s, each
+// failure logged (Announcement.Logger, slog). The instance gets traffic
+// once registered. On stop the retries end; an instance that was never
+// registered is not deregistered, and no drain window is waited.
+// Announcement.WaitRegistered makes the start fail instead. The registry
+// itself must open: Redis opens without a server, etcd dials at Open.
+//
+// Start errors (invalid instance, an unspecified address such as
+// [::]:8080, a health check that never passes, a registry that does not
+// open, an unreachable one with WaitRegistered) fail fx's Start with a
+// message naming the service and address; fx.App.Run then exits
+// non-zero.
 package rosterfx
 
 import (
@@ -110,8 +122,9 @@ func NewRegistry(p RegistryParams) (*registry.Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rosterfx: open registry: %w", err) // Open redacts credentials
 	}
-	p.Lifecycle.Append(fx.StopHook(func() error {
-		if err := reg.Close(); err != nil && !errors.Is(err, registry.ErrClosed) {
+	p.Lifecycle.Append(fx.StopHook(func(ctx context.Context) error {
+		// Within fx's stop deadline: leases it leaves expire at their TTL.
+		if err := reg.Shutdown(ctx); err != nil && !errors.Is(err, registry.ErrClosed) {
 			return fmt.Errorf("rosterfx: close %s: %w", reg, err)
 		}
 		return nil

@@ -159,11 +159,12 @@ func DialOptions(reg *registry.Registry, opts ...Option) []grpc.DialOption {
 		js = ServiceConfig(c.strategy, c.retries, c.retryCodes...)
 	}
 	set := &settings{quarantine: c.quarantine, classify: c.classify}
+	st := &starts{}
 	return []grpc.DialOption{
-		grpc.WithResolvers(&settingsResolver{b: NewResolverBuilder(reg), set: set}),
+		grpc.WithResolvers(&settingsResolver{b: NewResolverBuilder(reg), set: set, starts: st}),
 		grpc.WithDefaultServiceConfig(js),
-		grpc.WithChainUnaryInterceptor(unaryTried),
-		grpc.WithChainStreamInterceptor(streamTried),
+		grpc.WithChainUnaryInterceptor(st.unary, unaryTried),
+		grpc.WithChainStreamInterceptor(st.stream, streamTried),
 	}
 }
 
@@ -177,14 +178,19 @@ func NewClient(reg *registry.Registry, service string, opts []Option, extra ...g
 // settingsResolver hands the dial's settings to the balancer through the
 // resolver state (a balancer is built by name, with no dial options).
 type settingsResolver struct {
-	b   resolver.Builder
-	set *settings
+	b      resolver.Builder
+	set    *settings
+	starts *starts
 }
 
 func (s *settingsResolver) Scheme() string { return s.b.Scheme() }
 
 func (s *settingsResolver) Build(t resolver.Target, cc resolver.ClientConn, o resolver.BuildOptions) (resolver.Resolver, error) {
-	return s.b.Build(t, &settingsCC{ClientConn: cc, set: s.set}, o)
+	r, err := s.b.Build(t, &settingsCC{ClientConn: cc, set: s.set}, o)
+	if err != nil {
+		return nil, err
+	}
+	return s.starts.track(t.String(), r), nil
 }
 
 type settingsCC struct {

@@ -18,6 +18,13 @@
 // had. An empty snapshot is a real answer: RPCs then fail with
 // Unavailable (or wait, with grpc.WaitForReady).
 //
+// A registry that cannot be reached at the client's start is named
+// (redacted URL) in the RPCs' errors: gRPC holds RPCs until the
+// resolver's first answer or error, which may take the registry's whole
+// timeout, so an RPC whose deadline ends first gets a DeadlineExceeded
+// saying which registry it waited for and for how long; after the
+// registry's error, RPCs fail at once with Unavailable quoting it.
+//
 // # Balancer
 //
 // One SubConn per instance address, kept connected. On every change of

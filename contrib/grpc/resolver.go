@@ -70,18 +70,21 @@ func (b *resolverBuilder) Build(t resolver.Target, cc resolver.ClientConn, _ res
 		return nil, fmt.Errorf("rostergrpc: watch %s: %w", service, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &rosterResolver{service: service, cc: cc, w: w, cancel: cancel, done: make(chan struct{})}
+	r := &rosterResolver{service: service, reg: b.reg.String(), cc: cc, w: w, cancel: cancel, done: make(chan struct{}),
+		first: newFirstAnswer()}
 	go r.run(ctx)
 	return r, nil
 }
 
 type rosterResolver struct {
 	service string
+	reg     string // the registry, its URL redacted, for errors
 	cc      resolver.ClientConn
 	w       *registry.Watcher
 	cancel  context.CancelFunc
 	done    chan struct{}
 	once    sync.Once
+	first   *firstAnswer
 }
 
 // ResolveNow does nothing: the watch pushes every change, and the
@@ -105,8 +108,10 @@ func (r *rosterResolver) run(ctx context.Context) {
 		case errors.Is(err, registry.ErrUnavailable):
 			if snap.Revision == 0 && len(snap.Instances) == 0 {
 				// Never reached the backend: say why the channel has no
-				// addresses yet.
-				r.cc.ReportError(fmt.Errorf("rostergrpc: %s: %w", r.service, err))
+				// addresses yet, naming the registry.
+				err = fmt.Errorf("rostergrpc: %s: no answer from %s: %w", r.service, r.reg, err)
+				r.first.failed(err)
+				r.cc.ReportError(err)
 				continue
 			}
 			// Stale: keep using the last known instances (pushed again
@@ -114,6 +119,7 @@ func (r *rosterResolver) run(ctx context.Context) {
 		default:
 			return // closed or cancelled
 		}
+		r.first.answered()
 		// The return value is ignored: a watch-based resolver has nothing
 		// better to offer on re-resolution than the next change.
 		_ = r.cc.UpdateState(stateOf(r.service, snap))

@@ -116,7 +116,11 @@ func defaultRetryOn(r *http.Response) bool {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL == nil || req.URL.Port() != "" {
+	if req.URL == nil {
+		closeBody(req)
+		return nil, fmt.Errorf("%w: request without a URL (want http://<service>/path)", ErrNotService)
+	}
+	if req.URL.Port() != "" {
 		closeBody(req)
 		return nil, fmt.Errorf("%w: %q (want http://<service>/path, no port)", ErrNotService, req.URL.Host)
 	}

@@ -153,6 +153,17 @@ func TestRejectsNonServiceURL(t *testing.T) {
 	}
 }
 
+// TestNilURLIsAnError: a request built by hand without a URL is
+// ErrNotService, not a nil-pointer panic in RoundTrip.
+func TestNilURLIsAnError(t *testing.T) {
+	reg := openMem(t)
+	hc, _ := newHTTPClient(t, reg)
+	resp, err := hc.Transport.RoundTrip(&http.Request{Method: http.MethodGet, Header: http.Header{}})
+	if resp != nil || !errors.Is(err, rosterhttp.ErrNotService) {
+		t.Fatalf("RoundTrip of a request without a URL = %v, %v; want ErrNotService", resp, err)
+	}
+}
+
 func TestGetRetriedOnAnotherInstance(t *testing.T) {
 	reg := openMem(t)
 	register(t, reg, "users", deadAddr(t)) // a crashed instance, still registered

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"os"
+	"strings"
+	"testing"
+	"time"
 
 	rosterfx "github.com/roster-go/roster/contrib/fx"
 )
@@ -21,4 +27,23 @@ func Example() {
 	}
 	fmt.Println("no request failed")
 	// Output: no request failed
+}
+
+// A start that fails is logged at error level, naming the cause: the
+// example's fx apps do not exit 1 in silence.
+func TestStartErrorIsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	defer slog.SetDefault(old)
+	app := greeter("nope://registry", "greeter-x")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := app.Start(ctx); err == nil {
+		app.Stop(ctx)
+		t.Fatal("started on a registry URL of no backend")
+	}
+	if out := buf.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, `no backend for scheme \"nope\"`) {
+		t.Fatalf("the failed start logged %q; want an error naming the scheme", out)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
 
 	_ "github.com/roster-go/roster/backends/all" // $ROSTER_REGISTRY may name any scheme
 	"github.com/roster-go/roster/backends/etcd/etcdlocal"
@@ -71,10 +73,19 @@ func NewServer(lc fx.Lifecycle, name string) *Server {
 // Addr is the address the server listens on, once started.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// fxLogger logs fx's events through slog: errors (a constructor or a
+// start hook that failed) at error level, the rest at debug, hidden by
+// default. With fx.NopLogger a failed start would exit 1 saying nothing.
+func fxLogger() fxevent.Logger {
+	l := &fxevent.SlogLogger{Logger: slog.Default()}
+	l.UseLogLevel(slog.LevelDebug)
+	return l
+}
+
 // greeter is one instance of the service: one process, one fx app.
 func greeter(url, name string) *fx.App {
 	return fx.New(
-		fx.NopLogger,
+		fx.WithLogger(fxLogger),
 		fx.Supply(rosterfx.Config{URL: url}),
 		rosterfx.Module,
 		fx.Provide(func(lc fx.Lifecycle) *Server { return NewServer(lc, name) }),
@@ -95,7 +106,7 @@ func greeter(url, name string) *fx.App {
 // behind an http.Client.
 func client(url string, hc **http.Client) *fx.App {
 	return fx.New(
-		fx.NopLogger,
+		fx.WithLogger(fxLogger),
 		fx.Supply(rosterfx.Config{URL: url}),
 		rosterfx.Module,
 		rosterfx.ClientModule,

@@ -8,12 +8,28 @@
 //
 // If the agent cannot be reached, the client falls back to the last list
 // it saved for the service (a JSON file, written atomically), so a
-// restart of the agent costs no call.
+// restart of the agent costs no call. The saved list is filtered as the
+// agent would filter it (version, zone, tags). An answer of the agent is
+// never overridden by the saved list: an error it answers (503
+// no_instances, stale, ...) is thrown as a RosterAgentError with its code,
+// since the agent knows better than a file that may be minutes old.
+
+/** An error the agent answered: $agentCode is its code (no_instances, stale, invalid, ...). */
+final class RosterAgentError extends RuntimeException
+{
+    public function __construct(string $message, public readonly string $agentCode, public readonly int $status)
+    {
+        parent::__construct($message);
+    }
+}
 
 final class RosterAgent
 {
     private string $base;
     private ?string $socket = null;
+    /** Seconds a pick waits for the agent when no list of the service is saved. */
+    public const COLD_TIMEOUT = 2.0;
+
     /** Whether the latest pick came from the saved list (the agent was down). */
     public bool $lastFallback = false;
 
@@ -36,24 +52,49 @@ final class RosterAgent
     /**
      * Picks an instance of $service. $opts: strategy, key, version, zone, tags.
      * Returns ['instance' => [...], 'token' => string|null, 'fallback' => bool].
+     * Throws RosterAgentError when the agent answers an error.
      */
     public function pick(string $service, array $opts = []): array
     {
-        [$status, $body] = $this->request('POST', '/v1/pick', ['service' => $service] + $opts);
-        $this->lastFallback = $status !== 200;
-        if ($status === 200) {
+        $this->lastFallback = false;
+        // With no saved list to fall back on, a slow answer beats none: an
+        // agent's first pick of a service waits for the registry.
+        $timeout = is_file($this->listFile($service)) ? 0 : max($this->timeout, self::COLD_TIMEOUT);
+        [$status, $body] = $this->request('POST', '/v1/pick', ['service' => $service] + $opts, $timeout);
+        if ($status === 200 && isset($body['instance']['address'])) {
             $this->saveList($service);
-            return ['instance' => $body['instance'], 'token' => $body['token'], 'fallback' => false];
+            return ['instance' => $body['instance'], 'token' => $body['token'] ?? null, 'fallback' => false];
         }
-        if ($status !== 0 && $status < 500) {
-            throw new InvalidArgumentException("roster agent: pick $service: " . ($body['error'] ?? "status $status"));
+        if ($status !== 0 && isset($body['code']) && is_string($body['code'])) {
+            // The agent answered: its list is newer than ours, and its
+            // no_instances or stale is the truth about the service.
+            throw new RosterAgentError("roster agent: pick $service: $status {$body['code']}: " . ($body['error'] ?? ''), $body['code'], $status);
         }
-        // The agent is down (or has nothing): the last list we saved.
-        $list = $this->loadList($service);
+        // No answer, or one that is not the agent's (a proxy's error page):
+        // the agent cannot be reached, so the last list we saved, filtered.
+        $this->lastFallback = true;
+        $list = self::matching($this->loadList($service), $opts);
         if (!$list) {
-            throw new RuntimeException("roster agent unreachable and no saved list for $service");
+            throw new RuntimeException("roster agent unreachable (status $status) and no saved instance of $service matches " . json_encode(array_diff_key($opts, ['strategy' => 0, 'key' => 0])));
         }
         return ['instance' => self::weightedRandom($list), 'token' => null, 'fallback' => true];
+    }
+
+    /** Returns the instances of $list that the pick filters of $opts (version, zone, tags) accept. */
+    private static function matching(array $list, array $opts): array
+    {
+        $tags = (array)($opts['tags'] ?? []);
+        return array_values(array_filter($list, function ($in) use ($opts, $tags): bool {
+            if (!is_array($in) || !isset($in['address'])) {
+                return false;
+            }
+            foreach (['version', 'zone'] as $f) {
+                if (($opts[$f] ?? '') !== '' && ($in[$f] ?? '') !== $opts[$f]) {
+                    return false;
+                }
+            }
+            return !array_diff($tags, (array)($in['tags'] ?? []));
+        }));
     }
 
     /** Reports the outcome of a picked call: success, business, failure, fatal or abort. */

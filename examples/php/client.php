@@ -1,16 +1,21 @@
 <?php
 // Calls a service N times through roster agent: pick, call over HTTP,
-// report. One line per call: "ok <instance id> <answer>" or
+// report. One line per call: "ok <instance id> <answer>",
 // "fallback <instance id> <answer>" when the agent was down and the last
-// saved list served the pick.
+// saved list served the pick, or "failed <error>".
 //
-//   php client.php SERVICE [CALLS]
+//   php client.php SERVICE [CALLS] [version=v2] [zone=hz-1] [tags=a,b] [strategy=…] [key=…]
 //   env: ROSTER_AGENT (default http://127.0.0.1:7946), ROSTER_CACHE_DIR (default the temp dir)
 
 require __DIR__ . '/RosterAgent.php';
 
 $service = $argv[1] ?? 'api';
 $calls = (int)($argv[2] ?? 10);
+$opts = [];
+foreach (array_slice($argv, 3) as $arg) {
+    [$k, $v] = explode('=', $arg, 2) + [1 => ''];
+    $opts[$k] = $k === 'tags' ? explode(',', $v) : $v;
+}
 $agent = new RosterAgent(getenv('ROSTER_AGENT') ?: 'http://127.0.0.1:7946', getenv('ROSTER_CACHE_DIR') ?: sys_get_temp_dir());
 
 $httpGet = function (array $instance): string {
@@ -33,7 +38,7 @@ for ($i = 0; $i < $calls; $i++) {
         $answer = $agent->call($service, function (array $in) use ($httpGet, &$picked) {
             $picked = $in;
             return $httpGet($in);
-        });
+        }, $opts);
         echo ($agent->lastFallback ? 'fallback' : 'ok'), ' ', $picked['id'], ' ', trim($answer), "\n";
     } catch (Throwable $e) {
         $failed++;

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """A client of `roster agent` with the Python 3 standard library only.
 
-pick an instance, call it, report the outcome by token; if the agent is
-down, fall back to the last list saved for the service (a JSON file,
-replaced atomically).
+pick an instance, call it, report the outcome by token. If the agent
+cannot be reached, fall back to the last list saved for the service (a
+JSON file, replaced atomically), filtered as the agent filters (version,
+zone, tags). An error the agent answers (503 no_instances, stale, ...) is
+raised as AgentError with its code, never served from the saved list:
+the agent knows better than a file that may be minutes old.
 
-    python3 roster_agent.py SERVICE [CALLS]
+    python3 roster_agent.py SERVICE [CALLS] [version=v2] [zone=hz-1] [tags=a,b] [strategy=...] [key=...]
     env: ROSTER_AGENT (default http://127.0.0.1:7946), ROSTER_CACHE_DIR (default the temp dir)
 
-Prints one line per call: "ok <instance id> <answer>", or "fallback ..."
-when the saved list served the pick.
+Prints one line per call: "ok <instance id> <answer>", "fallback ..."
+when the saved list served the pick, or "failed <error>".
 """
 
 import json
@@ -23,6 +26,28 @@ import urllib.error
 import urllib.request
 
 
+class AgentError(RuntimeError):
+    """An error the agent answered: code is its code (no_instances, stale, invalid, ...)."""
+
+    def __init__(self, message, code, status):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+def matching(instances, version="", zone="", tags=(), **_):
+    """The instances the pick filters accept, as the agent applies them."""
+    return [i for i in instances
+            if isinstance(i, dict) and i.get("address")
+            and (not version or i.get("version") == version)
+            and (not zone or i.get("zone") == zone)
+            and all(t in (i.get("tags") or []) for t in tags)]
+
+
+# Seconds a pick waits for the agent when no list of the service is saved.
+COLD_TIMEOUT = 2.0
+
+
 class RosterAgent:
     def __init__(self, agent, cache_dir, timeout=0.25, refresh=5):
         self.base = agent.rstrip("/")
@@ -31,13 +56,13 @@ class RosterAgent:
         self.refresh = refresh
         self.last_fallback = False
 
-    def _request(self, method, path, body=None):
+    def _request(self, method, path, body=None, timeout=None):
         """Returns (status, decoded body); status 0 when the agent did not answer."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method,
                                      headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 raw = resp.read()
                 return resp.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as e:
@@ -75,17 +100,27 @@ class RosterAgent:
             return []
 
     def pick(self, service, **opts):
-        """Returns (instance, token, fallback). opts: strategy, key, version, zone, tags."""
-        status, body = self._request("POST", "/v1/pick", dict(service=service, **opts))
-        self.last_fallback = status != 200
-        if status == 200:
+        """Returns (instance, token, fallback). opts: strategy, key, version, zone, tags.
+
+        Raises AgentError when the agent answers an error."""
+        self.last_fallback = False
+        # With no saved list to fall back on, a slow answer beats none: an
+        # agent's first pick of a service waits for the registry.
+        timeout = None if os.path.exists(self._list_file(service)) else max(self.timeout, COLD_TIMEOUT)
+        status, body = self._request("POST", "/v1/pick", dict(service=service, **opts), timeout)
+        if status == 200 and isinstance(body, dict) and isinstance(body.get("instance"), dict):
             self._save_list(service)
-            return body["instance"], body["token"], False
-        if status != 0 and status < 500:
-            raise ValueError("roster agent: pick %s: %s" % (service, (body or {}).get("error", status)))
-        instances = self._load_list(service)
+            return body["instance"], body.get("token"), False
+        if status != 0 and isinstance(body, dict) and isinstance(body.get("code"), str):
+            # The agent answered: its no_instances or stale is the truth.
+            raise AgentError("roster agent: pick %s: %d %s: %s" % (service, status, body["code"], body.get("error", "")),
+                             body["code"], status)
+        # No answer, or one that is not the agent's (a proxy's error page).
+        self.last_fallback = True
+        instances = matching(self._load_list(service), **opts)
         if not instances:
-            raise RuntimeError("roster agent unreachable and no saved list for " + service)
+            raise RuntimeError("roster agent unreachable (status %d) and no saved instance of %s matches %s"
+                               % (status, service, {k: v for k, v in opts.items() if k not in ("strategy", "key")}))
         weights = [max(0, int(i.get("weight", 0))) for i in instances]
         if sum(weights) == 0:
             return random.choice(instances), None, True
@@ -120,12 +155,16 @@ def http_get(instance):
 def main():
     service = sys.argv[1] if len(sys.argv) > 1 else "api"
     calls = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    opts = {}
+    for arg in sys.argv[3:]:
+        k, _, v = arg.partition("=")
+        opts[k] = v.split(",") if k == "tags" else v
     agent = RosterAgent(os.environ.get("ROSTER_AGENT", "http://127.0.0.1:7946"),
                         os.environ.get("ROSTER_CACHE_DIR", tempfile.gettempdir()))
     failed = 0
     for _ in range(calls):
         try:
-            instance, answer = agent.call(service, http_get)
+            instance, answer = agent.call(service, http_get, **opts)
             print("fallback" if agent.last_fallback else "ok", instance["id"], answer.strip(), flush=True)
         except Exception as e:
             failed += 1

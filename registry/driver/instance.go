@@ -19,7 +19,7 @@ const DefaultWeight = 100
 // can read it and Go field renames never change stored data.
 type Instance struct {
 	ID       string            `json:"id"`                 // unique per registration; see NewID
-	Service  string            `json:"service"`            // [a-z0-9][a-z0-9._-]{0,127}
+	Service  string            `json:"service"`            // [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?
 	Address  string            `json:"address"`            // host:port
 	Version  string            `json:"version,omitempty"`  // free form, e.g. "1.2.0"; used by version filters
 	Zone     string            `json:"zone,omitempty"`     // locality, e.g. "hz-1"; used by zone filters
