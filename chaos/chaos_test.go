@@ -85,14 +85,30 @@ var faults = []fault{
 	{"partition", (*fixture).partition},
 }
 
-var backends = []struct {
-	name  string
-	start func(t *testing.T) server
-}{
-	{"etcd", startEtcd},
-	{"redis-hash", startRedis("")},
-	{"redis-keys", startRedis("?layout=keys")},
-	{"consul", startConsul},
+type backend struct {
+	name   string
+	start  func(t *testing.T) server
+	faults []fault // nil: every fault of faults
+}
+
+var backends = []backend{
+	{"etcd", startEtcd, nil},
+	{"redis-hash", startRedis(""), nil},
+	{"redis-keys", startRedis("?layout=keys"), nil},
+	{"consul", startConsul, nil},
+	{"zookeeper", startZooKeeper, nil},
+	{"zookeeper-ensemble", startZooKeeperEnsemble, ensembleFaults},
+	{"kubernetes", startKubernetes, nil},
+	{"dual", startDual, dualFaults},
+	{"dnssrv", startDNSSRV, dnsFaults},
+}
+
+// faultsOf returns the faults applied to b.
+func (b backend) faultsOf() []fault {
+	if b.faults != nil {
+		return b.faults
+	}
+	return faults
 }
 
 // TestChaos runs every fault, repeatedly, on every backend: the backends
@@ -114,7 +130,7 @@ func TestChaos(t *testing.T) {
 			fx := newFixture(t, b.start(t))
 			fx.tally = func(fault string, p *phase) { sum.add(b.name, fault, p) }
 			for rep := 1; rep <= n && !fx.broken; rep++ {
-				for _, f := range faults {
+				for _, f := range b.faultsOf() {
 					t.Run(fmt.Sprintf("%s-%d", f.name, rep), func(t *testing.T) { fx.run(t, f) })
 					if fx.broken {
 						t.Errorf("stopping after a harness failure in %s-%d", f.name, rep)
@@ -360,16 +376,18 @@ func (fx *fixture) replace(t *testing.T, p *phase, i int) {
 
 // ---- recovery and convergence ----
 
+// ids are the live instances' IDs as the client reads them.
 func (fx *fixture) ids() []string {
 	ids := make([]string, len(fx.insts))
 	for i, in := range fx.insts {
-		ids[i] = in.id
+		ids[i] = readID(fx.srv, in)
 	}
 	return ids
 }
 
 // checkRecovery measures how long after ready a fresh Lookup lists every
-// instance again, and fails t past recoveryBound.
+// instance again, and fails t past its bound (recoveryBound unless the
+// backend documents another).
 func (fx *fixture) checkRecovery(t *testing.T, p *phase, ready time.Time) {
 	t.Helper()
 	listed, err := fx.waitListed(ready, 30*time.Second)
@@ -382,11 +400,12 @@ func (fx *fixture) checkRecovery(t *testing.T, p *phase, ready time.Time) {
 		last = max(last, at.Sub(ready))
 	}
 	p.recovery = last
-	p.event("every instance listed again, %v after ready (bound %v)", last.Round(10*time.Millisecond), recoveryBound)
-	if last > recoveryBound {
+	bound := boundOf(fx.srv)
+	p.event("every instance listed again, %v after ready (bound %v)", last.Round(10*time.Millisecond), bound)
+	if last > bound {
 		t.Errorf("recovery took %v after the server was ready, over the bound of %v; listed at:\n%s",
-			last.Round(10*time.Millisecond), recoveryBound, fx.leaseLogs(func(in *instance) string {
-				return "+" + listed[in.id].Sub(ready).Round(10*time.Millisecond).String() + " after ready"
+			last.Round(10*time.Millisecond), bound, fx.leaseLogs(func(in *instance) string {
+				return "+" + listed[readID(fx.srv, in)].Sub(ready).Round(10*time.Millisecond).String() + " after ready"
 			}))
 	}
 }
@@ -437,7 +456,7 @@ func (fx *fixture) waitListed(since time.Time, timeout time.Duration) (map[strin
 func (fx *fixture) lookup() (registry.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	reg, err := registry.Open(ctx, fx.srv.url())
+	reg, err := registry.Open(ctx, readURL(fx.srv))
 	if err != nil {
 		return registry.Snapshot{}, err
 	}
@@ -477,7 +496,13 @@ func (fx *fixture) converge(p *phase) error {
 	base := fx.load.servedBy()
 	for {
 		served := fx.load.servedBy()
-		idle := slices.DeleteFunc(slices.Clone(want), func(id string) bool { return served[id] > base[id] })
+		// Instances answer with the ID they registered.
+		var idle []string
+		for _, in := range fx.insts {
+			if served[in.id] <= base[in.id] {
+				idle = append(idle, in.id)
+			}
+		}
 		if len(idle) == 0 {
 			break
 		}

@@ -45,7 +45,7 @@ func (ta *tally) add(backend, fault string, p *phase) {
 func (ta *tally) table() string {
 	var keys [][2]string
 	for _, be := range backends {
-		for _, f := range faults {
+		for _, f := range be.faultsOf() {
 			keys = append(keys, [2]string{be.name, f.name})
 		}
 	}

@@ -86,13 +86,31 @@ func newGeneration(d *Driver) *generation {
 		defer cancel()
 		// No retries: client-go retries a GET that met EOF or a reset
 		// until the deadline, which would hide a cut for probeTimeout.
+		var l coordv1.LeaseList
 		err := d.cs.CoordinationV1().RESTClient().Get().Namespace(d.ns).Resource("leases").
-			Param("limit", "1").MaxRetries(0).Do(ctx).Error()
+			Param("limit", "1").MaxRetries(0).Do(ctx).Into(&l)
+		if err == nil {
+			err = g.checkRV(parseRV(l.ResourceVersion))
+		}
 		return g.note(err)
 	}
 	g.slices = g.informer(&discoveryv1.EndpointSlice{}, discoveryv1.LabelServiceName, listWatch(g, slices.List, slices.Watch))
 	g.leases = g.informer(&coordv1.Lease{}, LabelLeaseService, listWatch(g, leases.List, leases.Watch))
 	return g
+}
+
+// checkRV fails when the apiserver's resourceVersion rv is below what the
+// generation saw: its storage lost its data. An apiserver restarted at
+// once listens before it serves, so the watchdog's probe may never meet
+// the outage; its watches then wait for a version that will not come
+// while Leases lapse by our clock, and expiring them would empty a
+// healthy service.
+func (g *generation) checkRV(rv uint64) error {
+	seen := max(g.rev.Load(), parseRV(g.slices.LastSyncResourceVersion()), parseRV(g.leases.LastSyncResourceVersion()))
+	if rv < seen {
+		return fmt.Errorf("resourceVersion went back from %d to %d: the apiserver lost its data", seen, rv)
+	}
+	return nil
 }
 
 // listWatch is the ListWatch of one resource; its errors end g (note).

@@ -283,6 +283,30 @@ func (s *Server) Restart(ctx context.Context, keepData bool) error {
 	return s.start(ctx)
 }
 
+// Kill stops the apiserver abruptly (SIGKILL, as a crash would), keeping
+// etcd and its data; Start starts it again. It is safe to call twice.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.proc.Kill()
+}
+
+// Start starts a killed apiserver again on the same port and waits for
+// /readyz. With keepData false etcd is wiped first, as in Restart.
+func (s *Server) Start(ctx context.Context, keepData bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("kubetest: server closed")
+	}
+	if !keepData {
+		if err := s.etcd.Wipe(ctx); err != nil {
+			return err
+		}
+	}
+	return s.start(ctx)
+}
+
 // Close stops the apiserver and etcd and removes their files.
 func (s *Server) Close() error {
 	s.mu.Lock()
