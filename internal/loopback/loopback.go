@@ -7,20 +7,38 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// It lies below the range the kernel draws the local ports of outgoing
+// connections from (32768 up on Linux): a port handed out from that range
+// can be taken by any client's connection while a test's server is down,
+// and the server restarted on it fails with "address already in use".
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 100 {
+		p := minFreePort + rand.IntN(maxFreePort-minFreePort)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err == nil {
+			l.Close()
+			return p, nil
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0") // a crowded range: any free port
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// The range FreePort draws from: below the ephemeral ports, and below
+// the conformance suite's fake instance addresses (20000 up), which are
+// registered but never bound.
+const minFreePort, maxFreePort = 10000, 20000
 
 // FreeAddr returns "127.0.0.1:<free port>".
 func FreeAddr() (string, error) {
