@@ -126,6 +126,13 @@ func TestChaos(t *testing.T) {
 	})
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			if raceEnabled && strings.HasPrefix(b.name, "zookeeper") {
+				// The race detector stops every test at a reconnect of
+				// go-zookeeper v1.0.4 (lastZxid, go-zookeeper/zk#35), which
+				// these faults cause by design; scripts/test.sh runs them
+				// without it. backends/zookeeper's restarts run under it.
+				t.Skip("go-zookeeper#35: a data race in the client library at reconnect; run without -race")
+			}
 			t.Parallel()
 			fx := newFixture(t, b.start(t))
 			fx.tally = func(fault string, p *phase) { sum.add(b.name, fault, p) }

@@ -111,10 +111,15 @@ echo "== bench module (kratos/go-kit comparison) compiles"
 # partition under load, on every backend and path, then the topology
 # faults (docs/reliability.md): alone (but for the light long outage), so
 # that its timing bounds are not measured on a machine busy with the other
-# packages' tests. -parallel 4 runs the four backends together (about 2
-# minutes with -race); ROSTER_CHAOS_REPEAT sets the runs of each fault (3).
+# packages' tests. -parallel 4 runs four backends at a time (about 9
+# minutes with -race for the seven backends and the topology faults);
+# ROSTER_CHAOS_REPEAT sets the runs of each fault (3).
 echo "== chaos suite"
 go test -race -count=1 -timeout 20m -parallel 4 "$@" ./chaos
+# ZooKeeper's rows without the race detector: go-zookeeper v1.0.4 has a
+# data race at reconnect (go-zookeeper/zk#35) that the detector turns
+# into a failure of every test running at that moment.
+go test -count=1 -timeout 20m -parallel 4 -run '^TestChaos$/^zookeeper' "$@" ./chaos
 
 echo "== chaos: waiting for the 11-minute outage"
 if ! wait "$outage"; then
