@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/internal/childproc"
+	"github.com/roster-go/roster/internal/logbuf"
 )
 
 // The roster binary, built once per test process for the agent path.
@@ -144,13 +145,13 @@ type phpWorker struct {
 	in     io.WriteCloser
 	out    *bufio.Reader
 	exited chan struct{}
-	stderr *syncBuffer
+	stderr *logbuf.Buffer
 }
 
 func startPHP(agentURL, dir string) (*phpWorker, error) {
 	cmd := exec.Command("php", "testdata/worker.php", service)
 	cmd.Env = append(os.Environ(), "ROSTER_AGENT="+agentURL, "ROSTER_CACHE_DIR="+dir)
-	w := &phpWorker{cmd: cmd, exited: make(chan struct{}), stderr: &syncBuffer{}}
+	w := &phpWorker{cmd: cmd, exited: make(chan struct{}), stderr: &logbuf.Buffer{}}
 	cmd.Stderr = w.stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -194,24 +195,6 @@ func (w *phpWorker) close() {
 		_ = w.cmd.Process.Kill()
 		<-w.exited
 	}
-}
-
-// syncBuffer is a process's stderr, read on failure while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // tail returns the end of the file at path.

@@ -1,7 +1,6 @@
 package dnssrv_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/roster-go/roster/internal/logbuf"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -92,29 +92,12 @@ func TestAddressQuestionsBounded(t *testing.T) {
 }
 
 // captureWarnings sends slog.Default to a buffer for the test.
-func captureWarnings(t *testing.T) *syncBuffer {
-	b := &syncBuffer{}
+func captureWarnings(t *testing.T) *logbuf.Buffer {
+	b := &logbuf.Buffer{}
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(b, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })
 	return b
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestTargetPastDeadlineLeftOut: a target whose addresses do not come
