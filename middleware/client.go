@@ -575,7 +575,7 @@ func (s *service) apply(ctx context.Context, snap registry.Snapshot) {
 // setFresh records that the served state is fresh; s.mu held.
 func (s *service) setFresh() {
 	s.staleAt.Store(0)
-	s.c.tel.setStale(s.name, time.Time{})
+	s.c.tel.setStale(s.name, 0)
 }
 
 // setStale records that the served state is stale and was already age
@@ -589,7 +589,7 @@ func (s *service) setStale(age time.Duration) {
 		at = -1 // 0 means fresh
 	}
 	s.staleAt.Store(at)
-	s.c.tel.setStale(s.name, monoTime(at))
+	s.c.tel.setStale(s.name, at)
 }
 
 // monoEpoch anchors monoNow: durations since it are read on the monotonic
@@ -603,8 +603,9 @@ func monoNow() int64 { return int64(time.Since(monoEpoch)) + clockSkip.Load() }
 // outage of hours is tested in milliseconds.
 var clockSkip atomic.Int64
 
-// monoTime turns a monoNow reading back into a time, for display.
-func monoTime(at int64) time.Time { return monoEpoch.Add(time.Duration(at)) }
+// monoTime turns a monoNow reading into the wall-clock time it was that
+// long ago, for display.
+func monoTime(at int64) time.Time { return time.Now().Add(-time.Duration(monoNow() - at)) }
 
 // unknownAge is the age of a persisted snapshot dated in the future: a
 // clock that went back since it was written, or a file set by hand. Such

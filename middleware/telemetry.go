@@ -55,7 +55,7 @@ type telemetry struct {
 	ejectedBy    metric.Int64Counter
 
 	mu         sync.Mutex
-	staleSince map[string]time.Time // service → when its snapshot went stale
+	staleSince map[string]int64 // service → monoNow when its snapshot went stale; 0 fresh
 	reg        metric.Registration
 
 	// The attributes of the metrics recorded on every call, built once
@@ -119,7 +119,7 @@ func instrumentation(tp trace.TracerProvider, mp metric.MeterProvider) (trace.Tr
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	tracer, m := instrumentation(tp, mp)
-	t := &telemetry{tracer: tracer, staleSince: map[string]time.Time{}}
+	t := &telemetry{tracer: tracer, staleSince: map[string]int64{}}
 	// Instrument errors only happen with invalid names or units, which are
 	// constants here; the returned instruments are no-ops then.
 	t.lookupDur, _ = m.Float64Histogram("roster.discovery.lookup.duration", metric.WithUnit("s"),
@@ -148,19 +148,20 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 func (t *telemetry) observeStaleness(_ context.Context, o metric.Observer) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := time.Now()
+	now := monoNow()
 	for svc, since := range t.staleSince {
 		age := 0.0
-		if !since.IsZero() {
-			age = now.Sub(since).Seconds()
+		if since != 0 {
+			age = time.Duration(now - since).Seconds()
 		}
 		o.ObserveFloat64(t.staleness, age, metric.WithAttributes(AttrService.String(svc)))
 	}
 	return nil
 }
 
-// setStale records when a service went stale (zero time: fresh again).
-func (t *telemetry) setStale(service string, since time.Time) {
+// setStale records when a service went stale, a monoNow reading (0:
+// fresh again).
+func (t *telemetry) setStale(service string, since int64) {
 	t.mu.Lock()
 	t.staleSince[service] = since
 	t.mu.Unlock()
