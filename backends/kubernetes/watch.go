@@ -34,6 +34,7 @@ type generation struct {
 	once    sync.Once
 	wg      sync.WaitGroup // the watchdog
 	rev     atomic.Uint64  // highest resourceVersion seen
+	probeRV atomic.Uint64  // highest resourceVersion a probe's list answered
 
 	mu    sync.Mutex
 	subs  map[string]map[chan struct{}]struct{}
@@ -105,12 +106,21 @@ func newGeneration(d *Driver) *generation {
 // the outage; its watches then wait for a version that will not come
 // while Leases lapse by our clock, and expiring them would empty a
 // healthy service.
+//
+// The reference is the probes' own earlier answer, not the versions the
+// informers saw: those come from events, and a list served by a watch
+// cache that lags behind them under load is not a lost storage (it failed
+// healthy watches as "informer lost the apiserver").
 func (g *generation) checkRV(rv uint64) error {
-	seen := max(g.rev.Load(), parseRV(g.slices.LastSyncResourceVersion()), parseRV(g.leases.LastSyncResourceVersion()))
-	if rv < seen {
-		return fmt.Errorf("resourceVersion went back from %d to %d: the apiserver lost its data", seen, rv)
+	for {
+		seen := g.probeRV.Load()
+		if rv < seen {
+			return fmt.Errorf("resourceVersion went back from %d to %d: the apiserver lost its data", seen, rv)
+		}
+		if rv == seen || g.probeRV.CompareAndSwap(seen, rv) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // listWatch is the ListWatch of one resource; its errors end g (note).
