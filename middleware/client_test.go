@@ -454,7 +454,10 @@ func TestZeroProtection(t *testing.T) {
 	}
 }
 
-func TestSnapshotDirColdStartDuringOutage(t *testing.T) {
+// persisted starts a backend of "api", calls it once through a client
+// persisting snapshots in a new directory, and closes that client.
+func persisted(t *testing.T) (*env, string) {
+	t.Helper()
 	dir := t.TempDir()
 	e := newEnv(t)
 	startBackend(t, e.writer, "api", 100)
@@ -463,6 +466,11 @@ func TestSnapshotDirColdStartDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+	return e, dir
+}
+
+func TestSnapshotDirColdStartDuringOutage(t *testing.T) {
+	e, dir := persisted(t)
 	// A new process starts while its registry is unreachable.
 	d := memory.NewDriver(e.srv)
 	d.SetReachable(false)
@@ -566,14 +574,7 @@ func TestSnapshotDirAgeCountsFromLastConfirmation(t *testing.T) {
 // after now (the clock went back since, or the file was set by hand) has
 // an unknown age: under a bound it is too old, not newer than new.
 func TestSnapshotDirFromTheFutureIsNotFresh(t *testing.T) {
-	dir := t.TempDir()
-	e := newEnv(t)
-	startBackend(t, e.writer, "api", 100)
-	c := newClient(t, e.reader, middleware.WithSnapshotDir(dir))
-	if err := c.Do(context.Background(), "api", get); err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
+	e, dir := persisted(t)
 	file := filepath.Join(dir, "api.json")
 	b, err := os.ReadFile(file)
 	if err != nil {
