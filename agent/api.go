@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/internal/dashboard"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
@@ -179,7 +181,7 @@ func (a *Agent) pick(ctx context.Context, req PickRequest) (middleware.Pending, 
 		}
 		strategy = s
 	}
-	if err := registry.ValidateService(req.Service); err != nil {
+	if err := backend.ValidateService(req.Service); err != nil {
 		return middleware.Pending{}, 0, err
 	}
 	if _, err := a.view(req.Service); err != nil { // the dashboard and metrics show what is picked from

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	instanceid "github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/internal/childproc"
 	"github.com/roster-go/roster/registry"
 )
@@ -44,7 +46,7 @@ func runInstance() int {
 		return 1
 	}
 	addr := ln.Addr().String()
-	id := registry.NewID(service, addr)
+	id := instanceid.NewID(service, addr)
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(id)) }),
 		ReadHeaderTimeout: 10 * time.Second,

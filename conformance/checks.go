@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/registry"
 )
 
@@ -76,7 +78,7 @@ func roundTrip(t TB, s *suite) {
 		Weight: 37, Tags: []string{"canary", "grpc"},
 		Metadata: map[string]string{
 			"owner": "team-a", "unicode": "数据中心 — ünïcødé ✓", "empty": "",
-			"json": `{"a":[1,2]}`, "spaces": "  a b  ", "x-long": strings.Repeat("v", registry.MaxMetadataValLen),
+			"json": `{"a":[1,2]}`, "spaces": "  a b  ", "x-long": strings.Repeat("v", backend.MaxMetadataValLen),
 		},
 	}
 	l := s.register(t, r, in)
@@ -242,7 +244,7 @@ func invalidInput(t TB, s *suite) {
 	r := s.open(t)
 	svc := service("bad")
 	many := map[string]string{}
-	for i := 0; i <= registry.MaxMetadataPairs; i++ {
+	for i := 0; i <= backend.MaxMetadataPairs; i++ {
 		many[fmt.Sprintf("k%d", i)] = "v"
 	}
 	big := map[string]string{}
@@ -261,7 +263,7 @@ func invalidInput(t TB, s *suite) {
 		{"colon", "service", registry.Instance{Service: "a:b", Address: "127.0.0.1:1"}},
 		{"brace", "service", registry.Instance{Service: "a{b}", Address: "127.0.0.1:1"}},
 		{"leading dash", "service", registry.Instance{Service: "-a", Address: "127.0.0.1:1"}},
-		{"too long", "service", registry.Instance{Service: strings.Repeat("a", registry.MaxServiceLen+1), Address: "127.0.0.1:1"}},
+		{"too long", "service", registry.Instance{Service: strings.Repeat("a", backend.MaxServiceLen+1), Address: "127.0.0.1:1"}},
 		{"trailing dash", "service", registry.Instance{Service: "a-", Address: "127.0.0.1:1"}},
 		{"no port", "address", registry.Instance{Service: svc, Address: "127.0.0.1"}},
 		{"port 0", "address", registry.Instance{Service: svc, Address: "127.0.0.1:0"}},
@@ -285,7 +287,7 @@ func invalidInput(t TB, s *suite) {
 			t.Errorf("%s: error %q does not name field %q", c.name, err, c.field)
 		}
 	}
-	for _, name := range []string{"", "A", "a*", "a?", "a[", "a:b", "a/b", "a{", "a}", "a-", strings.Repeat("a", registry.MaxServiceLen+1)} {
+	for _, name := range []string{"", "A", "a*", "a?", "a[", "a:b", "a/b", "a{", "a}", "a-", strings.Repeat("a", backend.MaxServiceLen+1)} {
 		if _, err := r.Lookup(t.Context(), name); !errors.Is(err, registry.ErrInvalid) {
 			t.Errorf("Lookup(%q) = %v, want ErrInvalid", name, err)
 		}

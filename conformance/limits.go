@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/registry"
 )
 
@@ -50,12 +52,12 @@ func encodedTo(in *registry.Instance, size int) {
 		in.Metadata[k] = ""
 		b, _ := json.Marshal(in)
 		missing := size - len(b)
-		if missing <= registry.MaxMetadataValLen {
+		if missing <= backend.MaxMetadataValLen {
 			in.Metadata[k] = strings.Repeat("x", missing)
 			return
 		}
 		// Leave room for the next pair's own bytes, so it never overshoots.
-		in.Metadata[k] = strings.Repeat("x", min(registry.MaxMetadataValLen, missing-40))
+		in.Metadata[k] = strings.Repeat("x", min(backend.MaxMetadataValLen, missing-40))
 	}
 }
 
@@ -79,13 +81,13 @@ func longHost(n int) string {
 // storing its own fields beside the user's (Consul's Meta) must still
 // accept the user's whole budget.
 func allAtOnce(in *registry.Instance) {
-	in.Service = longName(in.Service, registry.MaxServiceLen)
-	in.ID = longName("all-", registry.MaxIDLen)
-	in.Weight = registry.MaxWeight
-	in.Version = strings.Repeat("1", registry.MaxVersionLen)
-	in.Zone = strings.Repeat("z", registry.MaxZoneLen)
-	in.Metadata = pairs(registry.MaxMetadataPairs, 8)
-	in.Tags = tags(registry.MaxTags, 3)
+	in.Service = longName(in.Service, backend.MaxServiceLen)
+	in.ID = longName("all-", backend.MaxIDLen)
+	in.Weight = backend.MaxWeight
+	in.Version = strings.Repeat("1", backend.MaxVersionLen)
+	in.Zone = strings.Repeat("z", backend.MaxZoneLen)
+	in.Metadata = pairs(backend.MaxMetadataPairs, 8)
+	in.Tags = tags(backend.MaxTags, 3)
 }
 
 var limitCases = []limitCase{
@@ -96,49 +98,49 @@ var limitCases = []limitCase{
 			in.Metadata["one-more"] = "v"
 		}},
 	{name: "weight", field: "weight",
-		at:   func(in *registry.Instance) { in.Weight = registry.MaxWeight },
-		past: func(in *registry.Instance) { in.Weight = registry.MaxWeight + 1 }},
+		at:   func(in *registry.Instance) { in.Weight = backend.MaxWeight },
+		past: func(in *registry.Instance) { in.Weight = backend.MaxWeight + 1 }},
 	{name: "metadata pairs", field: "metadata",
-		at:   func(in *registry.Instance) { in.Metadata = pairs(registry.MaxMetadataPairs, 8) },
-		past: func(in *registry.Instance) { in.Metadata = pairs(registry.MaxMetadataPairs+1, 8) }},
+		at:   func(in *registry.Instance) { in.Metadata = pairs(backend.MaxMetadataPairs, 8) },
+		past: func(in *registry.Instance) { in.Metadata = pairs(backend.MaxMetadataPairs+1, 8) }},
 	{name: "metadata key length", field: "metadata",
 		at: func(in *registry.Instance) {
-			in.Metadata = map[string]string{longName("k", registry.MaxMetadataKeyLen): "v"}
+			in.Metadata = map[string]string{longName("k", backend.MaxMetadataKeyLen): "v"}
 		},
 		past: func(in *registry.Instance) {
-			in.Metadata = map[string]string{longName("k", registry.MaxMetadataKeyLen+1): "v"}
+			in.Metadata = map[string]string{longName("k", backend.MaxMetadataKeyLen+1): "v"}
 		}},
 	{name: "metadata value length", field: "metadata[k]",
 		at: func(in *registry.Instance) {
-			in.Metadata = map[string]string{"k": strings.Repeat("v", registry.MaxMetadataValLen)}
+			in.Metadata = map[string]string{"k": strings.Repeat("v", backend.MaxMetadataValLen)}
 		},
 		past: func(in *registry.Instance) {
-			in.Metadata = map[string]string{"k": strings.Repeat("v", registry.MaxMetadataValLen+1)}
+			in.Metadata = map[string]string{"k": strings.Repeat("v", backend.MaxMetadataValLen+1)}
 		}},
 	{name: "tags", field: "tags",
-		at:   func(in *registry.Instance) { in.Tags = tags(registry.MaxTags, 3) },
-		past: func(in *registry.Instance) { in.Tags = tags(registry.MaxTags+1, 3) }},
+		at:   func(in *registry.Instance) { in.Tags = tags(backend.MaxTags, 3) },
+		past: func(in *registry.Instance) { in.Tags = tags(backend.MaxTags+1, 3) }},
 	{name: "tag length", field: "tags[0]",
-		at:   func(in *registry.Instance) { in.Tags = tags(1, registry.MaxTagLen) },
-		past: func(in *registry.Instance) { in.Tags = tags(1, registry.MaxTagLen+1) }},
+		at:   func(in *registry.Instance) { in.Tags = tags(1, backend.MaxTagLen) },
+		past: func(in *registry.Instance) { in.Tags = tags(1, backend.MaxTagLen+1) }},
 	{name: "version length", field: "version",
-		at:   func(in *registry.Instance) { in.Version = strings.Repeat("1", registry.MaxVersionLen) },
-		past: func(in *registry.Instance) { in.Version = strings.Repeat("1", registry.MaxVersionLen+1) }},
+		at:   func(in *registry.Instance) { in.Version = strings.Repeat("1", backend.MaxVersionLen) },
+		past: func(in *registry.Instance) { in.Version = strings.Repeat("1", backend.MaxVersionLen+1) }},
 	{name: "zone length", field: "zone",
-		at:   func(in *registry.Instance) { in.Zone = strings.Repeat("z", registry.MaxZoneLen) },
-		past: func(in *registry.Instance) { in.Zone = strings.Repeat("z", registry.MaxZoneLen+1) }},
+		at:   func(in *registry.Instance) { in.Zone = strings.Repeat("z", backend.MaxZoneLen) },
+		past: func(in *registry.Instance) { in.Zone = strings.Repeat("z", backend.MaxZoneLen+1) }},
 	{name: "ID length", field: "id",
-		at:   func(in *registry.Instance) { in.ID = longName("id-", registry.MaxIDLen) },
-		past: func(in *registry.Instance) { in.ID = longName("id-", registry.MaxIDLen+1) }},
+		at:   func(in *registry.Instance) { in.ID = longName("id-", backend.MaxIDLen) },
+		past: func(in *registry.Instance) { in.ID = longName("id-", backend.MaxIDLen+1) }},
 	{name: "host length", field: "address",
-		at:   func(in *registry.Instance) { in.Address = longHost(registry.MaxHostLen) + ":65535" },
-		past: func(in *registry.Instance) { in.Address = longHost(registry.MaxHostLen+1) + ":65535" }},
+		at:   func(in *registry.Instance) { in.Address = longHost(backend.MaxHostLen) + ":65535" },
+		past: func(in *registry.Instance) { in.Address = longHost(backend.MaxHostLen+1) + ":65535" }},
 	{name: "encoded size", field: "instance",
-		at:   func(in *registry.Instance) { encodedTo(in, registry.MaxEncodedSize) },
-		past: func(in *registry.Instance) { encodedTo(in, registry.MaxEncodedSize+1) }},
+		at:   func(in *registry.Instance) { encodedTo(in, backend.MaxEncodedSize) },
+		past: func(in *registry.Instance) { encodedTo(in, backend.MaxEncodedSize+1) }},
 	{name: "service length", field: "service", ownService: true,
-		at:   func(in *registry.Instance) { in.Service = longName(in.Service, registry.MaxServiceLen) },
-		past: func(in *registry.Instance) { in.Service = longName(in.Service, registry.MaxServiceLen+1) }},
+		at:   func(in *registry.Instance) { in.Service = longName(in.Service, backend.MaxServiceLen) },
+		past: func(in *registry.Instance) { in.Service = longName(in.Service, backend.MaxServiceLen+1) }},
 	// A name starts and ends with [a-z0-9] and may hold '.', '_' and '-'
 	// between: a Kubernetes label value, at most a DNS label long.
 	{name: "service shape", field: "service", ownService: true,
@@ -154,18 +156,18 @@ var limitCases = []limitCase{
 		at:   func(in *registry.Instance) { in.Service = "7" + in.Service },
 		past: func(in *registry.Instance) { in.Service = "-" + in.Service }},
 	{name: "ID shape", field: "id",
-		at:   func(in *registry.Instance) { in.ID = longName("Z9._-", registry.MaxIDLen-3) + "._-" },
-		past: func(in *registry.Instance) { in.ID = "-" + longName("Z9", registry.MaxIDLen-1) }},
+		at:   func(in *registry.Instance) { in.ID = longName("Z9._-", backend.MaxIDLen-3) + "._-" },
+		past: func(in *registry.Instance) { in.ID = "-" + longName("Z9", backend.MaxIDLen-1) }},
 	{name: "metadata key shape", field: "metadata",
 		at: func(in *registry.Instance) {
-			in.Metadata = map[string]string{longName("-_Z9", registry.MaxMetadataKeyLen-2) + "_-": "v"}
+			in.Metadata = map[string]string{longName("-_Z9", backend.MaxMetadataKeyLen-2) + "_-": "v"}
 		},
 		past: func(in *registry.Instance) { in.Metadata = map[string]string{"a.b": "v"} }},
 	// Version and zone are free text: any printable UTF-8, spaces too.
 	{name: "zone and version text", field: "zone",
 		at: func(in *registry.Instance) {
-			in.Zone = fillText("eu west ✓ ", registry.MaxZoneLen)
-			in.Version = fillText("1.0 — ünï ", registry.MaxVersionLen)
+			in.Zone = fillText("eu west ✓ ", backend.MaxZoneLen)
+			in.Version = fillText("1.0 — ünï ", backend.MaxVersionLen)
 		},
 		past: func(in *registry.Instance) { in.Zone = "eu\twest" }},
 	{name: "weight 0 (drained)", field: "weight", opts: []registry.RegisterOption{registry.Drained()},
@@ -178,7 +180,7 @@ var limitCases = []limitCase{
 // ending in last.
 func serviceShape(service, last string) string {
 	s := service + ".a_b-c"
-	return s + strings.Repeat("0", registry.MaxServiceLen-len(s)-len(last)) + last
+	return s + strings.Repeat("0", backend.MaxServiceLen-len(s)-len(last)) + last
 }
 
 // fillText repeats text (multi-byte characters included) and pads it

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/internal/readfile"
 	"github.com/roster-go/roster/registry"
 )
@@ -25,7 +27,7 @@ const snapshotFormat = 1
 // rename), so a crash never leaves a torn file. Service names are
 // validated to [a-z0-9._-], so they are safe file names.
 func saveSnapshot(dir string, s registry.Snapshot) error {
-	if err := registry.ValidateService(s.Service); err != nil {
+	if err := backend.ValidateService(s.Service); err != nil {
 		return err
 	}
 	b, err := json.Marshal(snapshotFile{Format: snapshotFormat, Snapshot: s})
@@ -65,7 +67,7 @@ func confirmSnapshot(dir, service string, now time.Time) error {
 // there is none. Its At is the last time it was confirmed: the later of
 // when it was read from the backend and the file's modification time.
 func loadSnapshot(dir, service string) (s registry.Snapshot, ok bool, err error) {
-	if err := registry.ValidateService(service); err != nil {
+	if err := backend.ValidateService(service); err != nil {
 		return s, false, err
 	}
 	path := filepath.Join(dir, service+".json")

@@ -114,3 +114,14 @@ func ExampleDrained() {
 	// cache-1.local:6380 0
 	// 100
 }
+
+// Redact is what every error and log line shows of a registry URL: the
+// user name and password, and the value of any option not declared public
+// by its backend, are replaced, however the URL is mistyped.
+func ExampleRedact() {
+	fmt.Println(registry.Redact("redis://app:hunter2@10.0.0.2:6379/0"))
+	fmt.Println(registry.Redact("redis:/:hunter2@10.0.0.2:6379"))
+	// Output:
+	// redis://app:xxxxx@10.0.0.2:6379/0
+	// redis:<opaque>
+}

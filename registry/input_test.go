@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/internal/logbuf"
 	"github.com/roster-go/roster/registry"
@@ -65,7 +67,7 @@ func TestRegisterInputRules(t *testing.T) {
 		{registry.Instance{Service: "t", Address: "h:+80"}, "address"},
 		{registry.Instance{Service: "t", Address: "x:00080"}, "address"},
 		{registry.Instance{Service: "t", Address: "[h]:80"}, "address"},
-		{registry.Instance{Service: "t", Address: "h:80", Weight: registry.MaxWeight + 1}, "invalid weight: 65536 exceeds 65535"},
+		{registry.Instance{Service: "t", Address: "h:80", Weight: backend.MaxWeight + 1}, "invalid weight: 65536 exceeds 65535"},
 	} {
 		_, err := r.Register(ctx, tc.in)
 		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {

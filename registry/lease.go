@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/internal/backoff"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -129,7 +131,7 @@ func (l *Lease) update(ctx context.Context, f func(*Instance)) error {
 	}
 	next := l.inst.Clone()
 	f(&next)
-	if err := next.Validate(); err != nil {
+	if err := backend.ValidateInstance(next); err != nil {
 		l.mu.Unlock()
 		return err
 	}

@@ -6,7 +6,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/roster-go/roster/registry/driver"
+	"github.com/roster-go/roster/internal/backend"
+	"github.com/roster-go/roster/internal/urls"
 )
 
 // Open opens a Registry from a URL such as "etcd://127.0.0.1:2379",
@@ -23,7 +24,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Registry, error)
 	if scheme == "" {
 		return nil, fmt.Errorf("%w: registry URL %s has no scheme (want one of %s)", ErrInvalid, Redact(rawURL), strings.Join(Schemes(), ", "))
 	}
-	open, ok := driver.Lookup(scheme)
+	open, ok := backend.Lookup(scheme)
 	if !ok {
 		return nil, fmt.Errorf("%w: no backend for scheme %q in %s (registered: %s; import the backend package)", ErrInvalid, scheme, Redact(rawURL), strings.Join(Schemes(), ", "))
 	}
@@ -37,8 +38,10 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Registry, error)
 	return New(d, opts...), nil
 }
 
-// Redact returns rawURL in a form safe to print; see driver.Redact.
-func Redact(rawURL string) string { return driver.Redact(rawURL) }
+// Redact returns rawURL in a form safe to print: its password and the
+// values of secret-looking query options are replaced by "xxxxx". It is
+// safe on malformed input too.
+func Redact(rawURL string) string { return urls.Redact(rawURL) }
 
-// Schemes returns the registered URL schemes, sorted.
-func Schemes() []string { return driver.Schemes() }
+// Schemes returns the URL schemes of the backends linked in, sorted.
+func Schemes() []string { return urls.Schemes() }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/roster-go/roster/internal/backend"
 
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -56,14 +59,14 @@ func (p *reporter) skipped(service string, in driver.Instance, err error) {
 // checkRecord returns in as served (its address canonical) or an error.
 func checkRecord(service string, in driver.Instance) (driver.Instance, error) {
 	if in.Service != service {
-		return in, driver.Invalid("service", "record of %q listed under %q", in.Service, service)
+		return in, backend.Invalid("service", "record of %q listed under %q", in.Service, service)
 	}
-	addr, err := driver.CanonicalAddress(in.Address)
+	addr, err := backend.CanonicalAddress(in.Address)
 	if err != nil {
 		return in, err
 	}
 	in.Address = addr
-	return in, in.ValidateFields()
+	return in, backend.ValidateFields(in)
 }
 
 // CheckSnapshot holds a snapshot from elsewhere — a file, another
@@ -76,9 +79,9 @@ func CheckSnapshot(s Snapshot) error {
 		ok, err := checkRecord(s.Service, in)
 		switch {
 		case err == nil && ok.Address != in.Address:
-			err = driver.Invalid("address", "%q is not in canonical form %q", in.Address, ok.Address)
+			err = backend.Invalid("address", "%q is not in canonical form %q", in.Address, ok.Address)
 		case err == nil && ids[in.ID]:
-			err = driver.Invalid("id", "%q listed twice", in.ID)
+			err = backend.Invalid("id", "%q listed twice", in.ID)
 		}
 		if err != nil {
 			return fmt.Errorf("instance %d: %w", i, err)
@@ -91,11 +94,18 @@ func CheckSnapshot(s Snapshot) error {
 // filter returns s with the records that fail checkRecord, or repeat an
 // ID, left out. It copies the instances only when one changes.
 func (c checked) filter(service string, s Snapshot) Snapshot {
+	byID := func(a, b Instance) int { return strings.Compare(a.ID, b.ID) }
+	if !slices.IsSortedFunc(s.Instances, byID) {
+		// Drivers return any order; Snapshot promises order by ID. The
+		// slice may be the driver's own: sort a copy.
+		s.Instances = slices.Clone(s.Instances)
+		slices.SortStableFunc(s.Instances, byID)
+	}
 	var out []Instance // nil while every record so far is served as read
 	for i, in := range s.Instances {
 		ok, err := checkRecord(service, in)
 		if err == nil && i > 0 && in.ID == s.Instances[i-1].ID {
-			err = driver.Invalid("id", "%q listed twice", in.ID)
+			err = backend.Invalid("id", "%q listed twice", in.ID)
 		}
 		if err != nil {
 			c.rep.skipped(service, in, err)
@@ -140,7 +150,7 @@ func (c checked) Services(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	return slices.DeleteFunc(names, func(n string) bool {
-		if err := ValidateService(n); err != nil {
+		if err := backend.ValidateService(n); err != nil {
 			c.rep.skipped(n, driver.Instance{}, err)
 			return true
 		}

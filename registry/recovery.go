@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/roster-go/roster/registry/driver"
+	"github.com/roster-go/roster/internal/backend"
 )
 
 // DefaultRecoveryWindow is how long a watch keeps serving the instances it
@@ -54,7 +54,7 @@ func (h *recovery) merge(s Snapshot) (Snapshot, bool) {
 		return s, false
 	}
 	s.Instances = slices.Concat(s.Instances, missing)
-	driver.SortInstances(s.Instances)
+	backend.SortInstances(s.Instances)
 	return s, true
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,7 +268,7 @@ func TestLeaseOptionsAtTheirExtremes(t *testing.T) {
 	if !errors.Is(err, registry.ErrInvalid) {
 		t.Errorf("heartbeat interval 2^62 with TTL 1s: err = %v, want ErrInvalid", err)
 	}
-	if _, err := registry.ValidateTTL(math.MaxInt64, registry.Limits{TTLGranularity: time.Second}); !errors.Is(err, registry.ErrInvalid) {
+	if _, err := backend.ValidateTTL(math.MaxInt64, registry.Limits{TTLGranularity: time.Second}); !errors.Is(err, registry.ErrInvalid) {
 		t.Errorf("ValidateTTL(MaxInt64) = %v, want ErrInvalid (not a wrapped negative TTL)", err)
 	}
 

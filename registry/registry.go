@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/internal/backoff"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -18,7 +20,7 @@ import (
 // readers of a service, periodic resync and stale marking. A Registry is
 // safe for concurrent use.
 type Registry struct {
-	drv    driver.Driver // the backend's driver behind checked (readback.go)
+	drv    driver.Driver // the backend's driver behind guard and checked
 	raw    driver.Driver // the backend's driver itself, for As
 	name   string
 	log    *slog.Logger
@@ -47,7 +49,7 @@ func New(d driver.Driver, opts ...Option) *Registry {
 		o.name = fmt.Sprintf("%T", d)
 	}
 	return &Registry{
-		drv: checked{Driver: d, rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
+		drv: checked{Driver: newGuard(d), rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
 		lookupTimeout: DefaultLookupTimeout, leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }
@@ -119,16 +121,16 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 // address, ID, weight).
 func prepare(inst Instance, drained bool) (Instance, error) {
 	inst = inst.Clone()
-	if err := ValidateService(inst.Service); err != nil {
+	if err := backend.ValidateService(inst.Service); err != nil {
 		return inst, err
 	}
-	addr, err := CanonicalAddress(inst.Address)
+	addr, err := backend.CanonicalAddress(inst.Address)
 	if err != nil {
 		return inst, err
 	}
 	inst.Address = addr
 	if inst.ID == "" {
-		inst.ID = NewID(inst.Service, inst.Address)
+		inst.ID = backend.NewID(inst.Service, inst.Address)
 	}
 	switch {
 	case drained && inst.Weight != 0:
@@ -136,13 +138,13 @@ func prepare(inst Instance, drained bool) (Instance, error) {
 	case inst.Weight == 0 && !drained:
 		inst.Weight = DefaultWeight
 	}
-	return inst, inst.Validate()
+	return inst, backend.ValidateInstance(inst)
 }
 
 // newLease checks the timings against the backend's
 // limits, and returns the lease, not yet written.
 func (r *Registry) newLease(inst Instance, o *regOptions) (*Lease, error) {
-	ttl, err := ValidateTTL(o.ttl, r.drv.Limits())
+	ttl, err := backend.ValidateTTL(o.ttl, r.drv.Limits())
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +273,7 @@ func (b bounded) err(what string, timeout time.Duration, err error) error {
 // context.DeadlineExceeded.
 func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error) {
 	start := time.Now()
-	if err := ValidateService(service); err != nil {
+	if err := backend.ValidateService(service); err != nil {
 		return Snapshot{}, err
 	}
 	if err := r.checkOpen(); err != nil {
@@ -323,7 +325,7 @@ func (r *Registry) observeLookup(service string, hit bool, start time.Time, err 
 // Watch follows a service. Every Watcher of the same service shares one
 // backend watch and one cache. See Watcher for the delivery contract.
 func (r *Registry) Watch(ctx context.Context, service string) (*Watcher, error) {
-	if err := ValidateService(service); err != nil {
+	if err := backend.ValidateService(service); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

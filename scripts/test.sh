@@ -89,17 +89,17 @@ go test -count=1 -run 'DoesNotAllocate|Allocations' ./selector ./middleware ./ag
 # Fuzz what parses input, for a bounded time: a secret anywhere in a
 # mistyped URL never shows in Redact's output nor in the option parser's
 # errors (the seed corpus in
-# registry/driver/testdata/fuzz runs with every go test too).
+# internal/backend/testdata/fuzz runs with every go test too).
 echo "== fuzz (bounded)"
 # Budgets are counts of executions, not durations: Go 1.26's fuzz
 # coordinator can report a spurious "context deadline exceeded" when a
 # -fuzztime duration ends while a worker is busy (go.dev/issue/75804,
 # fixed in Go 1.27). Each count is about 10-20 s on a 2-core machine.
-go test -run '^$' -fuzz FuzzRedact -fuzztime 300000x ./registry/driver
-go test -run '^$' -fuzz FuzzQueryErrors -fuzztime 300000x ./registry/driver
-go test -run '^$' -fuzz FuzzCanonicalAddress -fuzztime 300000x ./registry/driver
+go test -run '^$' -fuzz FuzzRedact -fuzztime 300000x ./internal/backend
+go test -run '^$' -fuzz FuzzQueryErrors -fuzztime 300000x ./internal/backend
+go test -run '^$' -fuzz FuzzCanonicalAddress -fuzztime 300000x ./internal/backend
 # Records anyone with write access to the backend can set: never a panic.
-go test -run '^$' -fuzz FuzzDecodeStored -fuzztime 100000x ./registry/driver
+go test -run '^$' -fuzz FuzzDecodeStored -fuzztime 100000x ./internal/backend
 go test -run '^$' -fuzz FuzzDecodeArticle -fuzztime 100000x ./backends/redis
 # roster agent's HTTP API: any body or query is answered, never a 500.
 go test -run '^$' -fuzz FuzzAPI -fuzztime 40000x ./agent

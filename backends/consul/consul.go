@@ -9,7 +9,7 @@
 //	consuls://consul.internal:8501?ca_file=/etc/consul/ca.pem   (HTTPS)
 //
 // A missing host is 127.0.0.1, a missing port 8500 (8501 with TLS). The
-// options are read with driver.Query, as on every backend: an unknown or
+// options are read with backend.Query, as on every backend: an unknown or
 // repeated option, a bad value, or a URL without "//" (consul:host:8500,
 // which would otherwise mean the local agent) is an error wrapping
 // driver.ErrInvalid that names the option and never shows the token.
@@ -30,7 +30,7 @@
 //	max_conns         connections for calls other than blocking queries (default 64)
 //	max_watch_conns   connections for blocking queries, one per watched service (default 64)
 //	tls, ca_file, cert_file, key_file, server_name, skip_verify
-//	                  TLS, as on every backend (driver.Query.TLS); consuls://
+//	                  TLS, as on every backend (backend.Query.TLS); consuls://
 //	                  is tls=true. tls_server_name and tls_skip_verify are
 //	                  deprecated spellings of server_name and skip_verify.
 //
@@ -108,7 +108,7 @@
 //     reopens the watch with backoff, without restarting anything.
 //   - Fields: Version, Zone and Weight travel in one Service.Meta key,
 //     roster_fields ("<weight>,<len(version)>,<version><zone>"), so that
-//     they cost one of Consul's 64 Meta pairs (driver.MaxMetadataPairs is
+//     they cost one of Consul's 64 Meta pairs (backend.MaxMetadataPairs is
 //     63); the weight is also Weights.Passing (1 when drained) for DNS.
 //     Tags and the address are Consul's own; user metadata is the rest of
 //     Meta. Instances
@@ -129,6 +129,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/roster-go/roster/internal/backend"
 
 	"github.com/hashicorp/consul/api"
 
@@ -177,7 +179,7 @@ type Driver struct {
 	mu     sync.Mutex
 	closed bool
 
-	ports driver.PortCheck // TLS to the agent: checked after a failure (wrap)
+	ports backend.PortCheck // TLS to the agent: checked after a failure (wrap)
 }
 
 // NewDriver returns a driver for the agent described by o. It does not
@@ -396,7 +398,7 @@ func (d *Driver) query(ctx context.Context) *api.QueryOptions {
 // wrap maps a client error to the registry's sentinels: 404 is
 // ErrNotFound, 400 and 413 ErrInvalid, 403 ErrInvalid (a token that lacks the
 // right will not gain it by retrying), a TLS misconfiguration
-// (driver.TLSCause) ErrInvalid, anything else — refused
+// (backend.TLSCause) ErrInvalid, anything else — refused
 // connections, timeouts, 5xx — ErrUnavailable. A context error of the
 // caller is returned as is. The token never appears in the text.
 func (d *Driver) wrap(ctx context.Context, op string, err error) error {
@@ -407,7 +409,7 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 		return err // classified already
 	}
 	msg := redact(redact(err.Error(), d.o.Token), d.secret)
-	if cause, ok := driver.TLSCause(err); ok {
+	if cause, ok := backend.TLSCause(err); ok {
 		return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, redact(redact(cause, d.o.Token), d.secret))
 	}
 	var se api.StatusError
@@ -450,3 +452,8 @@ func redact(s, token string) string {
 	}
 	return strings.ReplaceAll(s, token, "xxxxx")
 }
+
+// ErrorKind implements driver.Driver. This driver's errors wrap their
+// sentinel where they are made, so an error without one is unexpected:
+// it counts as transient.
+func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

@@ -73,7 +73,7 @@ func TestParseURL(t *testing.T) {
 		{"consul://h:1?wait=11m", "10m"},
 		{"consul://u:pw@h:1", "token="},
 		{"consul://h:1/path", "no path"},
-		// The messages below are driver.Query's, shared by every backend.
+		// The messages below are backend.Query's, shared by every backend.
 		{"consul://h:1?bogus=1", `unknown option "bogus"`},
 		{"consul://h:1?ca_file=/x", "TLS is off"},
 		{"consul://h:1?wait=soon", "not a positive duration"},

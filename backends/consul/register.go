@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/hashicorp/consul/api"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -22,7 +24,7 @@ import (
 
 // Meta keys. Roster keeps its own fields (weight, version, zone) in one
 // key, metaFields, so they cost one of Consul's 64 Meta pairs:
-// driver.MaxMetadataPairs is 63 for that reason. The common validation
+// backend.MaxMetadataPairs is 63 for that reason. The common validation
 // reserves the roster_ prefix, so user metadata never collides with it.
 const (
 	metaFields = "roster_fields"
@@ -77,7 +79,7 @@ func (d *Driver) toConsul(inst driver.Instance, ttl time.Duration) (*api.AgentSe
 		Port:    port,
 		Meta:    meta,
 		// DNS SRV consumers see the weight too; Consul requires 1 to
-		// 65535 (driver.MaxWeight), so a drained 0 is written as 1 here.
+		// 65535 (backend.MaxWeight), so a drained 0 is written as 1 here.
 		Weights: &api.AgentWeights{Passing: max(int(inst.Weight), 1), Warning: 1},
 	}
 	// The notes carry a digest of the instance, so that an Update changes
@@ -119,14 +121,14 @@ func fromConsul(e *api.ServiceEntry) driver.Instance {
 	if f, ok := s.Meta[metaFields]; ok {
 		in.Weight, in.Version, in.Zone, ok = decodeFields(f)
 		if !ok {
-			// Not ours after all: a weight past driver.MaxWeight, so the
+			// Not ours after all: a weight past backend.MaxWeight, so the
 			// check of what is read back skips the record and reports it.
 			in.Weight = math.MaxUint32
 		}
 	} else {
 		// Registered by another tool: Meta.weight as the PHP article
 		// writes it, DefaultWeight otherwise.
-		in.Weight = driver.DefaultWeight
+		in.Weight = backend.DefaultWeight
 		if w, ok := s.Meta[metaForeignWeight]; ok {
 			if n, err := strconv.ParseUint(strings.TrimSpace(w), 10, 32); err == nil {
 				in.Weight = uint32(n)

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/registry/driver"
 )
 
 // publicOptions are the URL options whose values are never secret, so
-// driver.Redact may show them. token is secret; token_file and key_file
+// urls.Redact may show them. token is secret; token_file and key_file
 // hold paths, but their names look secret and Redact masks them whatever
 // a backend declares.
 var publicOptions = []string{"dc", "check", "deregister_after", "http_path", "http_interval", "http_timeout",
@@ -130,19 +132,19 @@ func (o Options) String() string {
 }
 
 // ParseURL reads Options from a consul:// or consuls:// URL with
-// driver.Query, so options are spelled, read and rejected as on every
+// backend.Query, so options are spelled, read and rejected as on every
 // backend (see the package doc for the list). A missing host is
 // 127.0.0.1; a missing port is 8500, or 8501 with TLS.
 func ParseURL(u *url.URL) (Options, error) {
-	q, err := driver.ParseSchemeQuery("consul", u, Scheme, SchemeTLS)
+	q, err := backend.ParseSchemeQuery("consul", u, Scheme, SchemeTLS)
 	if err != nil {
 		return Options{}, err
 	}
 	switch {
 	case u.User != nil:
-		return Options{}, driver.InvalidURL("consul", "credentials in the URL's user part are not used; pass token=")
+		return Options{}, backend.InvalidURL("consul", "credentials in the URL's user part are not used; pass token=")
 	case u.Path != "" && u.Path != "/":
-		return Options{}, driver.InvalidURL("consul", "the URL takes no path")
+		return Options{}, backend.InvalidURL("consul", "the URL takes no path")
 	}
 	var o Options
 	q.Secret("token", "CONSUL_HTTP_TOKEN", &o.Token)
@@ -170,12 +172,12 @@ func ParseURL(u *url.URL) (Options, error) {
 	return o, nil
 }
 
-// readTLS reads the shared TLS options (driver.Query.TLS; consuls:// turns
+// readTLS reads the shared TLS options (backend.Query.TLS; consuls:// turns
 // TLS on) and two deprecated spellings that URLs written before them use:
 // tls_server_name for server_name and tls_skip_verify for skip_verify.
 // It returns nil when TLS is off. Its error is about the old spellings
 // only: q.Err reports the rest, and comes first.
-func readTLS(q *driver.Query, u *url.URL) (*tls.Config, error) {
+func readTLS(q *backend.Query, u *url.URL) (*tls.Config, error) {
 	var name string
 	var skip bool
 	q.String("tls_server_name", &name)
@@ -183,11 +185,11 @@ func readTLS(q *driver.Query, u *url.URL) (*tls.Config, error) {
 	cfg := q.TLS(strings.EqualFold(u.Scheme, SchemeTLS))
 	switch {
 	case cfg == nil && (name != "" || skip):
-		return nil, driver.InvalidURL("consul", "tls_server_name or tls_skip_verify given but TLS is off (use consuls:// or tls=true)")
+		return nil, backend.InvalidURL("consul", "tls_server_name or tls_skip_verify given but TLS is off (use consuls:// or tls=true)")
 	case cfg == nil:
 		return nil, nil
 	case name != "" && cfg.ServerName != "":
-		return nil, driver.InvalidURL("consul", "options server_name and tls_server_name both given: keep server_name")
+		return nil, backend.InvalidURL("consul", "options server_name and tls_server_name both given: keep server_name")
 	}
 	cfg.ServerName = cmp.Or(cfg.ServerName, name)
 	cfg.InsecureSkipVerify = cfg.InsecureSkipVerify || skip

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/hashicorp/consul/api"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -34,7 +36,7 @@ func (d *Driver) health(ctx context.Context, service string, gates []gate) (driv
 		}
 		snap.Instances = append(snap.Instances, fromConsul(e))
 	}
-	driver.SortInstances(snap.Instances)
+	backend.SortInstances(snap.Instances)
 	snap.Revision = meta.LastIndex
 	return snap, meta.LastIndex, nil
 }
@@ -100,7 +102,7 @@ func sortOut(names map[string][]string, checks api.HealthChecks) (passing, doubt
 	}
 	for n := range names {
 		switch {
-		case driver.ValidateService(n) != nil:
+		case backend.ValidateService(n) != nil:
 		case allSuspect || suspect[n]:
 			doubtful = append(doubtful, n)
 		default:

@@ -105,6 +105,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/miekg/dns"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -155,10 +157,10 @@ var ErrReadOnly = fmt.Errorf("%w: dns+srv is read-only: register through the ser
 // New returns a Driver. Nothing is asked until the first List or Watch.
 func New(opts Options) (*Driver, error) {
 	if _, _, err := net.SplitHostPort(opts.Resolver); err != nil {
-		return nil, driver.Invalid("resolver", "%q: want host:port", opts.Resolver)
+		return nil, backend.Invalid("resolver", "%q: want host:port", opts.Resolver)
 	}
 	if !strings.Contains(opts.Name, "{service}") {
-		return nil, driver.Invalid("name", "%q has no {service}", opts.Name)
+		return nil, backend.Invalid("name", "%q has no {service}", opts.Name)
 	}
 	if opts.MinPoll <= 0 {
 		opts.MinPoll = DefaultMinPoll
@@ -167,7 +169,7 @@ func New(opts Options) (*Driver, error) {
 		opts.MaxPoll = max(DefaultMaxPoll, opts.MinPoll)
 	}
 	if opts.MaxPoll < opts.MinPoll {
-		return nil, driver.Invalid("max_poll", "%v is below min_poll %v", opts.MaxPoll, opts.MinPoll)
+		return nil, backend.Invalid("max_poll", "%v is below min_poll %v", opts.MaxPoll, opts.MinPoll)
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -247,7 +249,7 @@ func (d *Driver) lookup(ctx context.Context, service string) (driver.Snapshot, t
 	if len(snap.Instances) == 0 && len(failed) > 0 {
 		return driver.Snapshot{}, 0, failed[0]
 	}
-	driver.SortInstances(snap.Instances)
+	backend.SortInstances(snap.Instances)
 	snap.Revision, snap.At = d.rev.Add(1), time.Now()
 	return snap, max(ttl, 0), nil
 }
@@ -297,9 +299,9 @@ func instances(service string, g []*dns.SRV, res map[string]resolved) ([]driver.
 }
 
 // InstanceID is the ID under which an SRV answer's address host:port is
-// listed: driver.AddressID, "10.0.0.7:8080" is "10.0.0.7-8080". DNS has no
+// listed: backend.AddressID, "10.0.0.7:8080" is "10.0.0.7-8080". DNS has no
 // instance IDs; this one is stable for as long as the address is.
-func InstanceID(addr string) string { return driver.AddressID(addr) }
+func InstanceID(addr string) string { return backend.AddressID(addr) }
 
 func minTTL(cur time.Duration, ttl uint32) time.Duration {
 	t := time.Duration(ttl) * time.Second
@@ -544,3 +546,8 @@ func (s *stream) Close() error {
 	s.once.Do(func() { close(s.closed) })
 	return nil
 }
+
+// ErrorKind implements driver.Driver. This driver's errors wrap their
+// sentinel where they are made, so an error without one is unexpected:
+// it counts as transient.
+func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/miekg/dns"
+	"github.com/roster-go/roster/internal/backend"
 
-	"github.com/roster-go/roster/registry/driver"
+	"github.com/miekg/dns"
 )
 
 // publicOptions are the URL options: none is secret.
@@ -18,14 +18,14 @@ var publicOptions = []string{"min_poll", "max_poll", "timeout", "udp"}
 // names none.
 var resolvConf = "/etc/resolv.conf"
 
-var openURL = driver.OpenWith(ParseURL, New)
+var openURL = backend.OpenWith(ParseURL, New)
 
 // ParseURL turns a dns+srv:// URL into Options (see the package
 // documentation for the form and options). Errors wrap driver.ErrInvalid
 // and name the option.
 func ParseURL(u *url.URL) (Options, error) {
 	var o Options
-	q, err := driver.ParseSchemeQuery("dns+srv", u, Scheme)
+	q, err := backend.ParseSchemeQuery("dns+srv", u, Scheme)
 	if err != nil {
 		return o, err
 	}
@@ -46,10 +46,10 @@ func ParseURL(u *url.URL) (Options, error) {
 	return o, err
 }
 
-// invalid is an ErrInvalid in the form driver.Query gives its own. It
+// invalid is an ErrInvalid in the form backend.Query gives its own. It
 // does not name the URL: registry.Open does, once, redacted.
 func invalid(_ *url.URL, format string, args ...any) error {
-	return driver.InvalidURL("dns+srv", format, args...)
+	return backend.InvalidURL("dns+srv", format, args...)
 }
 
 // name reads the SRV name template from the path: {service} stands for

@@ -9,7 +9,7 @@
 //  3. the new URL alone — the old backend is no longer used.
 //
 // The nested URLs are query values, so they are URL-encoded
-// (url.QueryEscape); they usually hold credentials, and driver.Redact
+// (url.QueryEscape); they usually hold credentials, and urls.Redact
 // redacts each as a URL of its own (a value that is not a URL of a
 // registered scheme is masked whole). Both are checked before either side
 // is opened. Options: old and new (required, any registered
@@ -60,6 +60,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+	"github.com/roster-go/roster/internal/urls"
+
 	"github.com/roster-go/roster/registry/driver"
 )
 
@@ -72,14 +75,14 @@ const DefaultHold = 15 * time.Second
 
 func init() {
 	driver.Register(Scheme, open, "prefer", "hold")
-	driver.NestedURLOptions("old", "new")
+	urls.Nested("old", "new")
 }
 
 // side names, in the order of Driver.sides.
 var sideNames = [2]string{"old", "new"}
 
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	q, err := driver.ParseQuery(Scheme, u)
+	q, err := backend.ParseQuery(Scheme, u)
 	if err != nil {
 		return nil, err
 	}
@@ -93,13 +96,13 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	if u.Host != "" || u.User != nil || (u.Path != "" && u.Path != "/") {
-		return nil, driver.InvalidURL(Scheme, "it takes only options (dual://?old=…&new=…)")
+		return nil, backend.InvalidURL(Scheme, "it takes only options (dual://?old=…&new=…)")
 	}
 	if oldURL == "" || newURL == "" {
-		return nil, driver.InvalidURL(Scheme, "options old and new are both required")
+		return nil, backend.InvalidURL(Scheme, "options old and new are both required")
 	}
 	if oldURL == newURL {
-		return nil, driver.InvalidURL(Scheme, "old and new name the same registry")
+		return nil, backend.InvalidURL(Scheme, "old and new name the same registry")
 	}
 	// Both nested URLs are checked before either side is opened (etcd
 	// with credentials dials at once): a typo in new must not reach old's
@@ -136,15 +139,15 @@ func parseSide(name, raw string) (side, error) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return side{}, driver.InvalidURL(Scheme, "option %s does not parse as a URL (URL-encode it)", name)
+		return side{}, backend.InvalidURL(Scheme, "option %s does not parse as a URL (URL-encode it)", name)
 	case u.Opaque != "":
-		return side{}, driver.InvalidURL(Scheme, "option %s: the \"//\" is missing (want %s://…)", name, u.Scheme)
+		return side{}, backend.InvalidURL(Scheme, "option %s: the \"//\" is missing (want %s://…)", name, u.Scheme)
 	case strings.EqualFold(u.Scheme, Scheme):
-		return side{}, driver.InvalidURL(Scheme, "option %s is itself a dual URL", name)
+		return side{}, backend.InvalidURL(Scheme, "option %s is itself a dual URL", name)
 	}
-	openFn, ok := driver.Lookup(u.Scheme)
+	openFn, ok := backend.Lookup(u.Scheme)
 	if !ok {
-		return side{}, driver.InvalidURL(Scheme, "option %s: no backend registered for scheme %q (import it)", name, u.Scheme)
+		return side{}, backend.InvalidURL(Scheme, "option %s: no backend registered for scheme %q (import it)", name, u.Scheme)
 	}
 	return side{name, u, openFn}, nil
 }
@@ -305,3 +308,8 @@ func (d *Driver) noteSide(i int, op string, err error) {
 	errs[i], heard[i] = err, true
 	d.noteHealth(op, errs, heard)
 }
+
+// ErrorKind implements driver.Driver. This driver's errors wrap their
+// sentinel where they are made, so an error without one is unexpected:
+// it counts as transient.
+func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

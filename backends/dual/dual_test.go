@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/urls"
+
 	"github.com/roster-go/roster/backends/dual"
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/registry"
@@ -52,11 +54,11 @@ func TestOpenRejectsBadURLs(t *testing.T) {
 }
 
 // The nested URLs carry credentials: Redact redacts each as a URL of its
-// own (driver.NestedURLOptions), so an error still says which registries
+// own (urls.Nested), so an error still says which registries
 // a dual URL names, and shows the public options.
 func TestRedactMasksNestedURLs(t *testing.T) {
 	raw := dualURL("consul://10.0.0.1:8500?token=s3cret", "etcd://root:s3cret@10.0.0.2:2379/roster", "new") + "&hold=30s"
-	got := driver.Redact(raw)
+	got := urls.Redact(raw)
 	if strings.Contains(got, "s3cret") {
 		t.Fatalf("Redact(%q) = %q shows a nested credential", raw, got)
 	}
@@ -64,7 +66,7 @@ func TestRedactMasksNestedURLs(t *testing.T) {
 		t.Fatalf("Redact = %q, want %q", got, want)
 	}
 	// A value that is not a URL of a registered scheme is masked whole.
-	if got := driver.Redact("dual://?old=s3cret&new=nope://s3cret@h"); got != "dual://?new=xxxxx&old=xxxxx" {
+	if got := urls.Redact("dual://?old=s3cret&new=nope://s3cret@h"); got != "dual://?new=xxxxx&old=xxxxx" {
 		t.Fatalf("Redact of values that are no registry URLs = %q", got)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/urls"
+
 	_ "github.com/roster-go/roster/backends/consul" // consul:// for the old side
 	"github.com/roster-go/roster/backends/consul/consultest"
 	_ "github.com/roster-go/roster/backends/dual"
@@ -20,7 +22,6 @@ import (
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
-	"github.com/roster-go/roster/registry/driver"
 )
 
 // dualURL is the configuration of deploy 1 (prefer "old") and 2 ("new").
@@ -264,11 +265,11 @@ func (m *migration) misplaced(on, off []string) string {
 		case err != nil:
 			return err.Error()
 		case slices.Contains(off, u) && len(s.Instances) > 0:
-			return fmt.Sprintf("%d instances on %s, want none", len(s.Instances), driver.Redact(u))
+			return fmt.Sprintf("%d instances on %s, want none", len(s.Instances), urls.Redact(u))
 		}
 		for _, in := range m.instances {
 			if _, ok := s.Find(in.lease.Instance().ID); !ok && slices.Contains(on, u) {
-				return fmt.Sprintf("instance %s missing from %s", in.lease.Instance().ID, driver.Redact(u))
+				return fmt.Sprintf("instance %s missing from %s", in.lease.Instance().ID, urls.Redact(u))
 			}
 		}
 	}

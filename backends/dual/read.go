@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/internal/backoff"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -122,7 +124,7 @@ func (d *Driver) unionLocked(service string, now time.Time) (driver.Snapshot, ti
 	// the union must not take the revision back (Registry would read a
 	// wiped backend and hold what it served).
 	out.Revision = max(s.sides[0].rev, s.sides[1].rev)
-	driver.SortInstances(out.Instances)
+	backend.SortInstances(out.Instances)
 	return out, expires, nil
 }
 

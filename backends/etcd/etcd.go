@@ -22,10 +22,10 @@
 //	password_file      a file holding the password (trailing newline dropped)
 //	tls                true: TLS on etcd:// too (etcds:// turns it on)
 //	ca_file, cert_file, key_file, server_name, skip_verify
-//	                   TLS, as on every backend (driver.Query.TLS)
+//	                   TLS, as on every backend (backend.Query.TLS)
 //	insecure_skip_verify  deprecated name of skip_verify, still accepted
 //
-// Options are read by driver.Query, as on every backend: an option given
+// Options are read by backend.Query, as on every backend: an option given
 // twice, an unknown option, a TLS option while TLS is off, a user name or
 // password given both before the @ and as an option are errors wrapping
 // driver.ErrInvalid that name the option, and never contain the password.
@@ -153,6 +153,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -213,7 +215,7 @@ type Driver struct {
 
 	// plain finds endpoints that speak TLS only when we do not (TLS on a
 	// plain port is found at Open, by checkTLS).
-	plain driver.PortCheck
+	plain backend.PortCheck
 }
 
 // Options configure a Driver opened with New.
@@ -284,7 +286,7 @@ func New(opts Options) (*Driver, error) {
 			return nil, fmt.Errorf("etcd: connect: %w: authentication failed: %v", driver.ErrInvalid, err)
 		}
 		if cfg.TLS == nil {
-			pc := driver.PortCheck{Addrs: hosts(cfg.Endpoints)}
+			pc := backend.PortCheck{Addrs: hosts(cfg.Endpoints)}
 			if perr := pc.Diagnose(); perr != nil {
 				return nil, fmt.Errorf("etcd: connect: %w", perr)
 			}
@@ -520,11 +522,11 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 		if !ok {
 			continue
 		}
-		if in, ok := driver.DecodeStored(service, id, kv.Value); ok {
+		if in, ok := backend.DecodeStored(service, id, kv.Value); ok {
 			snap.Instances = append(snap.Instances, in)
 		}
 	}
-	driver.SortInstances(snap.Instances)
+	backend.SortInstances(snap.Instances)
 	return snap, nil
 }
 
@@ -545,7 +547,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	for _, kv := range resp.Kvs {
 		rest := strings.TrimPrefix(string(kv.Key), root)
 		svc, id, ok := strings.Cut(rest, "/")
-		if !ok || id == "" || strings.Contains(id, "/") || driver.ValidateService(svc) != nil {
+		if !ok || id == "" || strings.Contains(id, "/") || backend.ValidateService(svc) != nil {
 			continue
 		}
 		// Keys come sorted, so one service's keys are adjacent.
@@ -727,3 +729,8 @@ func (r *registration) Deregister(ctx context.Context) error {
 	r.releaseLease(ctx)
 	return nil
 }
+
+// ErrorKind implements driver.Driver. This driver's errors wrap their
+// sentinel where they are made, so an error without one is unexpected:
+// it counts as transient.
+func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

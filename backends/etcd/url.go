@@ -12,35 +12,35 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"github.com/roster-go/roster/internal/backend"
 
-	"github.com/roster-go/roster/registry/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // publicOptions are the URL options whose values are not secrets, so that
-// driver.Redact may show them in errors: every option but password.
+// urls.Redact may show them in errors: every option but password.
 // (driver.Register masks key_file and password_file all the same, for
 // their names; their values are only paths.)
 var publicOptions = []string{"prefix", "dial_timeout", "request_timeout", "progress_interval", "username",
 	"password_file", "tls", "ca_file", "cert_file", "key_file", "server_name", "skip_verify", "insecure_skip_verify"}
 
-var openURL = driver.OpenWith(ParseURL, New)
+var openURL = backend.OpenWith(ParseURL, New)
 
 // ParseURL turns an etcd:// or etcds:// URL into Options (see the package
 // documentation for the forms and options). Errors wrap driver.ErrInvalid,
 // name the option and never quote the password.
 func ParseURL(u *url.URL) (Options, error) {
 	var o Options
-	q, err := driver.ParseSchemeQuery("etcd", u, Scheme, SchemeTLS)
+	q, err := backend.ParseSchemeQuery("etcd", u, Scheme, SchemeTLS)
 	if err != nil {
 		return o, err
 	}
 	if u.Path != "" && u.Path != "/" {
-		return o, driver.InvalidURL("etcd", "a path has no meaning here: set the key prefix with ?prefix=")
+		return o, backend.InvalidURL("etcd", "a path has no meaning here: set the key prefix with ?prefix=")
 	}
 	q.String("prefix", &o.Prefix)
 	if q.Has("prefix") && strings.TrimRight(o.Prefix, "/") == "" {
-		return o, driver.InvalidURL("etcd", "option prefix must name a key prefix such as /roster")
+		return o, backend.InvalidURL("etcd", "option prefix must name a key prefix such as /roster")
 	}
 	q.Duration("dial_timeout", &o.Client.DialTimeout)
 	q.Duration("request_timeout", &o.RequestTimeout)
@@ -58,7 +58,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	if legacySkip {
 		if o.Client.TLS == nil {
-			return o, driver.InvalidURL("etcd", "option insecure_skip_verify given but TLS is off (use etcds:// or tls=true)")
+			return o, backend.InvalidURL("etcd", "option insecure_skip_verify given but TLS is off (use etcds:// or tls=true)")
 		}
 		o.Client.TLS.InsecureSkipVerify = true
 	}
@@ -103,7 +103,7 @@ func checkTLS(cfg *clientv3.Config) error {
 	for _, host := range hosts(cfg.Endpoints) {
 		// A gRPC server speaks first (its HTTP/2 settings): a short wait
 		// tells an accepted client certificate from a refused one.
-		if _, err := driver.CheckTLS(ctx, host, cfg.TLS, time.Second); err != nil {
+		if _, err := backend.CheckTLS(ctx, host, cfg.TLS, time.Second); err != nil {
 			return fmt.Errorf("etcd: connect: %w", err)
 		}
 	}
@@ -124,23 +124,23 @@ const EnvPassword = "ROSTER_ETCD_PASSWORD"
 // ETCDCTL_USER, so honouring it would make one URL mean different things
 // in different shells. Roster's own variable applies only where the URL
 // names the user.
-func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
+func credentials(u *url.URL, q *backend.Query, c *clientv3.Config) error {
 	q.String("username", &c.Username)
 	q.Secret("password", "", &c.Password)
 	if u.User != nil {
 		if q.Has("username") {
-			return driver.InvalidURL("etcd", "user name given twice: before the @ and as option username")
+			return backend.InvalidURL("etcd", "user name given twice: before the @ and as option username")
 		}
 		c.Username = u.User.Username()
 		if pw, ok := u.User.Password(); ok {
 			if q.Has("password") || q.Has("password_file") {
-				return driver.InvalidURL("etcd", "password given twice: before the @ and as option password or password_file")
+				return backend.InvalidURL("etcd", "password given twice: before the @ and as option password or password_file")
 			}
 			c.Password = pw
 		}
 	}
 	if c.Password != "" && c.Username == "" {
-		return driver.InvalidURL("etcd", "a password needs a user name")
+		return backend.InvalidURL("etcd", "a password needs a user name")
 	}
 	if c.Username != "" && c.Password == "" && !q.Has("password") && !q.Has("password_file") {
 		c.Password = os.Getenv(EnvPassword)
@@ -149,14 +149,14 @@ func credentials(u *url.URL, q *driver.Query, c *clientv3.Config) error {
 }
 
 // insecureSkipVerify reads insecure_skip_verify, the name of skip_verify
-// before every backend spelt TLS the same way (driver.Query.TLS). URLs in
+// before every backend spelt TLS the same way (backend.Query.TLS). URLs in
 // use still carry it, so it stays, deprecated; giving both is an error.
-func insecureSkipVerify(u *url.URL, q *driver.Query) (bool, error) {
+func insecureSkipVerify(u *url.URL, q *backend.Query) (bool, error) {
 	if !q.Has("insecure_skip_verify") {
 		return false, nil
 	}
 	if q.Has("skip_verify") {
-		return false, driver.InvalidURL("etcd", "options skip_verify and insecure_skip_verify (its deprecated name) both given: keep skip_verify")
+		return false, backend.InvalidURL("etcd", "options skip_verify and insecure_skip_verify (its deprecated name) both given: keep skip_verify")
 	}
 	var skip bool
 	q.Bool("insecure_skip_verify", &skip)
@@ -167,7 +167,7 @@ func insecureSkipVerify(u *url.URL, q *driver.Query) (bool, error) {
 // a host without a port gets etcd's 2379.
 func endpoints(u *url.URL, tlsOn bool) ([]string, error) {
 	if u.Host == "" {
-		return nil, driver.InvalidURL("etcd", "no host (etcd://host:2379[,host2:2379])")
+		return nil, backend.InvalidURL("etcd", "no host (etcd://host:2379[,host2:2379])")
 	}
 	scheme := "http://"
 	if tlsOn {
@@ -176,15 +176,15 @@ func endpoints(u *url.URL, tlsOn bool) ([]string, error) {
 	var eps []string
 	for i, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return nil, driver.InvalidURL("etcd", "empty host in the endpoint list")
+			return nil, backend.InvalidURL("etcd", "empty host in the endpoint list")
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
 		}
-		if _, err := driver.CanonicalAddress(h); err != nil {
+		if _, err := backend.CanonicalAddress(h); err != nil {
 			// Not quoted: such a host may be a password whose "@" was
 			// forgotten (etcd://user:secrethost:2379).
-			return nil, driver.InvalidURL("etcd", "endpoint %d is not host:port (a host name or an IP address, a port from 1 to 65535)", i+1)
+			return nil, backend.InvalidURL("etcd", "endpoint %d is not host:port (a host name or an IP address, a port from 1 to 65535)", i+1)
 		}
 		eps = append(eps, scheme+h)
 	}

@@ -74,7 +74,7 @@ func TestParseURLRejects(t *testing.T) {
 		"etcds://h1:2379?ca_file=/nonexistent/ca.pem",
 		"etcds://h1:2379?cert_file=/c.pem",
 		"etcds://h1:2379?insecure_skip_verify=maybe",
-		// Intentional change with driver.Query: a repeated option was
+		// Intentional change with backend.Query: a repeated option was
 		// "last wins" and is an error now.
 		"etcd://h1:2379?prefix=/a&prefix=/b",
 		"etcd://h1:2379?insecure_skip_verify=true",                   // TLS is off
@@ -180,7 +180,7 @@ func TestParseURLErrorsNameTheOption(t *testing.T) {
 	}
 }
 
-// TestPublicOptions checks that publicOptions, which driver.Redact may
+// TestPublicOptions checks that publicOptions, which urls.Redact may
 // show, lists every option ParseURL reads except the password.
 func TestPublicOptions(t *testing.T) {
 	_, err := parse(t, "etcd://h1:2379?zz_unknown=1")

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -209,7 +211,7 @@ func (s *stream) apply(evs []*clientv3.Event) {
 			}
 			continue
 		}
-		in, ok := driver.DecodeStored(s.service, id, ev.Kv.Value)
+		in, ok := backend.DecodeStored(s.service, id, ev.Kv.Value)
 		switch {
 		case !ok && had:
 			delete(s.state, id)
@@ -249,7 +251,7 @@ func (s *stream) relist(ctx context.Context) error {
 	state := make(map[string]driver.Instance, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		if id, ok := idOf(s.sp, kv.Key); ok {
-			if in, ok := driver.DecodeStored(s.service, id, kv.Value); ok {
+			if in, ok := backend.DecodeStored(s.service, id, kv.Value); ok {
 				state[id] = in
 			}
 		}

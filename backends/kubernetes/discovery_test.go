@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,8 +71,8 @@ func TestPlatformWeightClamped(t *testing.T) {
 		map[string]string{kubernetes.AnnotationWeight: "100000"},
 		discoveryv1.Endpoint{Addresses: []string{"10.2.0.1"}}))
 	got, err := openRegistry(t).Lookup(ctx, "pods-heavy")
-	if err != nil || len(got.Instances) != 1 || got.Instances[0].Weight != registry.MaxWeight {
-		t.Fatalf("Lookup = %+v, %v; want 10.2.0.1 at weight %d", got.Instances, err, registry.MaxWeight)
+	if err != nil || len(got.Instances) != 1 || got.Instances[0].Weight != backend.MaxWeight {
+		t.Fatalf("Lookup = %+v, %v; want 10.2.0.1 at weight %d", got.Instances, err, backend.MaxWeight)
 	}
 }
 

@@ -97,6 +97,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	coordv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -239,7 +241,7 @@ func classify(op string, err error) error {
 		apierrors.IsUnauthorized(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err):
 		return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrInvalid, err)
 	}
-	if cause, ok := driver.TLSCause(err); ok { // the kubeconfig's CA or client certificate
+	if cause, ok := backend.TLSCause(err); ok { // the kubeconfig's CA or client certificate
 		return fmt.Errorf("k8s: %s: %w: %s", op, driver.ErrInvalid, cause)
 	}
 	return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrUnavailable, err)
@@ -275,3 +277,8 @@ func expiry(l *coordv1.Lease) time.Time {
 	}
 	return l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 }
+
+// ErrorKind implements driver.Driver. This driver's errors wrap their
+// sentinel where they are made, so an error without one is unexpected:
+// it counts as transient.
+func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

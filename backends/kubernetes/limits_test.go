@@ -4,10 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/roster-go/roster/backends/kubernetes"
-	"github.com/roster-go/roster/registry"
 )
 
 // labelValue is what the apiserver takes as a service name: a non-empty
@@ -40,7 +41,7 @@ func TestServiceNamesAreLabelValues(t *testing.T) {
 		}
 	}
 	for _, n := range names {
-		if valid, label := registry.ValidateService(n) == nil, labelValue(n); valid != label {
+		if valid, label := backend.ValidateService(n) == nil, labelValue(n); valid != label {
 			t.Errorf("service %q: valid %v, label value %v", n, valid, label)
 		}
 	}
@@ -49,7 +50,7 @@ func TestServiceNamesAreLabelValues(t *testing.T) {
 // TestObjectNamesAreValid: the Lease and slice of any registration have a
 // valid object name, whatever the service and ID (at their limits).
 func TestObjectNamesAreValid(t *testing.T) {
-	svc, id := strings.Repeat("s", registry.MaxServiceLen), strings.Repeat("I.", registry.MaxIDLen/2)
+	svc, id := strings.Repeat("s", backend.MaxServiceLen), strings.Repeat("I.", backend.MaxIDLen/2)
 	for _, name := range []string{kubernetes.ObjectName(svc, id), kubernetes.ObjectName("a", "b")} {
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || len(name) > validation.DNS1123LabelMaxLength {
 			t.Errorf("object name %q: %v", name, errs)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	coordv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,7 +52,7 @@ type registration struct {
 }
 
 func (r *registration) leaseSpec(now time.Time) coordv1.LeaseSpec {
-	secs := int32(driver.TTLUnits(r.ttl, time.Second)) // ≤ limits.MaxTTL: no wrap
+	secs := int32(backend.TTLUnits(r.ttl, time.Second)) // ≤ limits.MaxTTL: no wrap
 	t := metav1.NewMicroTime(now)
 	return coordv1.LeaseSpec{HolderIdentity: &r.inst.ID, LeaseDurationSeconds: &secs, AcquireTime: &t, RenewTime: &t}
 }

@@ -226,7 +226,7 @@ func TestRejectedToken(t *testing.T) {
 
 // TestForeignCA: a kubeconfig whose CA did not sign the apiserver's
 // certificate fails the first calls with ErrInvalid naming the cause
-// (driver.TLSCause), not ErrUnavailable retried forever.
+// (backend.TLSCause), not ErrUnavailable retried forever.
 func TestForeignCA(t *testing.T) {
 	ca := testca.NewCA(t, t.TempDir(), "foreign")
 	u, err := server.URLFor(kubetest.Access{Namespace: "default", CAFile: ca.File}, "request_timeout=2s")

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	coordv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,7 +40,7 @@ func instances(service string, slices []*discoveryv1.EndpointSlice, leases map[s
 			next = until
 		}
 	}
-	driver.SortInstances(out)
+	backend.SortInstances(out)
 	return dedupe(out), next
 }
 
@@ -65,11 +67,11 @@ func platformInstances(service string, s *discoveryv1.EndpointSlice) []driver.In
 		return nil
 	}
 	port := strconv.Itoa(int(*s.Ports[0].Port))
-	weight := uint32(driver.DefaultWeight)
+	weight := uint32(backend.DefaultWeight)
 	if w, err := strconv.ParseUint(s.Annotations[AnnotationWeight], 10, 32); err == nil {
 		// Past the portable limit the registry would skip every endpoint
 		// of the slice: an operator's 100000 means "as heavy as can be".
-		weight = uint32(min(w, driver.MaxWeight))
+		weight = uint32(min(w, backend.MaxWeight))
 	}
 	var out []driver.Instance
 	for _, e := range s.Endpoints {
@@ -79,7 +81,7 @@ func platformInstances(service string, s *discoveryv1.EndpointSlice) []driver.In
 		}
 		// Without a Pod to name it, an endpoint is known by its address
 		// ("fd00::1" is no ID: the registry would skip it).
-		in := driver.Instance{ID: driver.AddressID(e.Addresses[0]), Service: service, Address: net.JoinHostPort(e.Addresses[0], port),
+		in := driver.Instance{ID: backend.AddressID(e.Addresses[0]), Service: service, Address: net.JoinHostPort(e.Addresses[0], port),
 			Version: s.Annotations[AnnotationVersion], Weight: w}
 		if e.TargetRef != nil && e.TargetRef.Name != "" {
 			in.ID = e.TargetRef.Name

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -34,7 +36,7 @@ func ParseURL(u *url.URL) (Options, error) {
 	if !strings.EqualFold(u.Scheme, Scheme) {
 		return o, invalid(u, "scheme %q: want %s", u.Scheme, Scheme)
 	}
-	q, err := driver.ParseQuery("k8s", u)
+	q, err := backend.ParseQuery("k8s", u)
 	if err != nil {
 		return o, err
 	}
@@ -121,8 +123,8 @@ func inClusterNamespace() string {
 	return strings.TrimSpace(string(b))
 }
 
-// invalid is an ErrInvalid in the form driver.Query gives its own. It
+// invalid is an ErrInvalid in the form backend.Query gives its own. It
 // does not name the URL: registry.Open does, once, redacted.
 func invalid(_ *url.URL, format string, args ...any) error {
-	return driver.InvalidURL("k8s", format, args...)
+	return backend.InvalidURL("k8s", format, args...)
 }

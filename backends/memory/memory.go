@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/registry/driver"
 )
 
@@ -28,11 +30,11 @@ func init() {
 	driver.Register(Scheme, func(_ context.Context, u *url.URL) (driver.Driver, error) {
 		// ParseQuery rejects "mem:name" (the "//" forgotten), which would
 		// otherwise open a private server silently.
-		if _, err := driver.ParseQuery(Scheme, u); err != nil {
+		if _, err := backend.ParseQuery(Scheme, u); err != nil {
 			return nil, err
 		}
 		if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
-			return nil, driver.InvalidURL(Scheme, "it takes only a name (mem://name)")
+			return nil, backend.InvalidURL(Scheme, "it takes only a name (mem://name)")
 		}
 		if u.Host == "" {
 			return NewDriver(NewServer()), nil
@@ -205,7 +207,7 @@ func (s *Server) list(service string) driver.Snapshot {
 			snap.Instances = append(snap.Instances, r.inst.Clone())
 		}
 	}
-	driver.SortInstances(snap.Instances)
+	backend.SortInstances(snap.Instances)
 	return snap
 }
 
@@ -423,3 +425,8 @@ func (d *Driver) Close() error {
 	d.closed = true
 	return nil
 }
+
+// ErrorKind implements driver.Driver. This driver's errors wrap their
+// sentinel where they are made, so an error without one is unexpected:
+// it counts as transient.
+func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

@@ -4,8 +4,9 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/internal/urlfuzz"
-	"github.com/roster-go/roster/registry/driver"
 )
 
 // FuzzDecodeArticle: a value of the keys layout, written by anyone who can
@@ -23,7 +24,7 @@ func FuzzDecodeArticle(f *testing.F) {
 		if !ok {
 			return
 		}
-		if in.Service != service || in.ID == "" || in.Address == "" || in.Weight > driver.MaxWeight {
+		if in.Service != service || in.ID == "" || in.Address == "" || in.Weight > backend.MaxWeight {
 			t.Fatalf("decodeArticle(%q, %q, %q) = %+v", service, addrFromKey, val, in)
 		}
 	})

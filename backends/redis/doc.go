@@ -8,7 +8,7 @@
 //	redis://host1:7000,host2:7001                 two or more hosts imply it)
 //	redis+sentinel://[user:pass@]s1:26379,s2:26379[/db]?master=mymaster[&sentinel_password_file=…]
 //
-// Options are read by driver.Query, in the vocabulary every backend
+// Options are read by backend.Query, in the vocabulary every backend
 // shares: an option given twice or unknown is an error; TLS is tls,
 // ca_file, cert_file, key_file, server_name and skip_verify (on by
 // default with rediss). The server's password is the URL's userinfo, else

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -366,7 +368,7 @@ func (h *hashLayout) snapshot(ctx context.Context, c goredis.Scripter, service s
 		}
 		s.Instances = append(s.Instances, in)
 	}
-	driver.SortInstances(s.Instances)
+	backend.SortInstances(s.Instances)
 	return s, res[1], nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -84,7 +86,7 @@ func (st *hashStream) current() driver.Snapshot {
 	for _, in := range st.insts {
 		s.Instances = append(s.Instances, in)
 	}
-	driver.SortInstances(s.Instances)
+	backend.SortInstances(s.Instances)
 	return s
 }
 

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -138,7 +140,7 @@ func decodeArticle(service, addrFromKey, val string) (driver.Instance, bool) {
 		}
 		return ""
 	}
-	in := driver.Instance{Service: service, Address: str("addr"), Version: str("version"), Weight: driver.DefaultWeight}
+	in := driver.Instance{Service: service, Address: str("addr"), Version: str("version"), Weight: backend.DefaultWeight}
 	if in.Address == "" {
 		in.Address = addrFromKey
 	}
@@ -146,7 +148,7 @@ func decodeArticle(service, addrFromKey, val string) (driver.Instance, bool) {
 		if n, err := strconv.ParseFloat(w, 64); err == nil && n >= 0 {
 			// A script's weight past the portable limit is the limit, as on
 			// Kubernetes: the record stays in, at the highest share.
-			in.Weight = uint32(min(n, driver.MaxWeight))
+			in.Weight = uint32(min(n, backend.MaxWeight))
 		}
 	}
 	for _, p := range strings.Split(str("metadata"), ",") {
@@ -260,7 +262,7 @@ type keysReg struct {
 	ttl time.Duration
 }
 
-func ttlSeconds(ttl time.Duration) int64 { return driver.TTLUnits(ttl, time.Second) }
+func ttlSeconds(ttl time.Duration) int64 { return backend.TTLUnits(ttl, time.Second) }
 
 func (ks *keysLayout) register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	r := &keysReg{ks: ks, svc: inst.Service, id: inst.ID, ttl: ttl}
@@ -419,7 +421,7 @@ func (ks *keysLayout) list(ctx context.Context, service string) (driver.Snapshot
 	if s.Instances == nil {
 		s.Instances = []driver.Instance{}
 	}
-	driver.SortInstances(s.Instances)
+	backend.SortInstances(s.Instances)
 	return s, nil
 }
 
@@ -431,7 +433,7 @@ func (ks *keysLayout) services(ctx context.Context) ([]string, error) {
 	set := map[string]struct{}{}
 	for _, k := range keys {
 		name, _, ok := strings.Cut(strings.TrimPrefix(k, ks.o.Prefix+":"), ":")
-		if ok && driver.ValidateService(name) == nil {
+		if ok && backend.ValidateService(name) == nil {
 			set[name] = struct{}{}
 		}
 	}

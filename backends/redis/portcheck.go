@@ -8,7 +8,7 @@ import (
 )
 
 // answered is a client hook: a reply from the server, even a refusal,
-// proves that client and port speak the same protocol (driver.PortCheck),
+// proves that client and port speak the same protocol (backend.PortCheck),
 // so no probe is needed when later commands fail (a partition, a
 // restart). rediss:// on a plain port makes the handshake wait for a line
 // Redis never sends, and redis:// on a TLS port gets its connections

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -40,7 +42,7 @@ type conn struct {
 	o     Options
 	name  string // redacted, for errors
 
-	ports driver.PortCheck // TLS to a plain port, or plain to a TLS one
+	ports backend.PortCheck // TLS to a plain port, or plain to a TLS one
 
 	mu     sync.Mutex
 	closed bool
@@ -226,3 +228,8 @@ func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, erro
 	}
 	return d.layout.watch(ctx, service)
 }
+
+// ErrorKind implements driver.Driver. This driver's errors wrap their
+// sentinel where they are made, so an error without one is unexpected:
+// it counts as transient.
+func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/roster-go/roster/internal/backend"
 
-	"github.com/roster-go/roster/registry/driver"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // scriptSources maps each Lua script's SHA1 to its source, so that an ACL
@@ -32,7 +32,7 @@ var aclCodes = []string{"NOPERM", "WRONGPASS", "NOAUTH", "WRONGTYPE"}
 // refused reports whether err is a refusal of the server (ACL, password)
 // or a TLS handshake failure that retrying cannot cure.
 func refused(err error) bool {
-	if _, ok := driver.TLSCause(err); ok {
+	if _, ok := backend.TLSCause(err); ok {
 		return true
 	}
 	msg := err.Error()
@@ -55,7 +55,7 @@ var callOn = regexp.MustCompile(`redis\.call\('(\w+)'`)
 // only the script's line ("NOPERM … 'xadd'" then, as Redis does outside
 // scripts).
 func explain(err error) error {
-	if cause, ok := driver.TLSCause(err); ok {
+	if cause, ok := backend.TLSCause(err); ok {
 		return errors.New(cause)
 	}
 	msg := err.Error()

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -27,7 +29,7 @@ func init() {
 }
 
 // publicOptions are the URL options whose values are never secret, so
-// that driver.Redact may show them: every option ParseURL reads except
+// that urls.Redact may show them: every option ParseURL reads except
 // password_file, sentinel_password, sentinel_password_file and key_file
 // (a path, but Redact masks every name holding "key" or "pas" anyway).
 var publicOptions = []string{"addr", "layout", "prefix", "sweep", "quiet", "maxlen", "linger", "poll", "notify",
@@ -58,13 +60,13 @@ func OpenURL(_ context.Context, u *url.URL) (*Driver, error) {
 // Errors wrap driver.ErrInvalid, name the option and show the URL
 // redacted.
 func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
-	q, err := driver.ParseQuery("redis", u)
+	q, err := backend.ParseQuery("redis", u)
 	if err != nil {
 		return nil, Options{}, err
 	}
 	tlsOn, mode, ok := splitScheme(u.Scheme)
 	if !ok {
-		return nil, Options{}, driver.InvalidURL("redis", "scheme %q (want redis or rediss, +cluster or +sentinel)", u.Scheme)
+		return nil, Options{}, backend.InvalidURL("redis", "scheme %q (want redis or rediss, +cluster or +sentinel)", u.Scheme)
 	}
 	copts := &goredis.UniversalOptions{TLSConfig: q.TLS(tlsOn)}
 	o, seeds := readOptions(q, copts)
@@ -76,7 +78,7 @@ func ParseURL(u *url.URL) (*goredis.UniversalOptions, Options, error) {
 		return nil, o, err
 	}
 	if err := o.defaults(); err != nil {
-		return nil, o, driver.InvalidURL("redis", "%s", strings.TrimPrefix(err.Error(), driver.ErrInvalid.Error()+": redis: "))
+		return nil, o, backend.InvalidURL("redis", "%s", strings.TrimPrefix(err.Error(), driver.ErrInvalid.Error()+": redis: "))
 	}
 	return copts, o, nil
 }
@@ -90,7 +92,7 @@ func splitScheme(scheme string) (tlsOn bool, mode string, ok bool) {
 
 // readOptions reads every public option but the TLS ones; it returns the
 // driver's options and the addr option (more seeds, comma-separated).
-func readOptions(q *driver.Query, c *goredis.UniversalOptions) (o Options, seeds string) {
+func readOptions(q *backend.Query, c *goredis.UniversalOptions) (o Options, seeds string) {
 	var layout, notify string
 	var maxlen int
 	q.Enum("layout", &layout, string(LayoutHash), string(LayoutKeys))
@@ -120,7 +122,7 @@ func readOptions(q *driver.Query, c *goredis.UniversalOptions) (o Options, seeds
 // on redis+sentinel, $ROSTER_REDIS_SENTINEL_PASSWORD. A password option in
 // the query is refused: the URL's place for it is the userinfo, and two
 // places would need a precedence rule.
-func readPasswords(q *driver.Query, u *url.URL, c *goredis.UniversalOptions, sentinel bool) error {
+func readPasswords(q *backend.Query, u *url.URL, c *goredis.UniversalOptions, sentinel bool) error {
 	env := EnvPassword
 	if u.User != nil {
 		c.Username = u.User.Username()
@@ -137,9 +139,9 @@ func readPasswords(q *driver.Query, u *url.URL, c *goredis.UniversalOptions, sen
 	q.Secret("sentinel_password", sentinelEnv, &c.SentinelPassword)
 	switch {
 	case q.Has("password"):
-		return driver.InvalidURL("redis", "option password: give the password in the URL (redis://user:password@host) or in password_file")
+		return backend.InvalidURL("redis", "option password: give the password in the URL (redis://user:password@host) or in password_file")
 	case inUserinfo && q.Has("password_file"):
-		return driver.InvalidURL("redis", "password given twice: in the URL and in password_file")
+		return backend.InvalidURL("redis", "password given twice: in the URL and in password_file")
 	}
 	return nil
 }
@@ -153,23 +155,23 @@ func setTopology(u *url.URL, c *goredis.UniversalOptions, mode, seeds string) er
 	}
 	var err error
 	if c.Addrs, err = hostPorts(u.Host, seeds, defPort); err != nil {
-		return driver.InvalidURL("redis", "%v", err)
+		return backend.InvalidURL("redis", "%v", err)
 	}
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		if c.DB, err = strconv.Atoi(p); err != nil || c.DB < 0 {
-			return driver.InvalidURL("redis", "the path must be a database number")
+			return backend.InvalidURL("redis", "the path must be a database number")
 		}
 	}
 	c.IsClusterMode = mode == "cluster" || mode == "" && len(c.Addrs) > 1
 	switch {
 	case mode == "sentinel" && c.MasterName == "":
-		return driver.InvalidURL("redis", "redis+sentinel needs ?master=<name>")
+		return backend.InvalidURL("redis", "redis+sentinel needs ?master=<name>")
 	case mode != "sentinel" && c.MasterName != "":
-		return driver.InvalidURL("redis", "option master is for redis+sentinel://")
+		return backend.InvalidURL("redis", "option master is for redis+sentinel://")
 	case mode != "sentinel" && (c.SentinelPassword != "" || c.SentinelUsername != ""):
-		return driver.InvalidURL("redis", "sentinel credentials are for redis+sentinel://")
+		return backend.InvalidURL("redis", "sentinel credentials are for redis+sentinel://")
 	case c.IsClusterMode && c.DB != 0:
-		return driver.InvalidURL("redis", "Redis Cluster has only database 0")
+		return backend.InvalidURL("redis", "Redis Cluster has only database 0")
 	}
 	return nil
 }

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	"github.com/roster-go/roster/internal/backend"
 
-	"github.com/roster-go/roster/registry/driver"
+	"github.com/go-zookeeper/zk"
 )
 
 // tlsHandshakeWait is how long checkTLS waits after a handshake for the
@@ -29,7 +29,7 @@ func checkTLS(opts Options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opts.RequestTimeout)
 	defer cancel()
 	for _, s := range opts.Servers {
-		if _, err := driver.CheckTLS(ctx, s, opts.TLS, tlsHandshakeWait); err != nil {
+		if _, err := backend.CheckTLS(ctx, s, opts.TLS, tlsHandshakeWait); err != nil {
 			return err
 		}
 	}

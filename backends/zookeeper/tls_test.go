@@ -102,7 +102,7 @@ func TestPlainToTheTLSPort(t *testing.T) {
 	}
 }
 
-// TestTLSOptionsParse: the shared TLS options (driver.Query.TLS), refused
+// TestTLSOptionsParse: the shared TLS options (backend.Query.TLS), refused
 // while TLS is off.
 func TestTLSOptionsParse(t *testing.T) {
 	u, _ := url.Parse("zk://h/r?tls=true&server_name=zk.test&skip_verify=true")

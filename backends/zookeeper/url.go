@@ -6,20 +6,20 @@ import (
 	"path"
 	"strings"
 
-	"github.com/roster-go/roster/registry/driver"
+	"github.com/roster-go/roster/internal/backend"
 )
 
 // publicOptions are the URL options whose values are not secrets.
 var publicOptions = []string{"session_timeout", "request_timeout", "tls", "ca_file", "cert_file", "server_name", "skip_verify"}
 
-var openURL = driver.OpenWith(ParseURL, New)
+var openURL = backend.OpenWith(ParseURL, New)
 
 // ParseURL turns a zk:// URL into Options (see the package documentation
 // for the form and options). Errors wrap driver.ErrInvalid, name the
 // option and never quote the password.
 func ParseURL(u *url.URL) (Options, error) {
 	var o Options
-	q, err := driver.ParseSchemeQuery("zookeeper", u, Scheme)
+	q, err := backend.ParseSchemeQuery("zookeeper", u, Scheme)
 	if err != nil {
 		return o, err
 	}
@@ -53,13 +53,13 @@ const EnvPassword = "ROSTER_ZOOKEEPER_PASSWORD"
 // password from there, from password_file or from $ROSTER_ZOOKEEPER_PASSWORD,
 // the first found. A password option in the query is refused, as on
 // Redis: the URL's place for it is before the @.
-func credentials(u *url.URL, q *driver.Query, o *Options) error {
+func credentials(u *url.URL, q *backend.Query, o *Options) error {
 	if q.Has("password") {
-		return driver.InvalidURL("zookeeper", "option password: give the password in the URL (zk://user:password@host) or in password_file")
+		return backend.InvalidURL("zookeeper", "option password: give the password in the URL (zk://user:password@host) or in password_file")
 	}
 	if u.User == nil {
 		if q.Has("password_file") {
-			return driver.InvalidURL("zookeeper", "option password_file needs a user name (zk://user@host?password_file=PATH)")
+			return backend.InvalidURL("zookeeper", "option password_file needs a user name (zk://user@host?password_file=PATH)")
 		}
 		return nil
 	}
@@ -67,7 +67,7 @@ func credentials(u *url.URL, q *driver.Query, o *Options) error {
 	pw, inUserinfo := u.User.Password()
 	switch {
 	case inUserinfo && q.Has("password_file"):
-		return driver.InvalidURL("zookeeper", "password given twice: in the URL and in password_file")
+		return backend.InvalidURL("zookeeper", "password given twice: in the URL and in password_file")
 	case inUserinfo:
 		o.Password = pw
 	default:
@@ -76,10 +76,10 @@ func credentials(u *url.URL, q *driver.Query, o *Options) error {
 	return nil
 }
 
-// invalid is an ErrInvalid in the form driver.Query gives its own. It
+// invalid is an ErrInvalid in the form backend.Query gives its own. It
 // does not name the URL: registry.Open does, once, redacted.
 func invalid(_ *url.URL, format string, args ...any) error {
-	return driver.InvalidURL("zookeeper", format, args...)
+	return backend.InvalidURL("zookeeper", format, args...)
 }
 
 // root reads the root znode from the URL's path: /roster when empty.
@@ -111,7 +111,7 @@ func servers(u *url.URL) ([]string, error) {
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2181")
 		}
-		if _, err := driver.CanonicalAddress(h); err != nil {
+		if _, err := backend.CanonicalAddress(h); err != nil {
 			// Not quoted: a host with such characters may be a password
 			// whose "@" was forgotten (zk://user:secrethost:2181).
 			return nil, invalid(u, "server %d is not host:port (a host name or an IP address, a port from 1 to 65535)", i+1)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/urls"
+
 	"github.com/roster-go/roster/backends/zookeeper"
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -73,7 +75,7 @@ func TestParseURLNeverPrintsThePassword(t *testing.T) {
 		}
 	}
 	// The options are public, so a redacted URL keeps them.
-	if got := driver.Redact("zk://u:hunter2@h1:2181,h2:2181/roster?session_timeout=3s"); got != "zk://u:xxxxx@h1:2181,h2:2181/roster?session_timeout=3s" {
+	if got := urls.Redact("zk://u:hunter2@h1:2181,h2:2181/roster?session_timeout=3s"); got != "zk://u:xxxxx@h1:2181,h2:2181/roster?session_timeout=3s" {
 		t.Errorf("Redact = %s", got)
 	}
 }

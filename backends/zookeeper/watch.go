@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/go-zookeeper/zk"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -107,7 +109,7 @@ func (s *stream) changed() (driver.Snapshot, bool) {
 	for _, in := range s.insts {
 		cur = append(cur, in)
 	}
-	driver.SortInstances(cur)
+	backend.SortInstances(cur)
 	if s.sent && slices.EqualFunc(cur, s.last, driver.Instance.Equal) {
 		return driver.Snapshot{}, false
 	}
@@ -182,7 +184,7 @@ func (s *stream) readInstance(ctx context.Context, id string) error {
 	}
 	s.dataW[id] = ch
 	s.rev = max(s.rev, uint64(st.Mzxid))
-	if in, ok := driver.DecodeStored(s.service, id, val); ok {
+	if in, ok := backend.DecodeStored(s.service, id, val); ok {
 		s.insts[id] = in
 	} else {
 		delete(s.insts, id)

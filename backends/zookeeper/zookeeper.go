@@ -20,14 +20,14 @@
 // /teams/Payments; /apps/roster is refused, as it would be the service
 // "roster" of the root /apps). User and password, when given, are added to
 // every session as digest credentials; the password never appears in an
-// error or in driver.Redact's output. Options:
+// error or in urls.Redact's output. Options:
 //
 //	session_timeout   timeout of the session that reads and watches, default 10s
 //	request_timeout   bound on every call, default 5s
 //	password_file     file holding the digest password of the URL's user
 //	tls=true          TLS, to the servers' secureClientPort
 //	ca_file, cert_file, key_file, server_name, skip_verify
-//	                  TLS settings, as on every backend (driver.Query.TLS)
+//	                  TLS settings, as on every backend (backend.Query.TLS)
 //
 // Without a password in the URL or password_file, a URL that names a user
 // takes the password from $ROSTER_ZOOKEEPER_PASSWORD. With TLS, New runs
@@ -106,6 +106,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/go-zookeeper/zk"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -152,7 +154,7 @@ type Driver struct {
 	// ports finds a plain client sent to a TLS port (secureClientPort),
 	// which closes every connection: the library would retry it forever.
 	// (TLS to a plain port is found at New.)
-	ports driver.PortCheck
+	ports backend.PortCheck
 
 	mu       sync.Mutex
 	sessions map[time.Duration]*session // registrations' sessions, by TTL
@@ -169,7 +171,7 @@ func New(opts Options) (*Driver, error) {
 	}
 	root := path.Clean(opts.Root)
 	if root == "/" || root[0] != '/' {
-		return nil, driver.Invalid("root", "%q: want an absolute znode path below /, such as /roster", opts.Root)
+		return nil, backend.Invalid("root", "%q: want an absolute znode path below /, such as /roster", opts.Root)
 	}
 	if err := checkNesting(root); err != nil {
 		return nil, err
@@ -210,11 +212,11 @@ func New(opts Options) (*Driver, error) {
 func checkNesting(root string) error {
 	segs := strings.Split(root[1:], "/")
 	for i := 1; i < len(segs); i++ {
-		if driver.ValidateService(segs[i]) != nil {
+		if backend.ValidateService(segs[i]) != nil {
 			continue
 		}
 		parent := "/" + strings.Join(segs[:i], "/")
-		return driver.Invalid("root", "%s: its segment %q is a valid service name, so the root would be the "+
+		return backend.Invalid("root", "%s: its segment %q is a valid service name, so the root would be the "+
 			"service %q of the root %s and share its namespace: use a root of one segment (%s-%s) or name "+
 			"the deeper segments as no service can be named, with a leading '_' or an upper-case letter (%s/_%s)",
 			root, segs[i], segs[i], parent, parent, segs[i], parent, segs[i])
@@ -374,7 +376,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 		return driver.Snapshot{}, err
 	}
 	snap.Instances, snap.Revision = ins, max(snap.Revision, rev)
-	driver.SortInstances(snap.Instances)
+	backend.SortInstances(snap.Instances)
 	snap.At = time.Now()
 	return snap, nil
 }
@@ -435,7 +437,7 @@ func (d *Driver) get(ctx context.Context, conn *zk.Conn, service, id string) (*d
 	if err != nil {
 		return nil, nil, err
 	}
-	if in, ok := driver.DecodeStored(service, id, val); ok {
+	if in, ok := backend.DecodeStored(service, id, val); ok {
 		return &in, st, nil
 	}
 	return nil, st, nil
@@ -459,7 +461,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, svc := range names {
-		if driver.ValidateService(svc) != nil {
+		if backend.ValidateService(svc) != nil {
 			continue
 		}
 		var st *zk.Stat
@@ -478,3 +480,8 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
+
+// ErrorKind implements driver.Driver. This driver's errors wrap their
+// sentinel where they are made, so an error without one is unexpected:
+// it counts as transient.
+func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/spf13/cobra"
 
 	"github.com/roster-go/roster/backends/memory"
@@ -108,7 +110,7 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 	}
 	if cr.cfg.TTL == 0 {
 		cr.cfg.TTL = max(3*time.Second, lim.MinTTL)
-	} else if _, err := registry.ValidateTTL(cr.cfg.TTL, lim); err != nil {
+	} else if _, err := backend.ValidateTTL(cr.cfg.TTL, lim); err != nil {
 		return fmt.Errorf("--ttl: %w", err)
 	}
 	names, err := selectChecks(cr.filter)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/spf13/cobra"
 
 	"github.com/roster-go/roster/internal/backoff"
@@ -170,7 +172,7 @@ func prepare(cmd *cobra.Command, in registry.Instance, ttl time.Duration) (regis
 	case err != nil:
 		return in, nil, err
 	}
-	if _, err := registry.ValidateTTL(ttl, reg.Limits()); err != nil {
+	if _, err := backend.ValidateTTL(ttl, reg.Limits()); err != nil {
 		reg.Close()
 		return in, nil, fmt.Errorf("--ttl: %w", err)
 	}
@@ -303,18 +305,18 @@ func (s *sidecar) close() {
 // withID gives in an ID, so that every attempt to register it — the
 // background ones too — upserts one registration, and validates it.
 func withID(in registry.Instance) (registry.Instance, error) {
-	if err := registry.ValidateService(in.Service); err != nil {
+	if err := backend.ValidateService(in.Service); err != nil {
 		return in, err
 	}
-	addr, err := registry.CanonicalAddress(in.Address)
+	addr, err := backend.CanonicalAddress(in.Address)
 	if err != nil {
 		return in, err
 	}
 	in.Address = addr
 	if in.ID == "" {
-		in.ID = registry.NewID(in.Service, in.Address)
+		in.ID = backend.NewID(in.Service, in.Address)
 	}
-	return in, in.Validate()
+	return in, backend.ValidateInstance(in)
 }
 
 // startChild starts CMD in a process group of its own (terminal signals

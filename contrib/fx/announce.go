@@ -8,6 +8,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"go.uber.org/fx"
 
 	"github.com/roster-go/roster/internal/backoff"
@@ -131,7 +133,7 @@ func (an *announcer) start(ctx context.Context) error {
 	if inst.ID == "" {
 		// One ID for every attempt: an attempt whose answer was lost and
 		// the next one upsert one registration.
-		inst.ID = registry.NewID(inst.Service, inst.Address)
+		inst.ID = backend.NewID(inst.Service, inst.Address)
 	}
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	lease, err := an.reg.Register(actx, inst, opts...)

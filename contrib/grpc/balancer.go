@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
-	"github.com/roster-go/roster/registry/driver"
 	"github.com/roster-go/roster/selector"
 )
 
@@ -283,7 +284,7 @@ func (b *rosterBalancer) publish() {
 			insts = append(insts, c.inst)
 			byID[c.inst.ID] = c.sc
 		}
-		driver.SortInstances(insts)
+		backend.SortInstances(insts)
 		// The selector keeps per-instance state (in flight, latency) by
 		// ID across updates; the picker captures the immutable view this
 		// update built, so it never picks from a later set.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"google.golang.org/grpc/attributes"
 	"google.golang.org/grpc/resolver"
 
@@ -62,7 +64,7 @@ func (b *resolverBuilder) Scheme() string { return Scheme }
 
 func (b *resolverBuilder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
 	service := strings.TrimPrefix(t.Endpoint(), "/")
-	if err := registry.ValidateService(service); err != nil {
+	if err := backend.ValidateService(service); err != nil {
 		return nil, fmt.Errorf("rostergrpc: target %q: %w", t.URL.String(), err)
 	}
 	w, err := b.reg.Watch(context.Background(), service)

@@ -72,6 +72,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
@@ -125,7 +127,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("%w: %q (want http://<service>/path, no port)", ErrNotService, req.URL.Host)
 	}
 	service := req.URL.Hostname()
-	if err := registry.ValidateService(service); err != nil {
+	if err := backend.ValidateService(service); err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("%w: %w", ErrNotService, err)
 	}

@@ -4,14 +4,14 @@ import (
 	"fmt"
 	"net/url"
 
-	"github.com/roster-go/roster/registry/driver"
+	"github.com/roster-go/roster/internal/backend"
 )
 
 // A parser fit for Fuzz refuses what it cannot read with ErrInvalid.
 func Example() {
 	parse := func(u *url.URL) error {
 		if u.Host == "" {
-			return driver.InvalidURL("x", "no host")
+			return backend.InvalidURL("x", "no host")
 		}
 		return nil
 	}

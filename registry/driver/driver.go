@@ -5,29 +5,30 @@ import (
 	"time"
 )
 
-// Driver is what a backend implements: storage only. Validation, instance
-// IDs, heartbeat scheduling, re-registration, watch sharing, coalescing,
-// resync and stale marking all live in Registry, once, for every backend.
+// Driver is what a backend implements: storage only. Registry does the
+// rest once, for every backend: validation, instance IDs, heartbeats,
+// re-registration, the shared watch cache, resync and stale marking. It
+// also does the chores every method would repeat. It checks the context
+// before each call and never calls a driver after Close. It sorts what a
+// driver returns and drops states a stream repeats. It maps each error
+// through ErrorKind, once.
 //
-// Drivers return errors that wrap ErrNotFound, ErrUnavailable, ErrInvalid or
-// ErrClosed (or a context error), never a raw client error alone, and never
-// include credentials in error text. An error names the backend, the
-// server where useful, and the operation, once: "redis 10.0.0.1:6379:
-// register api/api-1: registry: backend unavailable: …". Registry adds no
-// second prefix to a driver's error, so none of it is repeated.
+// Drivers never include credentials in error text. An error names the
+// backend, the server where useful, and the operation, once:
+// "redis 10.0.0.1:6379: register api/api-1: dial tcp …: connection refused".
 type Driver interface {
-	// Register writes inst (already validated, ID set) so that it expires
-	// unless renewed within ttl. It is an idempotent upsert keyed by
+	// Register writes inst (validated, ID set) so that it expires unless
+	// renewed within ttl. It is an idempotent upsert keyed by
 	// (inst.Service, inst.ID): the last writer wins.
 	Register(ctx context.Context, inst Instance, ttl time.Duration) (Registration, error)
 
-	// List returns the live instances of service, sorted by ID, with the
+	// List returns the live instances of service, in any order, with the
 	// backend revision at which they were read. An unknown service is an
 	// empty snapshot, not an error.
 	List(ctx context.Context, service string) (Snapshot, error)
 
 	// Watch starts following service. The Stream's first Next returns the
-	// current state (even when empty); later calls return each new state.
+	// current state (even when empty).
 	Watch(ctx context.Context, service string) (Stream, error)
 
 	// Services lists the names of services with at least one live instance.
@@ -36,16 +37,26 @@ type Driver interface {
 	// Limits declares the backend's TTL floor and granularity.
 	Limits() Limits
 
-	// Close releases the driver's connections. Registry calls it last.
+	// ErrorKind says what an error returned by this driver means:
+	// ErrNotFound, ErrInvalid or ErrUnavailable. Registry calls it for
+	// each error that wraps none of the sentinels and wraps the error with
+	// the answer; any other answer counts as ErrUnavailable. ErrInvalid
+	// means a retry cannot succeed (a refused credential, a value the
+	// server rejects); ErrUnavailable that it may.
+	ErrorKind(err error) error
+
+	// Close releases the driver's connections. Registry calls it last,
+	// once no other call is in flight.
 	Close() error
 }
 
-// Registration is the driver's handle on one written instance.
+// Registration is the driver's handle on one written instance. Registry
+// serialises the calls on one Registration.
 type Registration interface {
-	// Heartbeat proves the instance is alive for another TTL. It returns an
-	// error wrapping ErrNotFound when the backend no longer holds the
-	// registration (expired, deleted externally, data wiped, lease lost):
-	// the lease engine then calls Driver.Register again.
+	// Heartbeat proves the instance is alive for another TTL. An error of
+	// kind ErrNotFound means the backend no longer holds the registration
+	// (expired, deleted externally, data wiped, lease lost): Registry then
+	// calls Driver.Register again.
 	Heartbeat(ctx context.Context) error
 
 	// Update replaces the stored instance (same Service and ID), keeping
@@ -59,12 +70,12 @@ type Registration interface {
 
 // Stream follows one service for a Watcher.
 type Stream interface {
-	// Next blocks until the backend holds a state of the service newer than
-	// the last one returned, and returns it, sorted by ID. Successive
-	// snapshots never go back in time: after a discontinuity (compaction,
-	// reconnect, wiped data) the driver relists before returning. An error
-	// wrapping ErrUnavailable means the backend cannot be reached right now;
-	// Registry then closes the stream and opens a new one after a backoff.
+	// Next blocks until the backend may hold a new state of the service,
+	// and returns the state, in any order. It may return the same state
+	// again. Successive states never go back in time: after a
+	// discontinuity (compaction, reconnect, wiped data) the driver relists
+	// before returning. An error means the stream is broken: Registry
+	// closes it and opens a new one after a backoff.
 	Next(ctx context.Context) (Snapshot, error)
 
 	// Close stops the stream and releases its resources. It does not block

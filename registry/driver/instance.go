@@ -1,18 +1,12 @@
 package driver
 
 import (
-	"encoding/json"
 	"maps"
 	"net"
 	"slices"
 	"strconv"
 	"time"
 )
-
-// DefaultWeight is the weight given to an instance registered with Weight 0.
-// A weight of 0 set later (Lease.Drain) means "draining": selectors pick a
-// draining instance only when nothing else is left.
-const DefaultWeight = 100
 
 // Instance is one registered endpoint of a service. Its JSON form (the
 // lower-case names below) is the one backends store, so that other tools
@@ -58,18 +52,6 @@ func (i Instance) Clone() Instance {
 	return i
 }
 
-// DecodeStored reads an instance stored in Instance's JSON form under a
-// key (or path) that is the truth for its service and ID, as etcd and
-// ZooKeeper store them; false for a value that is not one.
-func DecodeStored(service, id string, val []byte) (Instance, bool) {
-	var in Instance
-	if err := json.Unmarshal(val, &in); err != nil || in.Address == "" {
-		return Instance{}, false
-	}
-	in.ID, in.Service = id, service
-	return in, true
-}
-
 // Snapshot is the set of live instances of one service at one point in
 // time. Snapshots are immutable once published: readers share them and must
 // not modify the Instances slice or what it holds.
@@ -108,18 +90,4 @@ func (s Snapshot) Find(id string) (Instance, bool) {
 // same fields, ignoring Revision, Stale and At.
 func (s Snapshot) SameInstances(o Snapshot) bool {
 	return slices.EqualFunc(s.Instances, o.Instances, Instance.Equal)
-}
-
-// SortInstances sorts instances by ID, the order Snapshot promises.
-// Drivers call it before returning a snapshot.
-func SortInstances(in []Instance) {
-	slices.SortFunc(in, func(a, b Instance) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
 }

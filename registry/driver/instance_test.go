@@ -1,19 +1,23 @@
-package driver_test
+package driver
 
-import (
-	"testing"
+import "testing"
 
-	"github.com/roster-go/roster/registry/driver"
-)
-
-func TestDecodeStored(t *testing.T) {
-	in, ok := driver.DecodeStored("api", "i-1", []byte(`{"id":"other","service":"other","address":"10.0.0.1:80","weight":5}`))
-	if !ok || in.ID != "i-1" || in.Service != "api" || in.Address != "10.0.0.1:80" || in.Weight != 5 {
-		t.Errorf("DecodeStored = %+v, %v; want the key's service and ID over the stored ones", in, ok)
+func TestSnapshotFindAndClone(t *testing.T) {
+	in := []Instance{{ID: "a", Metadata: map[string]string{"k": "v"}, Tags: []string{"t"}}, {ID: "b"}, {ID: "c"}}
+	s := Snapshot{Instances: in}
+	if got, ok := s.Find("b"); !ok || got.ID != "b" {
+		t.Errorf("Find(b) = %v %v", got, ok)
 	}
-	for _, bad := range []string{``, `{`, `null`, `{"weight":5}`, `[1]`} {
-		if in, ok := driver.DecodeStored("api", "i-1", []byte(bad)); ok {
-			t.Errorf("DecodeStored(%q) = %+v, true; want false", bad, in)
-		}
+	if _, ok := s.Find("zz"); ok {
+		t.Error("Find(zz) found something")
+	}
+	c := in[0].Clone()
+	c.Metadata["k"] = "changed"
+	c.Tags[0] = "changed"
+	if in[0].Metadata["k"] != "v" || in[0].Tags[0] != "t" {
+		t.Error("Clone shares maps or slices with the original")
+	}
+	if !in[0].Equal(in[0].Clone()) {
+		t.Error("an instance is not Equal to its clone")
 	}
 }

@@ -15,13 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/hashicorp/consul/api"
 
 	"github.com/roster-go/roster/backends/consul/consultest"
 	"github.com/roster-go/roster/backends/dnssrv"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
-	"github.com/roster-go/roster/registry/driver"
 )
 
 // URL returns the dns+srv:// URL that reads Consul's <service>.service.consul
@@ -42,7 +43,7 @@ const harnessQuery = "min_poll=100ms"
 // are opened by dns+srv:// URL, so the caller imports backends/dnssrv.
 func NewHarness(tb testing.TB, a *consultest.Agent) conformance.Harness {
 	tb.Helper()
-	if _, ok := driver.Lookup("dns+srv"); !ok {
+	if _, ok := backend.Lookup("dns+srv"); !ok {
 		tb.Fatal(`dnssrvtest: the dns+srv:// scheme is not registered: import _ "github.com/roster-go/roster/backends/dnssrv"`)
 	}
 	c, err := api.NewClient(&api.Config{Address: a.Addr()})

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
-	"github.com/roster-go/roster/registry/driver"
 )
 
 // harnessPrefix is the key prefix the conformance suite works under.
@@ -33,7 +34,7 @@ const harnessProgress = "progress_interval=1s"
 // that package's own tests use etcdtest).
 func NewHarness(t testing.TB, cfg Config) conformance.Harness {
 	t.Helper()
-	if _, ok := driver.Lookup("etcd"); !ok {
+	if _, ok := backend.Lookup("etcd"); !ok {
 		t.Fatal(`etcdtest: the etcd:// scheme is not registered: import _ "github.com/roster-go/roster/backends/etcd"`)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

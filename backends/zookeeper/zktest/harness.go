@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/go-zookeeper/zk"
 
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/testserver"
 	"github.com/roster-go/roster/registry"
-	"github.com/roster-go/roster/registry/driver"
 )
 
 // HarnessRoot is the root znode the conformance suite works under.
@@ -40,7 +41,7 @@ const harnessQuery = "session_timeout=3s"
 // backends/zookeeper, which registers the scheme.
 func NewHarness(tb testing.TB, s *Server) conformance.Harness {
 	tb.Helper()
-	if _, ok := driver.Lookup("zk"); !ok {
+	if _, ok := backend.Lookup("zk"); !ok {
 		tb.Fatal(`zktest: the zk:// scheme is not registered: import _ "github.com/roster-go/roster/backends/zookeeper"`)
 	}
 	h := &harness{s: s}

@@ -1,4 +1,4 @@
-package driver_test
+package backend_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"testing"
+
+	"github.com/roster-go/roster/internal/backend"
 
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -22,7 +24,7 @@ func FuzzCanonicalAddress(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, addr string) {
-		c, err := driver.CanonicalAddress(addr)
+		c, err := backend.CanonicalAddress(addr)
 		if err != nil {
 			var fe *driver.FieldError
 			if !errors.As(err, &fe) || fe.Field != "address" || !errors.Is(err, driver.ErrInvalid) {
@@ -30,10 +32,10 @@ func FuzzCanonicalAddress(f *testing.F) {
 			}
 			return
 		}
-		if again, err := driver.CanonicalAddress(c); err != nil || again != c {
+		if again, err := backend.CanonicalAddress(c); err != nil || again != c {
 			t.Fatalf("CanonicalAddress(%q) = %q, which canonicalises to %q, %v", addr, c, again, err)
 		}
-		if err := driver.ValidateAddress(c); err != nil {
+		if err := backend.ValidateAddress(c); err != nil {
 			t.Fatalf("ValidateAddress(%q) (canonical form of %q) = %v", c, addr, err)
 		}
 		host, port, err := net.SplitHostPort(c)
@@ -58,7 +60,7 @@ func FuzzDecodeStored(f *testing.F) {
 	f.Add("api", "a1", []byte(`{"address":"","weight":-1}`))
 	f.Add("api", "a1", []byte(`{"address":"h:1","metadata":{"k":null},"tags":[null]}`))
 	f.Fuzz(func(t *testing.T, service, id string, val []byte) {
-		in, ok := driver.DecodeStored(service, id, val)
+		in, ok := backend.DecodeStored(service, id, val)
 		if ok && (in.Service != service || in.ID != id || in.Address == "") {
 			t.Fatalf("DecodeStored(%q, %q, %q) = %+v", service, id, val, in)
 		}

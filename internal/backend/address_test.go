@@ -1,9 +1,11 @@
-package driver
+package backend
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // TestCanonicalAddressOneEndpointOneSpelling: the forms a resolver or a
@@ -34,7 +36,7 @@ func TestCanonicalAddressOneEndpointOneSpelling(t *testing.T) {
 		strings.Repeat("a", 64) + ".example:80": "at most 63",
 	} {
 		_, err := CanonicalAddress(in)
-		var fe *FieldError
+		var fe *driver.FieldError
 		if !errors.As(err, &fe) || fe.Field != "address" || !strings.Contains(err.Error(), want) {
 			t.Errorf("CanonicalAddress(%q) = %v, want an error on address saying %q", in, err, want)
 		}

@@ -1,4 +1,4 @@
-package driver_test
+package backend_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/roster-go/roster/internal/backend"
 
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -22,7 +24,7 @@ func TestParseSchemeQuery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = driver.ParseSchemeQuery("zookeeper", u, "zk", "zks")
+		_, err = backend.ParseSchemeQuery("zookeeper", u, "zk", "zks")
 		switch {
 		case wantErr == "" && err != nil:
 			t.Errorf("%s: %v", raw, err)
@@ -37,12 +39,12 @@ type fakeDriver struct{ driver.Driver }
 func TestOpenWith(t *testing.T) {
 	parse := func(u *url.URL) (string, error) {
 		if u.Host == "" {
-			return "", driver.InvalidURL("test", "no host")
+			return "", backend.InvalidURL("test", "no host")
 		}
 		return u.Host, nil
 	}
 	errNew := errors.New("cannot construct")
-	open := driver.OpenWith(parse, func(host string) (*fakeDriver, error) {
+	open := backend.OpenWith(parse, func(host string) (*fakeDriver, error) {
 		if host == "bad" {
 			return nil, errNew
 		}

@@ -1,4 +1,4 @@
-package driver_test
+package backend_test
 
 import (
 	"errors"
@@ -10,16 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
+
 	"github.com/roster-go/roster/registry/driver"
 )
 
-func parse(t *testing.T, raw string) (*driver.Query, error) {
+func parse(t *testing.T, raw string) (*backend.Query, error) {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return driver.ParseQuery("test", u)
+	return backend.ParseQuery("test", u)
 }
 
 func TestQueryRejectsWhatNoBackendAccepts(t *testing.T) {

@@ -1,10 +1,12 @@
-package driver
+package backend
 
 import (
 	"crypto/rand"
 	"encoding/hex"
 	"strconv"
 	"strings"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // NewID returns a fresh instance ID of the form
@@ -13,7 +15,7 @@ import (
 // predecessor has not expired yet, or two workers behind one port — never
 // overwrite each other's registration.
 func NewID(service, address string) string {
-	i := Instance{Address: address}
+	i := driver.Instance{Address: address}
 	host := strings.Map(func(r rune) rune {
 		if r < 0x80 && idChar(byte(r)) {
 			return r

@@ -1,4 +1,4 @@
-package driver_test
+package backend_test
 
 import (
 	"context"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roster-go/roster/internal/backend"
+	"github.com/roster-go/roster/internal/urls"
 
 	"github.com/roster-go/roster/registry/driver"
 )
@@ -34,7 +37,7 @@ func init() {
 	for _, s := range allSchemes {
 		driver.Register(s, func(context.Context, *url.URL) (driver.Driver, error) { return nil, driver.ErrInvalid })
 	}
-	driver.NestedURLOptions("old", "new")
+	urls.Nested("old", "new")
 }
 
 // mutate applies one typo to s at pos: op 0 deletes the byte there, 1
@@ -108,7 +111,7 @@ func FuzzRedact(f *testing.F) {
 		if !ok {
 			return
 		}
-		if got := driver.Redact(typo); leaks(got) {
+		if got := urls.Redact(typo); leaks(got) {
 			t.Fatalf("Redact(%q) = %q shows the secret", typo, got)
 		}
 	})
@@ -141,7 +144,7 @@ func FuzzQueryErrors(f *testing.F) {
 // readOptions reads u's options as the backends do, with one option of
 // each kind.
 func readOptions(u *url.URL) error {
-	q, err := driver.ParseQuery("x", u)
+	q, err := backend.ParseQuery("x", u)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package driver
+package backend
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 func TestTLSCause(t *testing.T) {
@@ -77,7 +79,7 @@ func TestPortMixups(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		_, err := CheckTLS(ctx, c.addr, skip, 200*time.Millisecond)
 		cancel()
-		if (c.want == "") != (err == nil) || err != nil && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want)) {
+		if (c.want == "") != (err == nil) || err != nil && (!errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("CheckTLS, %s: %v, want %q", c.name, err, c.want)
 		}
 	}
@@ -91,7 +93,7 @@ func TestPortMixups(t *testing.T) {
 		{"plain to nothing", "127.0.0.1:1", false},
 	} {
 		_, err := CheckPlain(context.Background(), c.addr, 500*time.Millisecond)
-		if c.tls != (err != nil) || err != nil && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "speaks TLS only")) {
+		if c.tls != (err != nil) || err != nil && (!errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "speaks TLS only")) {
 			t.Errorf("CheckPlain, %s: %v, want an error: %v", c.name, err, c.tls)
 		}
 	}

@@ -1,4 +1,4 @@
-package driver
+package backend
 
 import (
 	"crypto/tls"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/internal/readfile"
+	"github.com/roster-go/roster/internal/urls"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Query reads the options of a registry URL in the vocabulary every
@@ -92,7 +94,7 @@ func (q *Query) fail(format string, args ...any) error {
 // URL: registry.Open names it once, redacted, in front ("open URL: …").
 // The reason must quote only public values, never a secret.
 func InvalidURL(backend, format string, args ...any) error {
-	return fmt.Errorf("%w: %s URL: %s", ErrInvalid, backend, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s URL: %s", driver.ErrInvalid, backend, fmt.Sprintf(format, args...))
 }
 
 // take returns the raw value of name and marks name known.
@@ -348,10 +350,7 @@ func shownPath(p string) string {
 // safeName quotes an option name when it is plainly a name and not
 // secret-looking, else hides it.
 func safeName(k string) string {
-	openersMu.RLock()
-	pub := public[k]
-	openersMu.RUnlock()
-	if plain(k) && len(k) <= 32 && (pub || secretNames[k] || !isSensitive(k)) {
+	if urls.ShowableName(k) {
 		return strconv.Quote(k)
 	}
 	return "<option>"

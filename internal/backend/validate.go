@@ -1,4 +1,4 @@
-package driver
+package backend
 
 import (
 	"encoding/json"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Limits every backend enforces identically, so that a registration valid
@@ -96,10 +98,10 @@ func ValidateAddress(addr string) error {
 	return nil
 }
 
-// Validate checks every field of an instance against the limits above.
-// The error is a *FieldError naming the first offending field.
-func (i Instance) Validate() error {
-	if err := i.ValidateFields(); err != nil {
+// ValidateInstance checks every field of an instance against the limits
+// above. The error is a *FieldError naming the first offending field.
+func ValidateInstance(i driver.Instance) error {
+	if err := ValidateFields(i); err != nil {
 		return err
 	}
 	b, err := json.Marshal(i)
@@ -112,10 +114,10 @@ func (i Instance) Validate() error {
 	return nil
 }
 
-// ValidateFields is Validate without the encoded-size check, which costs
-// an encoding: it is what a reader checks on every record it reads back
-// (the field limits bound the size already).
-func (i Instance) ValidateFields() error {
+// ValidateFields is ValidateInstance without the encoded-size check,
+// which costs an encoding. It is what a reader checks on every record it
+// reads back (the field limits bound the size already).
+func ValidateFields(i driver.Instance) error {
 	if err := ValidateService(i.Service); err != nil {
 		return err
 	}
@@ -205,7 +207,7 @@ func printable(field, s string, max int) error {
 // the effective TTL: rounded up to the backend's granularity. A TTL below
 // the backend's minimum, or above its maximum, is rejected, naming the
 // bound.
-func ValidateTTL(ttl time.Duration, lim Limits) (time.Duration, error) {
+func ValidateTTL(ttl time.Duration, lim driver.Limits) (time.Duration, error) {
 	if ttl <= 0 {
 		return 0, invalid("ttl", "%v must be positive", ttl)
 	}

@@ -1,8 +1,10 @@
-package driver
+package backend
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // TestFieldErrorsHideURLSecrets: a registry URL typed where a service
@@ -15,7 +17,7 @@ func TestFieldErrorsHideURLSecrets(t *testing.T) {
 		"consul://h:8500?token=hunter2", "user:hunter2@h:80", "zk://u:hunter2@h1,h2/roster",
 	} {
 		errs := []error{ValidateService(in), ValidateAddress(in), validateID(in),
-			Instance{Service: "s", ID: "i", Address: "h:1", Metadata: map[string]string{"k": in + "\x1b"}}.Validate()}
+			ValidateInstance(driver.Instance{Service: "s", ID: "i", Address: "h:1", Metadata: map[string]string{"k": in + "\x1b"}})}
 		if _, err := CanonicalAddress(in); err != nil {
 			errs = append(errs, err)
 		}

@@ -1,4 +1,4 @@
-package driver
+package backend
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 func TestValidateService(t *testing.T) {
@@ -21,8 +23,8 @@ func TestValidateService(t *testing.T) {
 	}
 	for _, n := range bad {
 		err := ValidateService(n)
-		var fe *FieldError
-		if !errors.Is(err, ErrInvalid) || !errors.As(err, &fe) || fe.Field != "service" {
+		var fe *driver.FieldError
+		if !errors.Is(err, driver.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "service" {
 			t.Errorf("ValidateService(%q) = %v, want a FieldError on service", n, err)
 		}
 	}
@@ -36,7 +38,7 @@ func TestValidateAddress(t *testing.T) {
 	}
 	for _, a := range []string{"", "h", ":80", "h:0", "h:65536", "h:x", "a b:80", "h/x:80", "u@h:80",
 		"H:80", "[0:0::1]:80"} { // valid, but not canonical: Register rewrites them
-		if err := ValidateAddress(a); !errors.Is(err, ErrInvalid) {
+		if err := ValidateAddress(a); !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("ValidateAddress(%q) = %v, want ErrInvalid", a, err)
 		}
 	}
@@ -80,13 +82,13 @@ func TestCanonicalAddress(t *testing.T) {
 	}
 	for in, want := range bad {
 		_, err := CanonicalAddress(in)
-		var fe *FieldError
+		var fe *driver.FieldError
 		if !errors.As(err, &fe) || fe.Field != "address" || !strings.Contains(err.Error(), want) {
 			t.Errorf("CanonicalAddress(%q) = %v, want an error on address saying %q", in, err, want)
 		}
 	}
 	long := strings.Repeat("a", MaxHostLen+1) + ":80"
-	if _, err := CanonicalAddress(long); !errors.Is(err, ErrInvalid) {
+	if _, err := CanonicalAddress(long); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("a host of %d bytes: %v, want ErrInvalid", MaxHostLen+1, err)
 	}
 }
@@ -115,18 +117,18 @@ func TestNewID(t *testing.T) {
 }
 
 func TestValidateTTL(t *testing.T) {
-	etcd := Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: 9e9 * time.Second}
+	etcd := driver.Limits{MinTTL: 2 * time.Second, TTLGranularity: time.Second, MaxTTL: 9e9 * time.Second}
 	for _, c := range []struct {
 		in, want time.Duration
-		lim      Limits
+		lim      driver.Limits
 		ok       bool
 	}{
 		{10 * time.Second, 10 * time.Second, etcd, true},
 		{2500 * time.Millisecond, 3 * time.Second, etcd, true},
 		{1999 * time.Millisecond, 0, etcd, false},
 		{0, 0, etcd, false},
-		{-time.Second, 0, Limits{}, false},
-		{1500 * time.Microsecond, 2 * time.Millisecond, Limits{TTLGranularity: time.Millisecond}, true},
+		{-time.Second, 0, driver.Limits{}, false},
+		{1500 * time.Microsecond, 2 * time.Millisecond, driver.Limits{TTLGranularity: time.Millisecond}, true},
 		{9e9 * time.Second, 9e9 * time.Second, etcd, true},
 		{9e9*time.Second + 1, 0, etcd, false}, // rounds up past the maximum
 	} {
@@ -134,7 +136,7 @@ func TestValidateTTL(t *testing.T) {
 		if c.ok && (err != nil || got != c.want) {
 			t.Errorf("ValidateTTL(%v, %+v) = %v, %v; want %v", c.in, c.lim, got, err, c.want)
 		}
-		if !c.ok && !errors.Is(err, ErrInvalid) {
+		if !c.ok && !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("ValidateTTL(%v, %+v) = %v, %v; want ErrInvalid", c.in, c.lim, got, err)
 		}
 	}
@@ -145,43 +147,22 @@ func TestValidateTTL(t *testing.T) {
 }
 
 func TestInstanceValidateNamesField(t *testing.T) {
-	base := Instance{ID: "x-1", Service: "svc", Address: "127.0.0.1:1"}
-	for field, mut := range map[string]func(*Instance){
-		"metadata[bad]": func(i *Instance) { i.Metadata = map[string]string{"bad": string([]byte{0xff})} },
-		"tags[1]":       func(i *Instance) { i.Tags = []string{"a", ""} },
-		"zone":          func(i *Instance) { i.Zone = strings.Repeat("z", MaxZoneLen+1) },
-		"id":            func(i *Instance) { i.ID = "-x" },
+	base := driver.Instance{ID: "x-1", Service: "svc", Address: "127.0.0.1:1"}
+	for field, mut := range map[string]func(*driver.Instance){
+		"metadata[bad]": func(i *driver.Instance) { i.Metadata = map[string]string{"bad": string([]byte{0xff})} },
+		"tags[1]":       func(i *driver.Instance) { i.Tags = []string{"a", ""} },
+		"zone":          func(i *driver.Instance) { i.Zone = strings.Repeat("z", MaxZoneLen+1) },
+		"id":            func(i *driver.Instance) { i.ID = "-x" },
 	} {
 		in := base.Clone()
 		mut(&in)
-		var fe *FieldError
-		if err := in.Validate(); !errors.As(err, &fe) || fe.Field != field {
+		var fe *driver.FieldError
+		if err := ValidateInstance(in); !errors.As(err, &fe) || fe.Field != field {
 			t.Errorf("%s: Validate() = %v, want a FieldError on %s", field, err, field)
 		}
 	}
-	if err := base.Validate(); err != nil {
+	if err := ValidateInstance(base); err != nil {
 		t.Errorf("valid instance rejected: %v", err)
-	}
-}
-
-func TestSnapshotFindAndClone(t *testing.T) {
-	in := []Instance{{ID: "c"}, {ID: "a", Metadata: map[string]string{"k": "v"}, Tags: []string{"t"}}, {ID: "b"}}
-	SortInstances(in)
-	s := Snapshot{Instances: in}
-	if got, ok := s.Find("b"); !ok || got.ID != "b" {
-		t.Errorf("Find(b) = %v %v", got, ok)
-	}
-	if _, ok := s.Find("zz"); ok {
-		t.Error("Find(zz) found something")
-	}
-	c := in[0].Clone()
-	c.Metadata["k"] = "changed"
-	c.Tags[0] = "changed"
-	if in[0].Metadata["k"] != "v" || in[0].Tags[0] != "t" {
-		t.Error("Clone shares maps or slices with the original")
-	}
-	if !in[0].Equal(in[0].Clone()) {
-		t.Error("an instance is not Equal to its clone")
 	}
 }
 
@@ -189,18 +170,18 @@ func TestSnapshotFindAndClone(t *testing.T) {
 // lines of "roster ls" or send terminal escapes through its metadata,
 // as it already could not through version, zone or tags.
 func TestMetadataValuesHaveNoControlCharacters(t *testing.T) {
-	base := Instance{ID: "x-1", Service: "svc", Address: "127.0.0.1:1"}
+	base := driver.Instance{ID: "x-1", Service: "svc", Address: "127.0.0.1:1"}
 	for _, v := range []string{"a\nfake-row", "\x1b[2J", "nul\x00", "del\x7f", "csi\u009b31m"} {
 		in := base.Clone()
 		in.Metadata = map[string]string{"note": v}
-		var fe *FieldError
-		if err := in.Validate(); !errors.As(err, &fe) || fe.Field != "metadata[note]" || !strings.Contains(err.Error(), "control character") {
+		var fe *driver.FieldError
+		if err := ValidateInstance(in); !errors.As(err, &fe) || fe.Field != "metadata[note]" || !strings.Contains(err.Error(), "control character") {
 			t.Errorf("metadata value %q: Validate() = %v, want a control-character error on metadata[note]", v, err)
 		}
 	}
 	in := base.Clone()
 	in.Metadata = map[string]string{"note": "数据中心 — ünïcødé ✓"}
-	if err := in.Validate(); err != nil {
+	if err := ValidateInstance(in); err != nil {
 		t.Errorf("printable unicode rejected: %v", err)
 	}
 }

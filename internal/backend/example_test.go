@@ -1,4 +1,4 @@
-package driver_test
+package backend_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/roster-go/roster/internal/backend"
 	"github.com/roster-go/roster/registry/driver"
 )
 
@@ -14,7 +15,7 @@ import (
 // same way.
 func ExampleParseQuery() {
 	u, _ := url.Parse("mydb://10.0.0.1:7000?timeout=2s&mode=fast")
-	q, err := driver.ParseQuery("mydb", u)
+	q, err := backend.ParseQuery("mydb", u)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -30,20 +31,9 @@ func ExampleParseQuery() {
 
 	// A parameter given twice is an error wrapping ErrInvalid.
 	u, _ = url.Parse("mydb://10.0.0.1:7000?timeout=2s&timeout=3s")
-	_, err = driver.ParseQuery("mydb", u)
+	_, err = backend.ParseQuery("mydb", u)
 	fmt.Println(errors.Is(err, driver.ErrInvalid))
 	// Output:
 	// 2s fast
 	// true
-}
-
-// Redact is what every error and log line shows of a registry URL: the
-// user name and password, and the value of any option not declared public
-// by its backend, are replaced, however the URL is mistyped.
-func ExampleRedact() {
-	fmt.Println(driver.Redact("redis://app:hunter2@10.0.0.2:6379/0"))
-	fmt.Println(driver.Redact("redis:/:hunter2@10.0.0.2:6379"))
-	// Output:
-	// redis://app:xxxxx@10.0.0.2:6379/0
-	// redis:<opaque>
 }

@@ -1,4 +1,4 @@
-package driver
+package backend
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // tlsCauses maps the text of TLS handshake failures that retrying cannot
@@ -98,10 +100,10 @@ func CheckTLS(ctx context.Context, addr string, cfg *tls.Config, wait time.Durat
 		_, err = conn.Read(make([]byte, 1))
 	}
 	if cause, ok := TLSCause(err); ok {
-		return true, fmt.Errorf("%w: TLS to %s: %s", ErrInvalid, addr, cause)
+		return true, fmt.Errorf("%w: TLS to %s: %s", driver.ErrInvalid, addr, cause)
 	}
 	if err != nil && silentOrClosed(err) && answersPlain(ctx, addr, wait) {
-		return true, fmt.Errorf("%w: TLS to %s: %s (%v)", ErrInvalid, addr, notTLS, err)
+		return true, fmt.Errorf("%w: TLS to %s: %s (%v)", driver.ErrInvalid, addr, notTLS, err)
 	}
 	return true, nil
 }
@@ -128,7 +130,7 @@ func CheckPlain(ctx context.Context, addr string, wait time.Duration) (reached b
 	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec
 	err = conn.HandshakeContext(ctx)
 	if err == nil || strings.Contains(err.Error(), "certificate required") || strings.Contains(err.Error(), "bad certificate") {
-		return true, fmt.Errorf("%w: %s speaks TLS only: use the backend's TLS scheme (rediss://, etcds://, consuls://) or tls=true, with ca_file", ErrInvalid, addr)
+		return true, fmt.Errorf("%w: %s speaks TLS only: use the backend's TLS scheme (rediss://, etcds://, consuls://) or tls=true, with ca_file", driver.ErrInvalid, addr)
 	}
 	return true, nil
 }

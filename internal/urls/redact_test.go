@@ -1,15 +1,15 @@
-package driver_test
+package urls_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/roster-go/roster/registry/driver"
+	"github.com/roster-go/roster/internal/urls"
 )
 
 func init() {
 	// The options a backend would declare public.
-	driver.AddPublicOptions("dc", "prefix", "master")
+	urls.AddPublicOptions("dc", "prefix", "master")
 }
 
 func TestRedact(t *testing.T) {
@@ -32,12 +32,12 @@ func TestRedact(t *testing.T) {
 		{"redis+sentinel://h:26379?master=m&sentinel_pasword=s3cret", "redis+sentinel://h:26379?master=m&<option>=xxxxx"},
 		{"etcds://h:2379?key_file=/k.pem&prefix=/r", "etcds://h:2379?key_file=xxxxx&prefix=%2Fr"},
 	} {
-		if got := driver.Redact(c.in); got != c.want {
+		if got := urls.Redact(c.in); got != c.want {
 			t.Errorf("Redact(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 	for _, bad := range []string{"redis://u:s3cret@h:1/%zz", "redis://u:s3cret@[::1", "::s3cret"} {
-		if got := driver.Redact(bad); strings.Contains(got, "s3cret") {
+		if got := urls.Redact(bad); strings.Contains(got, "s3cret") {
 			t.Errorf("Redact(%q) = %q leaks the secret", bad, got)
 		}
 	}
