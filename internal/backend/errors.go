@@ -44,3 +44,30 @@ func scrubURLs(s string) string {
 }
 
 func invalid(field, format string, args ...any) error { return Invalid(field, format, args...) }
+
+// Redacted returns err with each non-empty secret replaced by "xxxxx" in
+// its text. errors.Is and errors.As still see the whole chain, so that a
+// driver's ErrorKind can classify what it redacted.
+func Redacted(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return redactedError{msg: msg, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }
