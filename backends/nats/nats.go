@@ -1,6 +1,5 @@
 // Package nats is the NATS backend of Roster, on a JetStream key-value
-// bucket (github.com/nats-io/nats.go/jetstream). It needs NATS Server
-// 2.11 or newer, for per-message TTLs.
+// bucket. It needs NATS Server 2.11 or newer, for per-message TTLs.
 //
 // Import it for its side effect and open a registry by URL:
 //
@@ -8,14 +7,14 @@
 //
 //	r, err := registry.Open(ctx, "nats://10.0.0.1:4222?bucket=roster")
 //
-// Each instance is the key <service>.<id> of the bucket, its value the
-// instance's JSON. The dots of an ID are stored as "=", so the last token
-// of a key is always the ID. A key carries the registration's TTL as its
-// message TTL, and each heartbeat writes it again. docs/backends/nats.md
-// has the URL options, the design and the limits.
+// Each instance is the key Key(service, id) of the bucket, its value the
+// instance's JSON, written with the registration's TTL as its message
+// TTL; each heartbeat writes it again. docs/backends/nats.md has the URL
+// options, the design and the limits.
 package nats
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -41,15 +40,11 @@ const (
 const (
 	DefaultBucket         = "roster"
 	DefaultRequestTimeout = 5 * time.Second
-	DefaultPingInterval   = 2 * time.Second
 )
 
 // markerTTL is how long the bucket keeps the marker of a key that expired
 // or was deregistered. Watchers learn of the removal from it.
 const markerTTL = time.Minute
-
-// limits: the server keeps message TTLs in whole seconds, 1s at least.
-var limits = driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
 
 func init() {
 	driver.Register(Scheme, openURL, publicOptions...)
@@ -60,12 +55,11 @@ func init() {
 type Options struct {
 	Servers        []string      // host:port of each server
 	Bucket         string        // key-value bucket, default DefaultBucket
-	Replicas       int           // of a bucket New creates, default 1
+	Replicas       int           // of a bucket the driver creates, default 1
 	User, Password string        // optional
 	Token          string        // optional, instead of User and Password
 	TLS            *tls.Config   // nil: plain TCP
 	RequestTimeout time.Duration // bound on a call without a deadline
-	PingInterval   time.Duration // finds a dead connection, default DefaultPingInterval
 }
 
 // Driver is a driver.Driver on a NATS JetStream key-value bucket. Wrap it
@@ -76,90 +70,66 @@ type Driver struct {
 	nc   *natsio.Conn
 	js   jetstream.JetStream
 
+	finding sync.Mutex // held while the bucket is looked up
 	mu      sync.Mutex
 	kv      jetstream.KeyValue // nil until the bucket was found or made
 	down    chan struct{}      // closed at a disconnect, then replaced
-	refusal error              // the server's last refusal (a permission)
-	refused time.Time          // when
 }
 
-// New returns a Driver. It connects in the background: an unreachable
-// server shows as ErrUnavailable on the first calls, not here. The bucket
-// is created on the first Register or Watch that finds it missing.
+// New returns a Driver. A refused login or TLS handshake is ErrInvalid.
+// An unreachable server is not an error: the client connects in the
+// background, and calls fail with ErrUnavailable meanwhile. The bucket
+// is made by the first Register or Watch that finds it missing.
 func New(opts Options) (*Driver, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
 	d := &Driver{opts: opts, name: "nats " + opts.Servers[0], down: make(chan struct{})}
-	urls := make([]string, len(opts.Servers))
-	for i, s := range opts.Servers {
-		urls[i] = "nats://" + s
-	}
 	nopts := []natsio.Option{
-		natsio.Name("roster"),
-		natsio.RetryOnFailedConnect(true),
-		natsio.MaxReconnects(-1),
-		natsio.ReconnectWait(250 * time.Millisecond),
-		// Fail a call at once while disconnected, rather than queue it.
-		natsio.ReconnectBufSize(-1),
-		natsio.PingInterval(opts.PingInterval),
-		natsio.MaxPingsOutstanding(2),
+		natsio.Name("roster"), natsio.MaxReconnects(-1), natsio.ReconnectWait(250 * time.Millisecond),
+		natsio.ReconnectBufSize(-1), // while disconnected, fail a call at once
+		natsio.PingInterval(2 * time.Second), natsio.MaxPingsOutstanding(2),
 		natsio.Timeout(opts.RequestTimeout),
 		natsio.DisconnectErrHandler(func(*natsio.Conn, error) { d.disconnected() }),
-		natsio.ErrorHandler(func(_ *natsio.Conn, _ *natsio.Subscription, err error) { d.noteRefusal(err) }),
 	}
-	switch {
-	case opts.Token != "":
+	if opts.Token != "" {
 		nopts = append(nopts, natsio.Token(opts.Token))
-	case opts.User != "":
+	} else if opts.User != "" {
 		nopts = append(nopts, natsio.UserInfo(opts.User, opts.Password))
 	}
 	if opts.TLS != nil {
 		nopts = append(nopts, natsio.Secure(opts.TLS))
 	}
+	urls := "nats://" + strings.Join(opts.Servers, ",nats://")
 	var err error
-	if d.nc, err = natsio.Connect(strings.Join(urls, ","), nopts...); err != nil {
-		return nil, d.fail("connect", err)
+	d.nc, err = natsio.Connect(urls, nopts...)
+	if err != nil && d.ErrorKind(err) != driver.ErrInvalid {
+		d.nc, err = natsio.Connect(urls, append(nopts, natsio.RetryOnFailedConnect(true))...)
 	}
-	if d.js, err = jetstream.New(d.nc); err != nil {
-		d.nc.Close()
-		return nil, d.fail("connect", err)
+	if err == nil {
+		d.js, err = jetstream.New(d.nc)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", d.fail("connect", err), d.ErrorKind(err))
 	}
 	return d, nil
 }
 
 func (o *Options) setDefaults() error {
-	if len(o.Servers) == 0 {
-		return backend.Invalid("servers", "none given")
-	}
-	if o.Bucket == "" {
-		o.Bucket = DefaultBucket
-	}
-	if !validBucket(o.Bucket) {
-		return backend.Invalid("bucket", "%q: want letters, digits, - and _", o.Bucket)
-	}
-	if o.Token != "" && o.User != "" {
-		return backend.Invalid("token", "give a token or a user, not both")
-	}
-	if o.Replicas <= 0 {
-		o.Replicas = 1
-	}
+	o.Bucket = cmp.Or(o.Bucket, DefaultBucket)
+	o.Replicas = max(o.Replicas, 1)
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
-	if o.PingInterval <= 0 {
-		o.PingInterval = DefaultPingInterval
+	switch {
+	case len(o.Servers) == 0:
+		return backend.Invalid("servers", "none given")
+	case strings.Trim(o.Bucket, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "":
+		return backend.Invalid("bucket", "%q: want letters, digits, - and _", o.Bucket)
+	case o.Token != "" && o.User != "":
+		return backend.Invalid("token", "give a token or a user, not both")
 	}
 	return nil
-}
-
-func validBucket(b string) bool {
-	for _, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return b != ""
 }
 
 // Key is the bucket key of an instance: <service>.<id>, each dot of the
@@ -169,14 +139,11 @@ func Key(service, id string) string { return service + "." + strings.ReplaceAll(
 // splitKey is the inverse of Key.
 func splitKey(key string) (service, id string, ok bool) {
 	i := strings.LastIndexByte(key, '.')
-	if i <= 0 {
-		return "", "", false
-	}
-	return key[:i], strings.ReplaceAll(key[i+1:], "=", "."), true
+	return key[:max(i, 0)], strings.ReplaceAll(key[i+1:], "=", "."), i > 0
 }
 
-// disconnected ends the streams that follow the lost connection. They
-// cannot know what they missed while it was down.
+// disconnected ends the streams of the lost connection: they cannot know
+// what they missed.
 func (d *Driver) disconnected() {
 	d.mu.Lock()
 	close(d.down)
@@ -184,25 +151,11 @@ func (d *Driver) disconnected() {
 	d.mu.Unlock()
 }
 
-func (d *Driver) downChan() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.down
-}
-
-// noteRefusal keeps a permission error the server reported apart from
-// the call it refused, which then only times out.
-func (d *Driver) noteRefusal(err error) {
-	if isRefusal(err) {
-		d.mu.Lock()
-		d.refusal, d.refused = err, time.Now()
-		d.mu.Unlock()
-	}
-}
-
 // bucket returns the bucket, made first when create is set and it is
-// missing.
+// missing. One lookup runs at a time: a burst of first calls makes it once.
 func (d *Driver) bucket(ctx context.Context, create bool) (jetstream.KeyValue, error) {
+	d.finding.Lock()
+	defer d.finding.Unlock()
 	d.mu.Lock()
 	kv := d.kv
 	d.mu.Unlock()
@@ -221,12 +174,10 @@ func (d *Driver) bucket(ctx context.Context, create bool) (jetstream.KeyValue, e
 	if err != nil {
 		return nil, err
 	}
-	st, err := kv.Status(ctx)
-	if err != nil {
+	if st, err := kv.Status(ctx); err != nil {
 		return nil, err
-	}
-	if st.(*jetstream.KeyValueBucketStatus).LimitMarkerTTL() == 0 {
-		return nil, fmt.Errorf("%w: bucket %s has no per-key TTL (create it with a limit marker TTL)", errNoTTL, d.opts.Bucket)
+	} else if st.(*jetstream.KeyValueBucketStatus).LimitMarkerTTL() == 0 {
+		return nil, fmt.Errorf("%w: bucket %s was made without one (LimitMarkerTTL)", errNoTTL, d.opts.Bucket)
 	}
 	d.mu.Lock()
 	d.kv = kv
@@ -236,37 +187,30 @@ func (d *Driver) bucket(ctx context.Context, create bool) (jetstream.KeyValue, e
 
 var errNoTTL = errors.New("no per-key TTL")
 
-// Register writes the instance with a message TTL of ttl.
+// Register writes the instance with a message TTL of ttl. After a wipe
+// it makes the bucket again.
 func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
-	r := &registration{d: d, key: Key(inst.Service, inst.ID), inst: inst, ttl: ttl}
-	op := "register " + inst.Service + "/" + inst.ID
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
-	if _, err := d.bucket(ctx, true); err != nil {
-		return nil, d.fail(op, err)
-	}
-	err := r.write(ctx, inst, 0)
-	if noBucket(err) { // wiped: make it again
-		d.forget()
-		if _, err = d.bucket(ctx, true); err == nil {
-			err = r.write(ctx, inst, 0)
+	r := &registration{d: d, key: Key(inst.Service, inst.ID), inst: inst, ttl: ttl}
+	_, err := d.bucket(ctx, true)
+	if err == nil {
+		if err = r.write(ctx, inst, 0); noBucket(err) {
+			d.mu.Lock()
+			d.kv = nil
+			d.mu.Unlock()
+			if _, err = d.bucket(ctx, true); err == nil {
+				err = r.write(ctx, inst, 0)
+			}
 		}
 	}
 	if err != nil {
-		return nil, d.fail(op, err)
+		return nil, d.fail("register "+inst.Service+"/"+inst.ID, err)
 	}
 	return r, nil
 }
 
-// forget drops the bucket handle, so that the next use looks again.
-func (d *Driver) forget() {
-	d.mu.Lock()
-	d.kv = nil
-	d.mu.Unlock()
-}
-
-// List reads the service's keys with a watcher that stops after the
-// current values.
+// List reads the current values of a watch on the service.
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
@@ -274,11 +218,11 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 	if noBucket(err) {
 		return driver.Snapshot{Service: service, At: time.Now()}, nil
 	}
-	if err != nil {
-		return driver.Snapshot{}, d.fail("list "+service, err)
+	var snap driver.Snapshot
+	if err == nil {
+		snap, err = s.Next(ctx)
+		s.Close()
 	}
-	defer s.Close()
-	snap, err := s.Next(ctx)
 	if err != nil {
 		return driver.Snapshot{}, d.fail("list "+service, err)
 	}
@@ -289,32 +233,31 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
+	var names []string
 	kv, err := d.bucket(ctx, false)
 	if err == nil {
 		var keys jetstream.KeyLister
 		if keys, err = kv.ListKeys(ctx); err == nil {
 			seen := map[string]bool{}
-			var names []string
-			for k := range keys.Keys() {
+			for k := range keys.Keys() { // closed at the end of the keys, or of ctx
 				if svc, _, ok := splitKey(k); ok && !seen[svc] {
 					seen[svc] = true
 					names = append(names, svc)
 				}
 			}
-			// The lister stops itself at the end of the keys, or when ctx ends.
-			if err = ctx.Err(); err == nil {
-				return names, nil
-			}
+			err = ctx.Err()
 		}
 	}
-	if noBucket(err) {
-		return nil, nil
+	if err != nil && !noBucket(err) {
+		return nil, d.fail("services", err)
 	}
-	return nil, d.fail("services", err)
+	return names, nil
 }
 
-// Limits: TTLs in whole seconds, from 1s.
-func (d *Driver) Limits() driver.Limits { return limits }
+// Limits: the server keeps message TTLs in whole seconds, 1s at least.
+func (d *Driver) Limits() driver.Limits {
+	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
+}
 
 // Close closes the connection.
 func (d *Driver) Close() error {
@@ -330,6 +273,45 @@ func (d *Driver) bounded(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, d.opts.RequestTimeout)
 }
 
+// fail names the server and the operation once, adds the refusal that
+// explains a failure (a login refused on a reconnect is reported apart
+// from the calls that then fail) and redacts the secrets.
+func (d *Driver) fail(op string, err error) error {
+	if last := d.nc.LastError(); isRefusal(last) && !errors.Is(err, last) && !errors.Is(err, driver.ErrNotFound) {
+		err = fmt.Errorf("%w (%w)", err, last)
+	}
+	return backend.Redacted(fmt.Errorf("%s: %s: %w", d.name, op, err), d.opts.Password, d.opts.Token)
+}
+
+// ErrorKind is the table of what the client's errors mean. A refused
+// login or permission, a TLS mix-up and a bucket without per-key TTL are
+// ErrInvalid, as is a request the server rejects: retrying cannot help.
+func (d *Driver) ErrorKind(err error) error {
+	var api *jetstream.APIError
+	if _, tlsErr := backend.TLSCause(err); tlsErr || isRefusal(err) || errors.Is(err, errNoTTL) ||
+		errors.As(err, &api) && api.Code == 400 {
+		return driver.ErrInvalid
+	}
+	return driver.ErrUnavailable
+}
+
+func isRefusal(err error) bool {
+	for _, e := range []error{natsio.ErrAuthorization, natsio.ErrAuthExpired, natsio.ErrAuthRevoked,
+		natsio.ErrAccountAuthExpired, natsio.ErrPermissionViolation, natsio.ErrSecureConnRequired, natsio.ErrSecureConnWanted} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+}
+
+// noBucket reports an error of a bucket that does not exist (never made,
+// or wiped).
+func noBucket(err error) bool {
+	return errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, natsio.ErrStreamNotFound) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
 type registration struct {
 	d    *Driver
 	key  string
@@ -338,28 +320,25 @@ type registration struct {
 	rev  uint64 // of the last write: the next one expects it
 }
 
-// write publishes inst to the key with the TTL. With rev set the server
+// write publishes inst to the key with the TTL. With rev set, the server
 // refuses the write unless the key's last revision is rev.
 func (r *registration) write(ctx context.Context, inst driver.Instance, rev uint64) error {
 	val, err := backend.Encode(inst)
 	if err != nil {
 		return err
 	}
-	ttl := (r.ttl + time.Second - 1).Truncate(time.Second)
-	opts := []jetstream.PublishOpt{jetstream.WithMsgTTL(ttl)}
+	opts := []jetstream.PublishOpt{jetstream.WithMsgTTL((r.ttl + time.Second - 1).Truncate(time.Second))}
 	if rev != 0 {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
 	}
-	msg := &natsio.Msg{Subject: "$KV." + r.d.opts.Bucket + "." + r.key, Data: val}
-	ack, err := r.d.js.PublishMsg(ctx, msg, opts...)
-	if err != nil {
-		return err
+	ack, err := r.d.js.PublishMsg(ctx, &natsio.Msg{Subject: "$KV." + r.d.opts.Bucket + "." + r.key, Data: val}, opts...)
+	if err == nil {
+		r.inst, r.rev = inst, ack.Sequence
 	}
-	r.inst, r.rev = inst, ack.Sequence
-	return nil
+	return err
 }
 
-// Heartbeat writes the instance again, expecting its last revision. A key
+// Heartbeat writes the instance again, expecting its last revision: a key
 // that changed since (expired, deleted, wiped) is ErrNotFound.
 func (r *registration) Heartbeat(ctx context.Context) error {
 	return r.rewrite(ctx, "heartbeat", r.inst)
@@ -374,17 +353,18 @@ func (r *registration) rewrite(ctx context.Context, op string, inst driver.Insta
 	ctx, cancel := r.d.bounded(ctx)
 	defer cancel()
 	err := r.write(ctx, inst, r.rev)
-	op += " " + r.inst.Service + "/" + r.inst.ID
-	if wrongRevision(err) || noBucket(err) {
-		return r.d.fail(op, fmt.Errorf("the key is gone (expired or deleted): %w", driver.ErrNotFound))
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) || noBucket(err) {
+		err = fmt.Errorf("the key is gone (expired or deleted): %w", driver.ErrNotFound)
 	}
 	if err != nil {
-		return r.d.fail(op, err)
+		return r.d.fail(op+" "+r.inst.Service+"/"+r.inst.ID, err)
 	}
 	return nil
 }
 
-// Deregister purges the key. Its marker tells watchers.
+// Deregister purges the key. Its marker tells the watchers.
 func (r *registration) Deregister(ctx context.Context) error {
 	ctx, cancel := r.d.bounded(ctx)
 	defer cancel()

@@ -9,7 +9,7 @@ import (
 )
 
 // publicOptions are the URL options whose values are not secrets.
-var publicOptions = []string{"bucket", "replicas", "request_timeout", "ping_interval",
+var publicOptions = []string{"bucket", "replicas", "request_timeout",
 	"tls", "ca_file", "cert_file", "key_file", "server_name", "skip_verify"}
 
 // EnvToken names the environment variable that holds the token when the
@@ -23,7 +23,7 @@ var openURL = backend.OpenWith(ParseURL, New)
 //	nats://[user:password@]host[:4222][,host2…][?options]
 //	nats+tls://…   (nats:// with tls=true)
 //
-// The options are bucket, replicas, request_timeout, ping_interval, token
+// The options are bucket, replicas, request_timeout, token
 // (or token_file, or $ROSTER_NATS_TOKEN) and the TLS options every
 // backend shares. Errors wrap driver.ErrInvalid and never quote a secret.
 func ParseURL(u *url.URL) (Options, error) {
@@ -36,12 +36,8 @@ func ParseURL(u *url.URL) (Options, error) {
 		return o, backend.InvalidURL("nats", "a path has no meaning here: name the bucket with ?bucket=")
 	}
 	q.String("bucket", &o.Bucket)
-	if q.Has("bucket") && !validBucket(o.Bucket) {
-		return o, backend.InvalidURL("nats", "option bucket: want letters, digits, - and _")
-	}
 	q.Int("replicas", &o.Replicas)
 	q.Duration("request_timeout", &o.RequestTimeout)
-	q.Duration("ping_interval", &o.PingInterval)
 	q.Secret("token", EnvToken, &o.Token)
 	o.TLS = q.TLS(strings.EqualFold(u.Scheme, SchemeTLS))
 	if err := q.Err(); err != nil {

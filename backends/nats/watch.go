@@ -11,15 +11,15 @@ import (
 	"github.com/roster-go/roster/registry/driver"
 )
 
-// Watch follows the service's keys with a key watcher: its current
-// values first, then every change. The stream fails when the connection
+// Watch follows the service's keys with a key watcher: the current
+// values first, then each change. The stream fails when the connection
 // drops, as the watcher cannot tell what it missed (a server that came
-// back empty starts its revisions again); the registry reopens it and
-// the new stream relists.
+// back empty counts its revisions from 1 again): the registry reopens it,
+// and the new stream reads the current values again.
 func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
-	wctx, cancel := d.bounded(ctx)
+	ctx, cancel := d.bounded(ctx)
 	defer cancel()
-	s, err := d.newStream(wctx, service, true)
+	s, err := d.newStream(ctx, service, true)
 	if err != nil {
 		return nil, d.fail("watch "+service, err)
 	}
@@ -40,7 +40,9 @@ type stream struct {
 // newStream starts a key watcher on the service. Its revisions start at
 // the bucket's last sequence, so that they never go back.
 func (d *Driver) newStream(ctx context.Context, service string, create bool) (*stream, error) {
-	down := d.downChan()
+	d.mu.Lock()
+	s := &stream{d: d, service: service, down: d.down, inst: map[string]driver.Instance{}}
+	d.mu.Unlock()
 	kv, err := d.bucket(ctx, create)
 	if err != nil {
 		return nil, err
@@ -49,11 +51,12 @@ func (d *Driver) newStream(ctx context.Context, service string, create bool) (*s
 	if err != nil {
 		return nil, err
 	}
+	s.rev = st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
 	// The watcher lives as long as its context: one of its own, which
-	// ends the start when ctx does and then only at Close.
+	// ends the start when ctx does, and then ends only at Close.
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	unhook := context.AfterFunc(ctx, stop)
-	w, err := kv.Watch(wctx, service+".*")
+	s.w, err = kv.Watch(wctx, service+".*")
 	if !unhook() && err == nil {
 		err = ctx.Err()
 	}
@@ -61,8 +64,8 @@ func (d *Driver) newStream(ctx context.Context, service string, create bool) (*s
 		stop()
 		return nil, err
 	}
-	rev := st.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
-	return &stream{d: d, service: service, w: w, stop: stop, down: down, inst: map[string]driver.Instance{}, rev: rev}, nil
+	s.stop = stop
+	return s, nil
 }
 
 var (
@@ -86,12 +89,17 @@ func (s *stream) Next(ctx context.Context) (driver.Snapshot, error) {
 			return driver.Snapshot{}, ctx.Err()
 		}
 		if s.ready && len(s.w.Updates()) == 0 {
-			return s.snapshot(), nil
+			out := make([]driver.Instance, 0, len(s.inst))
+			for _, in := range s.inst {
+				out = append(out, in)
+			}
+			return driver.Snapshot{Service: s.service, Instances: out, Revision: s.rev, At: time.Now()}, nil
 		}
 	}
 }
 
-// apply records one entry; nil marks the end of the current values.
+// apply records one entry; nil marks the end of the current values. A
+// value that is not an instance is served as none.
 func (s *stream) apply(e jetstream.KeyValueEntry) {
 	if e == nil {
 		s.ready = true
@@ -102,23 +110,12 @@ func (s *stream) apply(e jetstream.KeyValueEntry) {
 	if !ok || service != s.service {
 		return
 	}
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(s.inst, id)
-		return
-	}
-	if in, ok := backend.DecodeStored(service, id, e.Value()); ok {
+	in, ok := backend.DecodeStored(service, id, e.Value())
+	if ok && e.Operation() == jetstream.KeyValuePut {
 		s.inst[id] = in
 	} else {
-		delete(s.inst, id) // not an instance: serve none under its key
+		delete(s.inst, id)
 	}
-}
-
-func (s *stream) snapshot() driver.Snapshot {
-	out := make([]driver.Instance, 0, len(s.inst))
-	for _, in := range s.inst {
-		out = append(out, in)
-	}
-	return driver.Snapshot{Service: s.service, Instances: out, Revision: s.rev, At: time.Now()}
 }
 
 // Close stops the watcher.
