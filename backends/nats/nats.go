@@ -255,8 +255,10 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 }
 
 // Limits: the server keeps message TTLs in whole seconds, 1s at least.
+// It adds a TTL to the write's time in int64 nanoseconds: 100 years stay
+// clear of the overflow for another century.
 func (d *Driver) Limits() driver.Limits {
-	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
+	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second, MaxTTL: 100 * 365 * 24 * time.Hour}
 }
 
 // Close closes the connection.
@@ -327,7 +329,8 @@ func (r *registration) write(ctx context.Context, inst driver.Instance, rev uint
 	if err != nil {
 		return err
 	}
-	opts := []jetstream.PublishOpt{jetstream.WithMsgTTL((r.ttl + time.Second - 1).Truncate(time.Second))}
+	// Registry rounds the TTL up to whole seconds, as Limits asks.
+	opts := []jetstream.PublishOpt{jetstream.WithMsgTTL(r.ttl)}
 	if rev != 0 {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
 	}
