@@ -13,9 +13,8 @@
 // same conformance suite as the other backends, but it never proves that a
 // networked backend works.
 //
-// A [Server] offers the fault hooks the conformance suite uses:
-// SetReachable, Wipe and Delete. [Driver.SetReachable] cuts one driver off
-// alone.
+// A [Server]'s SetReachable, Wipe and Delete are the fault hooks the
+// conformance suite uses. [Driver.SetReachable] cuts one driver off alone.
 package memory
 
 import (
