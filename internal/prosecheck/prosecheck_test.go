@@ -16,6 +16,10 @@ import (
 // gocloud.dev, grpc-go) run 13 to 48 lines. Longer design notes go in docs/.
 const maxDocLines = 50
 
+// maxWordsPerSentence bounds a package doc's average sentence. The anchors
+// average 11 to 14 words. The bound leaves room for a doc of few sentences.
+const maxWordsPerSentence = 20
+
 // exempt lists directories whose docs are being rewritten elsewhere.
 //
 // TODO: remove middleware, selector, contrib and agent once their
@@ -23,8 +27,9 @@ const maxDocLines = 50
 var exempt = []string{"middleware", "selector", "contrib", "agent"}
 
 // TestPackageDocs checks every non-internal package in the module. Its doc
-// must exist, open with "Package name" or "Command name", stay within
-// maxDocLines and end each paragraph at a full stop.
+// must exist, open with "Package name" or "Command name", and stay within
+// maxDocLines. Its sentences must average at most maxWordsPerSentence
+// words, and each paragraph must end at a full stop.
 func TestPackageDocs(t *testing.T) {
 	root := moduleRoot(t)
 	var total stats
@@ -37,7 +42,7 @@ func TestPackageDocs(t *testing.T) {
 		}
 		rel, _ := filepath.Rel(root, path)
 		rel = filepath.ToSlash(rel)
-		if skipDir(rel, d.Name()) {
+		if skipDir(rel, d.Name()) || nestedModule(path, rel) {
 			return filepath.SkipDir
 		}
 		pkg, ok := parsePackage(t, path)
@@ -69,6 +74,16 @@ func skipDir(rel, name string) bool {
 		}
 	}
 	return false
+}
+
+// nestedModule reports whether a directory below the root holds a module
+// of its own, such as bench or tools/kube.
+func nestedModule(path, rel string) bool {
+	if rel == "." {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(path, "go.mod"))
+	return err == nil
 }
 
 // pkgDoc is the doc comment of one package, taken from its longest one.
@@ -141,6 +156,9 @@ func checkPackage(t *testing.T, rel string, p pkgDoc) stats {
 			checkEnding(t, rel, para, next)
 			s.addText(para)
 		}
+	}
+	if w := s.wordsPerSentence(); w > maxWordsPerSentence {
+		t.Errorf("%s: package doc sentences average %.1f words, want at most %d", rel, w, maxWordsPerSentence)
 	}
 	t.Logf("%-32s %3d lines %5.1f words/sentence %5.1f colons/1k words",
 		rel, p.lines, s.wordsPerSentence(), s.colonsPerKWords())
