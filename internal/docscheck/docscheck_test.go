@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -38,6 +39,13 @@ func TestArchitectureIsTrue(t *testing.T) {
 	}
 	got := doc
 	for _, name := range slices.Sorted(maps.Keys(blocks)) {
+		old, err := block(doc, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "backends" && nearly(old, blocks[name]) {
+			continue // sizes within 10%: not worth a rewrite on every change
+		}
 		got, err = replaceBlock(got, name, blocks[name])
 		if err != nil {
 			t.Fatal(err)
@@ -53,6 +61,24 @@ func TestArchitectureIsTrue(t *testing.T) {
 		return
 	}
 	t.Errorf("docs/architecture.md is out of date with the code; run go test ./internal/docscheck -update and review the diff")
+}
+
+// nearly reports whether two renderings of a table differ only in numbers,
+// each within 10% (or 5) of the other.
+func nearly(a, b string) bool {
+	num := regexp.MustCompile(`[0-9]+`)
+	if num.ReplaceAllString(a, "#") != num.ReplaceAllString(b, "#") {
+		return false
+	}
+	na, nb := num.FindAllString(a, -1), num.FindAllString(b, -1)
+	for i := range na {
+		x, _ := strconv.Atoi(na[i])
+		y, _ := strconv.Atoi(nb[i])
+		if d := max(x-y, y-x); d > 5 && d*10 > y {
+			return false
+		}
+	}
+	return true
 }
 
 // TestCitedDocsExist: every docs/…md path named in the module's code
@@ -229,6 +255,17 @@ func backendsTable(pkgs map[string]*pkg) string {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s |\n", parts[1], k.lines, strings.Join(servers, ", "), conf)
 	}
 	return b.String()
+}
+
+// block returns what lies between the markers of name, as replaceBlock
+// would write it.
+func block(doc []byte, name string) (string, error) {
+	begin, end := []byte("<!-- begin "+name+" -->"), []byte("<!-- end "+name+" -->")
+	i, j := bytes.Index(doc, begin), bytes.Index(doc, end)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("docs/architecture.md has no %s…%s block", begin, end)
+	}
+	return strings.TrimPrefix(string(doc[i+len(begin):j]), "\n"), nil
 }
 
 // replaceBlock puts body between <!-- begin name --> and <!-- end name -->.
