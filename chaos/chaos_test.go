@@ -21,7 +21,7 @@ const (
 	service        = "chaos-echo"
 	numInstances   = 5
 	ttl            = 3 * time.Second // etcd's floor is 2s
-	callersPerKind = 2               // callers through Do, and as many through contrib/http
+	callersPerKind = 2               // callers through Do, and as many through contrib/rosterhttp
 	pace           = 5 * time.Millisecond
 	attemptTimeout = time.Second     // one HTTP attempt
 	callTimeout    = 2 * time.Second // a whole call, retries included

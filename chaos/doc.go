@@ -2,7 +2,7 @@
 // the hash and the keys layout, Consul, ZooKeeper standalone and as an
 // ensemble, Kubernetes, dual:// and DNS SRV) a client calls a service of
 // five instance processes without pause, on four paths with their default
-// options (middleware.Client.Do, contrib/http, contrib/grpc, and a PHP
+// options (middleware.Client.Do, contrib/rosterhttp, contrib/rostergrpc, and a PHP
 // client through a roster agent process), while the registry server
 // crashes and comes back empty, restarts with its data, an instance is
 // killed, the instances are restarted one by one, and the client is cut

@@ -18,14 +18,14 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )
 
 // Caller kinds, the four paths: middleware.Client.Do, an http.Client over
-// contrib/http's Transport, a gRPC ClientConn through contrib/grpc's
+// contrib/rosterhttp's Transport, a gRPC ClientConn through contrib/rostergrpc's
 // resolver and balancer, and a PHP worker through a roster agent process.
 const (
 	viaDo    = "Do"
@@ -41,9 +41,9 @@ var kinds = [...]string{viaDo, viaHTTP, viaGRPC, viaAgent}
 type load struct {
 	mc    *middleware.Client
 	plain *http.Transport // Do's calls
-	base  *http.Transport // contrib/http's attempts
+	base  *http.Transport // contrib/rosterhttp's attempts
 	do    *http.Client    // plain
-	hc    *http.Client    // contrib/http over base
+	hc    *http.Client    // contrib/rosterhttp over base
 	conn  *grpc.ClientConn
 	agent *agentProc
 	php   []*phpWorker

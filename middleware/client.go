@@ -243,7 +243,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	if req.Attempt == 0 {
 		req.Attempt = 1
 	}
-	// The selector's fallback order, shared with contrib/grpc: untried and
+	// The selector's fallback order, shared with contrib/rostergrpc: untried and
 	// admitted, then tried but admitted, then any (the excluders are
 	// advice, not a wall).
 	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Tried: req.wasTried, Avoid: req.avoided})

@@ -58,7 +58,7 @@
 //     WithSelector), with the selector's fallback order
 //     (selector.PickOptions): an instance this call has not tried that no
 //     Excluder rejects, then a tried one that none rejects, then any —
-//     the same order as contrib/grpc's balancer. The attempt's latency and
+//     the same order as contrib/rostergrpc's balancer. The attempt's latency and
 //     error go back to the selector (Done).
 //
 // # Stale cache and recovery

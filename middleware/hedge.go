@@ -43,7 +43,7 @@ type HedgeConfig struct {
 // with the losers of its Happy Eyeballs race, a losing call may still be
 // returning, and must release what it got by itself. Nothing the call
 // hands out may depend on its context once it has returned; a response
-// body needs a lifetime of its own (contrib/http gives it one).
+// body needs a lifetime of its own (contrib/rosterhttp gives it one).
 func Hedge(cfg HedgeConfig) Middleware {
 	if cfg.Budget == nil {
 		cfg.Budget = NewBudget(0.2, 3)

@@ -29,7 +29,7 @@
 //   - PickOptions.Tried and Avoid are soft: Pick relaxes them in one
 //     stated order rather than fail — an untried, admitted instance, then
 //     a tried one that is admitted, then any. middleware.Client and
-//     contrib/grpc both pick this way, so a retry goes to the same kind of
+//     contrib/rostergrpc both pick this way, so a retry goes to the same kind of
 //     instance through either.
 //   - A Picker never changes. Holders of an old Picker keep picking from
 //     its set; the feedback their Done values give lands in the

@@ -121,7 +121,7 @@ func ExampleParseStrategy() {
 
 // Tried and Avoid are relaxed in one order rather than fail the pick: an
 // untried, admitted instance; then a tried, admitted one; then any that
-// Exclude lets through. middleware.Client and contrib/grpc both pick this
+// Exclude lets through. middleware.Client and contrib/rostergrpc both pick this
 // way (Tried: the call's earlier attempts; Avoid: quarantined instances).
 func ExamplePickOptions_fallback() {
 	ctx := context.Background()

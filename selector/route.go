@@ -76,7 +76,7 @@ func hasTag(tags []string, t string) bool {
 type routeCtx struct{}
 
 // WithRoute returns a context whose picks are routed by r (see Route);
-// contrib/http and contrib/grpc set it from the X-Roster-Version header
+// contrib/rosterhttp and contrib/rostergrpc set it from the X-Roster-Version header
 // and x-roster-version metadata.
 func WithRoute(ctx context.Context, r Route) context.Context {
 	routesInContext.Store(true)

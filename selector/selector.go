@@ -133,7 +133,7 @@ type PickOptions struct {
 	// attempts of the same call used; Avoid the ones the caller would
 	// rather not use now (quarantined, or taken by a parallel hedge).
 	// Pick takes the first step of this order that leaves an instance
-	// (the fallback policy of middleware.Client and contrib/grpc alike):
+	// (the fallback policy of middleware.Client and contrib/rostergrpc alike):
 	//
 	//  1. neither Tried nor Avoid: an untried, admitted instance;
 	//  2. not Avoid: one this call tried, but admitted;

@@ -17,7 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	_ "github.com/roster-go/roster/backends/memory"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"

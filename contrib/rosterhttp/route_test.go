@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"

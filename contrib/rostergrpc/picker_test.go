@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
 
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"

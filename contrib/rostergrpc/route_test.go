@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
