@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/internal/dashboard"
+	"github.com/roster-go/roster/internal/mwhook"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
@@ -170,28 +171,28 @@ func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
 }
 
 // pick picks an instance and issues its token's sequence number.
-func (a *Agent) pick(ctx context.Context, req PickRequest) (middleware.Pending, uint64, error) {
+func (a *Agent) pick(ctx context.Context, req PickRequest) (mwhook.Pending, uint64, error) {
 	strategy := a.cfg.Strategy
 	if req.Strategy != "" {
 		s, err := selector.ParseStrategy(req.Strategy)
 		if err != nil {
-			return middleware.Pending{}, 0, fmt.Errorf("%w: strategy: %w", registry.ErrInvalid, err)
+			return mwhook.Pending{}, 0, fmt.Errorf("%w: strategy: %w", registry.ErrInvalid, err)
 		}
 		strategy = s
 	}
 	if err := registry.ValidateService(req.Service); err != nil {
-		return middleware.Pending{}, 0, err
+		return mwhook.Pending{}, 0, err
 	}
 	if _, err := a.view(req.Service); err != nil { // the dashboard and metrics show what is picked from
-		return middleware.Pending{}, 0, err
+		return mwhook.Pending{}, 0, err
 	}
 	c, err := a.client(strategy)
 	if err != nil {
-		return middleware.Pending{}, 0, err
+		return mwhook.Pending{}, 0, err
 	}
-	p, err := c.Pick(ctx, req.Service, middleware.PickOptions{Key: req.Key, Exclude: req.excludes()})
+	p, err := mwhook.Pick(c, ctx, req.Service, selector.PickOptions{Key: req.Key, Exclude: req.excludes()})
 	if err != nil {
-		return middleware.Pending{}, 0, err
+		return mwhook.Pending{}, 0, err
 	}
 	now := time.Now()
 	a.stats.picked(req.Service, p.Instance.ID, now)
@@ -276,7 +277,7 @@ func (a *Agent) expire(p *pending) {
 }
 
 func (a *Agent) finish(ctx context.Context, p *pending, class middleware.Class, latency time.Duration) {
-	p.p.Report(ctx, class, latency)
+	mwhook.Report(ctx, p.p, int(class), latency)
 	failed := class == middleware.Retryable || class == middleware.Fatal
 	a.stats.reported(p.service, p.p.Instance.ID, p.issued, failed, class == middleware.Abort, latency)
 	p.release()

@@ -66,8 +66,8 @@ func (a *Agent) quarantined(service string) map[string]bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := map[string]bool{}
-	for _, c := range a.clients {
-		for _, id := range c.Quarantine().Ejected(service) {
+	for _, q := range a.quarantines {
+		for _, id := range q.Ejected(service) {
 			out[id] = true
 		}
 	}

@@ -156,6 +156,7 @@ type fixture struct {
 	dir   string
 	insts []*instance
 	mc    *middleware.Client
+	q     *middleware.Quarantine // mc's
 	cut   func(connected bool)
 	load  *load
 
@@ -194,12 +195,13 @@ func newFixtureWith(t *testing.T, srv server, shape loadShape) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = reg.Close() })
-	if fx.mc, err = middleware.NewClient(reg); err != nil {
+	fx.q = middleware.NewQuarantine(middleware.QuarantineConfig{}) // the default, kept to count ejections
+	if fx.mc, err = middleware.NewClient(reg, middleware.WithQuarantine(fx.q)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fx.mc.Close() })
 	warm := newPhase("warm-up")
-	if fx.load, err = newLoad(fx.mc, reg, url, fx.dir, warm, shape); err != nil {
+	if fx.load, err = newLoad(fx.mc, fx.q, reg, url, fx.dir, warm, shape); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fx.load.close)

@@ -35,14 +35,11 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 				return []middleware.Option{middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, BaseBackoff: d, MaxBackoff: d}))}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithThrottle(middleware.NewThrottle(middleware.ThrottleConfig{Window: d}))}
-			},
-			func() []middleware.Option {
-				return []middleware.Option{middleware.WithBreaker(middleware.NewBreaker(middleware.BreakerConfig{Window: d, OpenTimeout: d}))}
+				return []middleware.Option{middleware.WithMiddleware(middleware.Throttle(middleware.ThrottleConfig{Window: d}))}
 			},
 			func() []middleware.Option {
 				q := middleware.NewQuarantine(middleware.QuarantineConfig{BaseEjection: d, MaxEjection: d, ProbeTimeout: d,
-					SuccessRate: middleware.SuccessRateConfig{Interval: d}})
+					SuccessRateInterval: d})
 				return []middleware.Option{middleware.WithQuarantine(q)}
 			},
 			func() []middleware.Option {
@@ -53,16 +50,13 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 	for _, f := range floats {
 		cases = append(cases,
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, Budget: middleware.NewBudget(f, f)}))}
+				return []middleware.Option{middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, BudgetRatio: f, BudgetMinPerSecond: f}))}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithThrottle(middleware.NewThrottle(middleware.ThrottleConfig{K: f}))}
+				return []middleware.Option{middleware.WithMiddleware(middleware.Throttle(middleware.ThrottleConfig{K: f}))}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithBreaker(middleware.NewBreaker(middleware.BreakerConfig{FailureRatio: f}))}
-			},
-			func() []middleware.Option {
-				q := middleware.NewQuarantine(middleware.QuarantineConfig{SuccessRate: middleware.SuccessRateConfig{StdevFactor: f}})
+				q := middleware.NewQuarantine(middleware.QuarantineConfig{SuccessRateStdevFactor: f})
 				return []middleware.Option{middleware.WithQuarantine(q)}
 			},
 			func() []middleware.Option {
@@ -82,11 +76,8 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 				return []middleware.Option{middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: n}))}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithBreaker(middleware.NewBreaker(middleware.BreakerConfig{MinRequests: n}))}
-			},
-			func() []middleware.Option {
 				q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: n, MaxEjectedPercent: n, PanicThreshold: n,
-					SuccessRate: middleware.SuccessRateConfig{MinimumHosts: n, RequestVolume: n}})
+					SuccessRateMinimumHosts: n, SuccessRateRequestVolume: n})
 				return []middleware.Option{middleware.WithQuarantine(q)}
 			},
 			func() []middleware.Option {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
 
+	"github.com/roster-go/roster/internal/mwhook"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
@@ -349,7 +350,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		Key:   keyFrom(ctx),
 		Route: routeFrom(ctx),
 		Tried: func(in *registry.Instance) bool { return tr.has(in.ID) },
-		Avoid: func(in *registry.Instance) bool { return !q.Admit(p.service, in.ID, p.total) },
+		Avoid: func(in *registry.Instance) bool { return !mwhook.Admit(q, p.service, in.ID, p.total) },
 	})
 	if err != nil {
 		if p.connecting && errors.Is(err, selector.ErrNoInstances) {
@@ -371,7 +372,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		done.Done(err, time.Since(start))
 		c := classify(ctx, di.Err)
-		q.Report(service, id, c, total)
+		mwhook.Outcome(q, service, id, int(c), total)
 		if di.Err != nil {
 			tr.add(id)
 		}
