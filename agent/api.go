@@ -176,7 +176,7 @@ func (a *Agent) pick(ctx context.Context, req PickRequest) (mwhook.Pending, uint
 	if req.Strategy != "" {
 		s, err := selector.ParseStrategy(req.Strategy)
 		if err != nil {
-			return mwhook.Pending{}, 0, fmt.Errorf("%w: strategy: %w", registry.ErrInvalid, err)
+			return mwhook.Pending{}, 0, fmt.Errorf("strategy: %w", err) // wraps registry.ErrInvalid
 		}
 		strategy = s
 	}

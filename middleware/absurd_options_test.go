@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
 
 // TestAbsurdOptionsNeverPanic: every option of the client, its middleware
 // and its selector at NaN, ±Inf, negative, zero and the extremes of its
 // type either builds a client that serves calls (failing ones included)
-// without a panic, or is refused by NewClient with ErrInvalidOption and
+// without a panic, or is refused by NewClient with an error wrapping registry.ErrInvalid and
 // one "selector:" prefix.
 func TestAbsurdOptionsNeverPanic(t *testing.T) {
 	nan, inf := math.NaN(), math.Inf(1)
@@ -43,7 +44,7 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 				return []middleware.Option{middleware.WithQuarantine(q)}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithSelector(selector.WithDecay(d), selector.WithSlowStart(selector.SlowStart{Window: d}))}
+				return []middleware.Option{middleware.WithSelector(selector.WithSlowStart(selector.SlowStart{Window: d}))}
 			},
 		)
 	}
@@ -86,9 +87,6 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 			func() []middleware.Option {
 				return []middleware.Option{middleware.WithSelector(selector.WithVirtualNodes(n), selector.WithStrategy(selector.ConsistentHash))}
 			},
-			func() []middleware.Option {
-				return []middleware.Option{middleware.WithSelector(selector.WithMaglevTableSize(uint64(n)), selector.WithStrategy(selector.Maglev))}
-			},
 		)
 	}
 	e := newEnv(t)
@@ -105,8 +103,8 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 			}()
 			c, err := middleware.NewClient(e.reader, mk()...)
 			if err != nil {
-				if !errors.Is(err, selector.ErrInvalidOption) || strings.Count(err.Error(), "selector:") != 1 {
-					t.Errorf("case %d: NewClient = %v, want ErrInvalidOption with one prefix", i, err)
+				if !errors.Is(err, registry.ErrInvalid) || strings.Count(err.Error(), "selector:") != 1 {
+					t.Errorf("case %d: NewClient = %v, want registry.ErrInvalid with one prefix", i, err)
 				}
 				refused++
 				return

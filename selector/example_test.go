@@ -111,7 +111,7 @@ func ExamplePickOptions_exclude() {
 // should.
 func ExampleParseStrategy() {
 	_, err := selector.ParseStrategy("fastest")
-	fmt.Println(errors.Is(err, selector.ErrUnknownStrategy))
+	fmt.Println(errors.Is(err, registry.ErrInvalid))
 	s, _ := selector.ParseStrategy("weighted_round_robin")
 	fmt.Println(s == selector.WeightedRoundRobin)
 	// Output:
