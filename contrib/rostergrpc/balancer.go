@@ -21,9 +21,9 @@ import (
 	"github.com/roster-go/roster/selector"
 )
 
-// BalancerName is the name of the Roster load-balancing policy, for
+// balancerName is the name of the Roster load-balancing policy, for
 // service configs: {"loadBalancingConfig":[{"roster":{"strategy":"p2c_ewma"}}]}.
-const BalancerName = "roster"
+const balancerName = "roster"
 
 func init() { balancer.Register(builder{}) }
 
@@ -38,7 +38,7 @@ type lbConfig struct {
 
 type builder struct{}
 
-func (builder) Name() string { return BalancerName }
+func (builder) Name() string { return balancerName }
 
 func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
 	var c lbConfig
@@ -66,7 +66,7 @@ func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balance
 // resolver state's attributes (a balancer is built by name, globally).
 type settings struct {
 	quarantine *middleware.Quarantine
-	classify   Classifier
+	classify   middleware.Classifier
 }
 
 type settingsKey struct{}
@@ -126,7 +126,7 @@ func (b *rosterBalancer) configure(s balancer.ClientConnState) error {
 		b.set = set
 	}
 	if b.set == nil {
-		b.set = &settings{quarantine: middleware.NewQuarantine(middleware.QuarantineConfig{}), classify: DefaultClassify}
+		b.set = &settings{quarantine: middleware.NewQuarantine(middleware.QuarantineConfig{}), classify: defaultClassify}
 	}
 	strategy := selector.DefaultStrategy
 	if c, ok := s.BalancerConfig.(*lbConfig); ok && c.Strategy != "" {
