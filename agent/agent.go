@@ -80,8 +80,8 @@ type Agent struct {
 	svcList     []string // last answer of the registry's service list
 }
 
-// ErrTooMany is returned when a bound of the Config is reached.
-var ErrTooMany = errors.New("agent: too many")
+// errTooMany is returned when a bound of the Config is reached.
+var errTooMany = errors.New("agent: too many")
 
 // New returns an Agent over cfg.Registry. Close it to stop following
 // services, expire pending tokens and deregister local processes.
@@ -112,14 +112,11 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Registry returns the registry the agent uses.
-func (a *Agent) Registry() *registry.Registry { return a.reg }
-
 // ServeHTTP serves the agent's API, metrics and dashboard to the
 // programs of its host, and refuses web pages (see foreign).
 func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if reason := foreign(r); reason != "" {
-		writeJSON(w, http.StatusForbidden, Error{Error: reason, Code: "forbidden"})
+		writeJSON(w, http.StatusForbidden, apiError{Error: reason, Code: "forbidden"})
 		return
 	}
 	a.mux.ServeHTTP(w, r)

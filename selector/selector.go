@@ -105,7 +105,6 @@ func New(opts ...Option) (*Selector, error) {
 	return s, nil
 }
 
-
 // PickOptions qualify one pick. The zero value is a plain pick. Passing
 // PickOptions does not allocate; nor do predicates that do not escape the
 // caller (closures over its locals, method values).
