@@ -199,22 +199,33 @@ func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, uint
 	return p, a.tokens.issue(newPending(p, req.Service, now)), nil
 }
 
-// excludes returns the routing filter of a pick request, or nil.
+// excludes returns the routing filter of a pick request, or nil. It
+// copies the filter out of req, so that req stays on the stack: the pick
+// goes through a function value, past which escape analysis cannot see.
 func (req *pickRequest) excludes() func(*registry.Instance) bool {
 	if req.Version == "" && req.Zone == "" && len(req.Tags) == 0 {
 		return nil
 	}
-	return func(in *registry.Instance) bool {
-		if req.Version != "" && in.Version != req.Version || req.Zone != "" && in.Zone != req.Zone {
+	f := &routeFilter{req.Version, req.Zone, req.Tags}
+	return f.excluded
+}
+
+// routeFilter is the hard routing filter of one pick request.
+type routeFilter struct {
+	version, zone string
+	tags          []string
+}
+
+func (f *routeFilter) excluded(in *registry.Instance) bool {
+	if f.version != "" && in.Version != f.version || f.zone != "" && in.Zone != f.zone {
+		return true
+	}
+	for _, t := range f.tags {
+		if !slices.Contains(in.Tags, t) {
 			return true
 		}
-		for _, t := range req.Tags {
-			if !slices.Contains(in.Tags, t) {
-				return true
-			}
-		}
-		return false
 	}
+	return false
 }
 
 // reportRequest is the body of POST /v1/report.
