@@ -3,7 +3,7 @@
 // and as an ensemble, Kubernetes, dual:// and DNS SRV. A client calls a
 // service of five instance processes without pause. It does so on four
 // paths with their default options. Those are middleware.Client.Do,
-// contrib/http, contrib/grpc, and a PHP client through a roster agent
+// contrib/rosterhttp, contrib/rostergrpc, and a PHP client through a roster agent
 // process.
 //
 // Meanwhile the registry server crashes and comes back empty, or restarts

@@ -31,8 +31,8 @@ import (
 
 	_ "github.com/roster-go/roster/backends/all" // $ROSTER_REGISTRY may name any scheme
 	"github.com/roster-go/roster/backends/etcd/etcdlocal"
-	rosterfx "github.com/roster-go/roster/contrib/fx"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )

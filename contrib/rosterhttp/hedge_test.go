@@ -17,7 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )
@@ -106,11 +106,10 @@ func hedgedClient(t *testing.T, reg *registry.Registry, maxAttempts int) (*http.
 // hedgedTransport is hedgedClient's Transport.
 func hedgedTransport(t *testing.T, reg *registry.Registry, maxAttempts int) (*rosterhttp.Transport, *http.Transport) {
 	t.Helper()
-	budget := middleware.NewBudget(1, 1000)
 	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 1 << 30})
 	mc, err := middleware.NewClient(reg, middleware.WithQuarantine(q), middleware.WithMiddleware(
-		middleware.Retry(middleware.RetryConfig{MaxAttempts: maxAttempts, Budget: budget}),
-		middleware.Hedge(middleware.HedgeConfig{Delay: time.Millisecond, Budget: budget}),
+		middleware.Retry(middleware.RetryConfig{MaxAttempts: maxAttempts, BudgetRatio: 1, BudgetMinPerSecond: 1000}),
+		middleware.Hedge(middleware.HedgeConfig{Delay: time.Millisecond}), // shares the Retry's budget
 		q.Middleware()))
 	if err != nil {
 		t.Fatal(err)

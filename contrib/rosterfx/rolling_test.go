@@ -14,8 +14,8 @@ import (
 
 	_ "github.com/roster-go/roster/backends/etcd"
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
-	rosterfx "github.com/roster-go/roster/contrib/fx"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"

@@ -15,11 +15,11 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// Scheme is the URL scheme of Roster targets: roster:///service-name.
-const Scheme = "roster"
+// scheme is the URL scheme of Roster targets: roster:///service-name.
+const scheme = "roster"
 
 // Target returns the gRPC target of a service: "roster:///" + service.
-func Target(service string) string { return Scheme + ":///" + service }
+func Target(service string) string { return scheme + ":///" + service }
 
 type instanceKey struct{}
 
@@ -43,9 +43,9 @@ func InstanceOf(attrs *attributes.Attributes) (registry.Instance, bool) {
 	return a.in, true
 }
 
-// NewResolverBuilder returns a resolver for roster:///service-name targets
-// that follows the service in reg. Pass it to grpc.NewClient with
-// grpc.WithResolvers (DialOptions does); it does not own reg.
+// newResolverBuilder returns a resolver for roster:///service-name targets
+// that follows the service in reg. DialOptions installs it with
+// grpc.WithResolvers. It does not own reg.
 //
 // The resolver pushes every snapshot the registry watch delivers, as one
 // endpoint per instance carrying the instance (InstanceOf), including
@@ -54,13 +54,13 @@ func InstanceOf(attrs *attributes.Attributes) (registry.Instance, bool) {
 // never empties the list: the last known instances stay in use, and the
 // resolver reports the error only while it has never had a snapshot. A
 // snapshot with no instances is a real answer and is pushed as such.
-func NewResolverBuilder(reg *registry.Registry) resolver.Builder {
+func newResolverBuilder(reg *registry.Registry) resolver.Builder {
 	return &resolverBuilder{reg: reg}
 }
 
 type resolverBuilder struct{ reg *registry.Registry }
 
-func (b *resolverBuilder) Scheme() string { return Scheme }
+func (b *resolverBuilder) Scheme() string { return scheme }
 
 func (b *resolverBuilder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
 	service := strings.TrimPrefix(t.Endpoint(), "/")

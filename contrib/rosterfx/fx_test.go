@@ -9,7 +9,7 @@ import (
 	"go.uber.org/fx"
 
 	_ "github.com/roster-go/roster/backends/memory"
-	rosterfx "github.com/roster-go/roster/contrib/fx"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )

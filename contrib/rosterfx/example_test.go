@@ -11,8 +11,8 @@ import (
 	"go.uber.org/fx"
 
 	_ "github.com/roster-go/roster/backends/memory"
-	rosterfx "github.com/roster-go/roster/contrib/fx"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )

@@ -88,23 +88,23 @@ type Config struct {
 // $ROSTER_REGISTRY), with any registry.Option values supplied in the
 // "roster.registry_options" group, and closes it on stop. Import the
 // backend packages whose schemes you use.
-var Module = fx.Module("roster", fx.Provide(NewRegistry))
+var Module = fx.Module("roster", fx.Provide(newRegistry))
 
 // ClientModule provides a *middleware.Client over the Registry, with any
 // middleware.Option values supplied in the "roster.client_options" group,
 // and closes it on stop (before the Registry).
-var ClientModule = fx.Module("roster.client", fx.Provide(NewClient))
+var ClientModule = fx.Module("roster.client", fx.Provide(newClient))
 
-// RegistryParams are NewRegistry's parameters.
-type RegistryParams struct {
+// registryParams are newRegistry's parameters.
+type registryParams struct {
 	fx.In
 	Lifecycle fx.Lifecycle
 	Config    Config            `optional:"true"`
 	Options   []registry.Option `group:"roster.registry_options"`
 }
 
-// NewRegistry opens the registry and closes it when the app stops.
-func NewRegistry(p RegistryParams) (*registry.Registry, error) {
+// newRegistry opens the registry and closes it when the app stops.
+func newRegistry(p registryParams) (*registry.Registry, error) {
 	url := p.Config.URL
 	if url == "" {
 		url = os.Getenv(EnvURL)
@@ -146,16 +146,16 @@ func group[T any](tag string, values []T) fx.Option {
 	return fx.Options(out...)
 }
 
-// ClientParams are NewClient's parameters.
-type ClientParams struct {
+// clientParams are newClient's parameters.
+type clientParams struct {
 	fx.In
 	Lifecycle fx.Lifecycle
 	Registry  *registry.Registry
 	Options   []middleware.Option `group:"roster.client_options"`
 }
 
-// NewClient returns a middleware.Client over the registry, closed on stop.
-func NewClient(p ClientParams) (*middleware.Client, error) {
+// newClient returns a middleware.Client over the registry, closed on stop.
+func newClient(p clientParams) (*middleware.Client, error) {
 	c, err := middleware.NewClient(p.Registry, p.Options...)
 	if err != nil {
 		return nil, fmt.Errorf("rosterfx: client: %w", err)

@@ -16,14 +16,15 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
 
+	"github.com/roster-go/roster/internal/mwhook"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
 
-// BalancerName is the name of the Roster load-balancing policy, for
+// balancerName is the name of the Roster load-balancing policy, for
 // service configs: {"loadBalancingConfig":[{"roster":{"strategy":"p2c_ewma"}}]}.
-const BalancerName = "roster"
+const balancerName = "roster"
 
 func init() { balancer.Register(builder{}) }
 
@@ -38,7 +39,7 @@ type lbConfig struct {
 
 type builder struct{}
 
-func (builder) Name() string { return BalancerName }
+func (builder) Name() string { return balancerName }
 
 func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
 	var c lbConfig
@@ -66,7 +67,7 @@ func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balance
 // resolver state's attributes (a balancer is built by name, globally).
 type settings struct {
 	quarantine *middleware.Quarantine
-	classify   Classifier
+	classify   middleware.Classifier
 }
 
 type settingsKey struct{}
@@ -126,7 +127,7 @@ func (b *rosterBalancer) configure(s balancer.ClientConnState) error {
 		b.set = set
 	}
 	if b.set == nil {
-		b.set = &settings{quarantine: middleware.NewQuarantine(middleware.QuarantineConfig{}), classify: DefaultClassify}
+		b.set = &settings{quarantine: middleware.NewQuarantine(middleware.QuarantineConfig{}), classify: defaultClassify}
 	}
 	strategy := selector.DefaultStrategy
 	if c, ok := s.BalancerConfig.(*lbConfig); ok && c.Strategy != "" {
@@ -350,7 +351,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		Key:   keyFrom(ctx),
 		Route: routeFrom(ctx),
 		Tried: func(in *registry.Instance) bool { return tr.has(in.ID) },
-		Avoid: func(in *registry.Instance) bool { return !q.Admit(p.service, in.ID, p.total) },
+		Avoid: func(in *registry.Instance) bool { return !mwhook.Admit(q, p.service, in.ID, p.total) },
 	})
 	if err != nil {
 		if p.connecting && errors.Is(err, selector.ErrNoInstances) {
@@ -372,7 +373,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		done.Done(err, time.Since(start))
 		c := classify(ctx, di.Err)
-		q.Report(service, id, c, total)
+		mwhook.Outcome(q, service, id, int(c), total)
 		if di.Err != nil {
 			tr.add(id)
 		}

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/goleak"
 
-	rosterfx "github.com/roster-go/roster/contrib/fx"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
 	"github.com/roster-go/roster/registry"
 )
 

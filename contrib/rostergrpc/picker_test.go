@@ -16,7 +16,8 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
 
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
+	"github.com/roster-go/roster/internal/mwhook"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
@@ -166,9 +167,9 @@ func TestFallbackOrderSameAsMiddleware(t *testing.T) {
 		t.Helper()
 		id := s.lease.Instance().ID
 		for range 3 {
-			q.Report("echo", id, middleware.Retryable, 2)
+			mwhook.Outcome(q, "echo", id, int(middleware.Retryable), 2)
 		}
-		if q.Admit("echo", id, 2) {
+		if mwhook.Admit(q, "echo", id, 2) {
 			t.Fatalf("%s not quarantined", s.name)
 		}
 	}

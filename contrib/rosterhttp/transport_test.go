@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	_ "github.com/roster-go/roster/backends/memory"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
@@ -168,7 +168,8 @@ func TestGetRetriedOnAnotherInstance(t *testing.T) {
 	reg := openMem(t)
 	register(t, reg, "users", deadAddr(t)) // a crashed instance, still registered
 	good := start(t, reg, "users", "good")
-	hc, mc := newHTTPClient(t, reg, middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)))
+	q := middleware.NewQuarantine(middleware.QuarantineConfig{})
+	hc, _ := newHTTPClient(t, reg, middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)), middleware.WithQuarantine(q))
 	for range 20 {
 		if code, body := get(t, hc, "http://users/"); code != 200 || body != "good" {
 			t.Fatalf("%d %q", code, body)
@@ -178,8 +179,8 @@ func TestGetRetriedOnAnotherInstance(t *testing.T) {
 		t.Fatalf("good served %d of 20", good.calls.Load())
 	}
 	// The refused attempts were fed back: the dead instance is quarantined.
-	if len(mc.Quarantine().Ejected("users")) != 1 {
-		t.Fatalf("ejected: %v, want the dead instance", mc.Quarantine().Ejected("users"))
+	if len(q.Ejected("users")) != 1 {
+		t.Fatalf("ejected: %v, want the dead instance", q.Ejected("users"))
 	}
 }
 

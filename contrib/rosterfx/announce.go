@@ -16,12 +16,12 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// DefaultDrainWindow is how long a stopping service stays up after its
+// defaultDrainWindow is how long a stopping service stays up after its
 // deregistration is visible in the registry, for the other processes'
 // watchers to apply it. Watch-based backends (etcd, Consul blocking
 // queries, Redis streams) propagate in milliseconds to a second; raise it
 // to at least the poll period of any client that polls instead.
-const DefaultDrainWindow = 2 * time.Second
+const defaultDrainWindow = 2 * time.Second
 
 // Announcement describes the instance a service announces, and how it
 // leaves. Return one from the constructor given to Announce.
@@ -43,7 +43,7 @@ type Announcement struct {
 	// HealthCheckInterval is the period of the running check (default 1s).
 	HealthCheckInterval time.Duration
 	// DrainWindow is how long to keep serving once the deregistration is
-	// visible in the registry (default DefaultDrainWindow; negative: 0).
+	// visible in the registry (default 2s; negative: 0).
 	// It is cut short, to half of what is left, if fx's stop deadline
 	// would not leave the server time to stop.
 	DrainWindow time.Duration
@@ -267,7 +267,7 @@ func (an *announcer) stop(ctx context.Context) error {
 	}
 	window := an.a.DrainWindow
 	if window == 0 {
-		window = DefaultDrainWindow
+		window = defaultDrainWindow
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		window = min(window, time.Until(dl)/2)

@@ -145,19 +145,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // The routing headers a request may carry (see the package doc).
 const (
-	HeaderVersion = "X-Roster-Version"
-	HeaderZone    = "X-Roster-Zone"
-	HeaderHashKey = "X-Roster-Hash-Key"
+	headerVersion = "X-Roster-Version"
+	headerZone    = "X-Roster-Zone"
+	headerHashKey = "X-Roster-Hash-Key"
 )
 
 // routeFromHeader returns ctx routed by the request's routing headers,
 // and its affinity key.
 func routeFromHeader(ctx context.Context, h http.Header) (context.Context, string) {
-	r := selector.Route{Version: h.Get(HeaderVersion), Zone: h.Get(HeaderZone)}
-	if !r.IsZero() {
+	r := selector.Route{Version: h.Get(headerVersion), Zone: h.Get(headerZone)}
+	if r != (selector.Route{}) {
 		ctx = selector.WithRoute(ctx, r)
 	}
-	return ctx, h.Get(HeaderHashKey)
+	return ctx, h.Get(headerHashKey)
 }
 
 // roundTrip is one RoundTrip, shared by its attempts. They may run

@@ -11,7 +11,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	_ "github.com/roster-go/roster/backends/memory"
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )

@@ -17,11 +17,7 @@ import (
 	"github.com/roster-go/roster/selector"
 )
 
-// Classifier maps an RPC's outcome to what it means for the instance
-// (middleware.Class): Retryable and Fatal count towards quarantine.
-type Classifier func(ctx context.Context, err error) middleware.Class
-
-// DefaultClassify classifies gRPC status codes:
+// defaultClassify classifies gRPC status codes:
 //   - OK → Success;
 //   - the caller's context done, or Canceled → Abort;
 //   - Unavailable → Retryable (the instance is down, restarting or
@@ -30,7 +26,7 @@ type Classifier func(ctx context.Context, err error) middleware.Class
 //   - any other code → Business: the instance answered, the answer is an
 //     application error (NotFound, InvalidArgument, …), which says nothing
 //     about its health. DeadlineExceeded is the caller's budget.
-func DefaultClassify(ctx context.Context, err error) middleware.Class {
+func defaultClassify(ctx context.Context, err error) middleware.Class {
 	if err == nil {
 		return middleware.Success
 	}
@@ -58,7 +54,7 @@ type dialConfig struct {
 	retries     int
 	retryCodes  []string
 	quarantine  *middleware.Quarantine
-	classify    Classifier
+	classify    middleware.Classifier
 	serviceConf string
 }
 
@@ -86,23 +82,26 @@ func WithRetry(maxAttempts int, retryOn ...codes.Code) Option {
 // channel). Share one with a middleware.Client to share the evidence.
 func WithQuarantine(q *middleware.Quarantine) Option { return func(c *dialConfig) { c.quarantine = q } }
 
-// WithClassifier replaces DefaultClassify.
-func WithClassifier(f Classifier) Option { return func(c *dialConfig) { c.classify = f } }
+// WithClassifier replaces the default classification of status codes:
+// OK is Success, the caller's context done or Canceled is Abort,
+// Unavailable is Retryable, Internal, Unknown and DataLoss are Fatal, and
+// any other code is Business (the instance answered).
+func WithClassifier(f middleware.Classifier) Option { return func(c *dialConfig) { c.classify = f } }
 
 // WithServiceConfig replaces the generated default service config (JSON)
 // entirely: use it to add per-method timeouts, keeping a
 // loadBalancingConfig that names "roster".
 func WithServiceConfig(js string) Option { return func(c *dialConfig) { c.serviceConf = js } }
 
-// ServiceConfig returns the default service config DialOptions installs:
+// serviceConfig returns the default service config DialOptions installs:
 // the roster balancer with the strategy, and a retry policy for every
 // method when maxAttempts > 1.
-func ServiceConfig(strategy selector.Strategy, maxAttempts int, retryCodes ...string) string {
+func serviceConfig(strategy selector.Strategy, maxAttempts int, retryCodes ...string) string {
 	lb := map[string]any{}
 	if strategy != "" {
 		lb["strategy"] = string(strategy)
 	}
-	sc := map[string]any{"loadBalancingConfig": []any{map[string]any{BalancerName: lb}}}
+	sc := map[string]any{"loadBalancingConfig": []any{map[string]any{balancerName: lb}}}
 	if maxAttempts > 1 {
 		if len(retryCodes) == 0 {
 			retryCodes = []string{"UNAVAILABLE"}
@@ -149,19 +148,19 @@ func DialOptions(reg *registry.Registry, opts ...Option) []grpc.DialOption {
 		o(&c)
 	}
 	if c.classify == nil {
-		c.classify = DefaultClassify
+		c.classify = defaultClassify
 	}
 	if c.quarantine == nil {
 		c.quarantine = middleware.NewQuarantine(middleware.QuarantineConfig{})
 	}
 	js := c.serviceConf
 	if js == "" {
-		js = ServiceConfig(c.strategy, c.retries, c.retryCodes...)
+		js = serviceConfig(c.strategy, c.retries, c.retryCodes...)
 	}
 	set := &settings{quarantine: c.quarantine, classify: c.classify}
 	st := &starts{}
 	return []grpc.DialOption{
-		grpc.WithResolvers(&settingsResolver{b: NewResolverBuilder(reg), set: set, starts: st}),
+		grpc.WithResolvers(&settingsResolver{b: newResolverBuilder(reg), set: set, starts: st}),
 		grpc.WithDefaultServiceConfig(js),
 		grpc.WithChainUnaryInterceptor(st.unary, unaryTried),
 		grpc.WithChainStreamInterceptor(st.stream, streamTried),
@@ -214,9 +213,9 @@ func WithKey(ctx context.Context, key string) context.Context {
 
 // The outgoing metadata keys that route one RPC (see the package doc).
 const (
-	MetadataVersion = "x-roster-version"
-	MetadataZone    = "x-roster-zone"
-	MetadataHashKey = "x-roster-hash-key"
+	metadataVersion = "x-roster-version"
+	metadataZone    = "x-roster-zone"
+	metadataHashKey = "x-roster-hash-key"
 )
 
 // keyFrom returns the RPC's affinity key: WithKey's, else the
@@ -225,14 +224,14 @@ func keyFrom(ctx context.Context) string {
 	if k, ok := ctx.Value(keyCtx{}).(string); ok {
 		return k
 	}
-	return firstValue(ctx, MetadataHashKey)
+	return firstValue(ctx, metadataHashKey)
 }
 
 // routeFrom returns the Route of the RPC's x-roster-version and
 // x-roster-zone metadata; a selector.WithRoute in the context applies
 // when they are absent.
 func routeFrom(ctx context.Context) selector.Route {
-	return selector.Route{Version: firstValue(ctx, MetadataVersion), Zone: firstValue(ctx, MetadataZone)}
+	return selector.Route{Version: firstValue(ctx, metadataVersion), Zone: firstValue(ctx, metadataZone)}
 }
 
 func firstValue(ctx context.Context, key string) string {

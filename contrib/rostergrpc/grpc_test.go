@@ -11,7 +11,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	_ "github.com/roster-go/roster/backends/memory"
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"

@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	rosterhttp "github.com/roster-go/roster/contrib/http"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
@@ -50,22 +49,22 @@ func TestHeaderRouting(t *testing.T) {
 		return resp.StatusCode, string(b[:n])
 	}
 	for range 20 {
-		if code, body := do(map[string]string{rosterhttp.HeaderVersion: "2.0"}); code != 200 || body != "v2" {
+		if code, body := do(map[string]string{"X-Roster-Version": "2.0"}); code != 200 || body != "v2" {
 			t.Fatalf("X-Roster-Version 2.0: %d %q, want v2", code, body)
 		}
-		if _, body := do(map[string]string{rosterhttp.HeaderVersion: "1.0"}); body != "v1a" && body != "v1b" {
+		if _, body := do(map[string]string{"X-Roster-Version": "1.0"}); body != "v1a" && body != "v1b" {
 			t.Fatalf("X-Roster-Version 1.0: %q", body)
 		}
 	}
 	bodies := map[string]bool{}
 	for range 20 {
-		_, body := do(map[string]string{rosterhttp.HeaderHashKey: "user-7"})
+		_, body := do(map[string]string{"X-Roster-Hash-Key": "user-7"})
 		bodies[body] = true
 	}
 	if len(bodies) != 1 {
 		t.Errorf("X-Roster-Hash-Key user-7 went to %v, want one instance", bodies)
 	}
-	if code, body := do(map[string]string{rosterhttp.HeaderVersion: "3.0"}); code != 0 {
+	if code, body := do(map[string]string{"X-Roster-Version": "3.0"}); code != 0 {
 		t.Errorf("X-Roster-Version 3.0 (not deployed): %d %q, want an error", code, body)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 
 	_ "github.com/roster-go/roster/backends/memory"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )

@@ -38,7 +38,7 @@
 // the same as middleware.Client: an instance this RPC has not tried that
 // the quarantine admits, then one it tried that the quarantine admits,
 // then any. Done reports the latency and error to the selector and the
-// classified outcome (Classifier) to the quarantine.
+// classified outcome (middleware.Classifier) to the quarantine.
 //
 // # Routing one RPC
 //

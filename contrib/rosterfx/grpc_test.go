@@ -14,8 +14,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/roster-go/roster/backends/etcd/etcdtest"
-	rosterfx "github.com/roster-go/roster/contrib/fx"
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )

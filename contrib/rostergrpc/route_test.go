@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
@@ -21,8 +21,8 @@ func TestMetadataRouting(t *testing.T) {
 	startInstance(t, reg, registry.Instance{Service: "echo", Version: "2.0"}, "v2", 0)
 	c := dial(t, reg, "echo", rostergrpc.WithStrategy(selector.ConsistentHash))
 	ctx := context.Background()
-	v2 := metadata.AppendToOutgoingContext(ctx, rostergrpc.MetadataVersion, "2.0")
-	v1 := metadata.AppendToOutgoingContext(ctx, rostergrpc.MetadataVersion, "1.0")
+	v2 := metadata.AppendToOutgoingContext(ctx, "x-roster-version", "2.0")
+	v1 := metadata.AppendToOutgoingContext(ctx, "x-roster-version", "1.0")
 	for range 20 {
 		if name, err := call(v2, c); err != nil || name != "v2" {
 			t.Fatalf("x-roster-version 2.0: %q %v, want v2", name, err)
@@ -31,7 +31,7 @@ func TestMetadataRouting(t *testing.T) {
 			t.Fatalf("x-roster-version 1.0: %q %v", name, err)
 		}
 	}
-	keyed := metadata.AppendToOutgoingContext(ctx, rostergrpc.MetadataHashKey, "user-7")
+	keyed := metadata.AppendToOutgoingContext(ctx, "x-roster-hash-key", "user-7")
 	names := map[string]bool{}
 	for range 20 {
 		name, err := call(keyed, c)
@@ -43,7 +43,7 @@ func TestMetadataRouting(t *testing.T) {
 	if len(names) != 1 {
 		t.Errorf("x-roster-hash-key user-7 went to %v, want one instance", names)
 	}
-	absent := metadata.AppendToOutgoingContext(ctx, rostergrpc.MetadataVersion, "3.0")
+	absent := metadata.AppendToOutgoingContext(ctx, "x-roster-version", "3.0")
 	if name, err := call(absent, c); err == nil {
 		t.Errorf("x-roster-version 3.0 (not deployed) answered by %s, want an error", name)
 	}

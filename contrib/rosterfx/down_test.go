@@ -13,7 +13,7 @@ import (
 
 	_ "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/backends/redis/redistest"
-	rosterfx "github.com/roster-go/roster/contrib/fx"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
 	"github.com/roster-go/roster/registry"
 )
 

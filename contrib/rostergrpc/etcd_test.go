@@ -12,7 +12,7 @@ import (
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 )
 
 // startEtcd starts a real etcd member and returns it with an opener of
