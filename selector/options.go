@@ -76,11 +76,11 @@ const (
 	// defaultVirtualNodes is the number of ring points of an instance with
 	// the default weight (100); an instance gets VirtualNodes × Weight/100
 	// points (at least 1). 1000 keeps the most loaded of 100 instances
-	// within ≈10 % of the mean (load-balancing.md §8.3: 100 points give
+	// within ≈10 % of the mean (docs/research/load-balancing.md §8.3: 100 points give
 	// 1.22, 1000 give 1.08).
 	defaultVirtualNodes = 1000
 	// defaultDecay is the peak-EWMA time constant τ (Finagle, Linkerd:
-	// 10 s; 1 s was measured to react worse, load-balancing.md §8.5).
+	// 10 s; 1 s was measured to react worse, docs/research/load-balancing.md §8.5).
 	defaultDecay = 10 * time.Second
 	// defaultChoices is the number of instances least_request samples.
 	defaultChoices = 2

@@ -2,7 +2,7 @@ package selector
 
 // Quality tests: deterministic (seeded randomness, no timing) checks of
 // the balance each strategy promises, against the targets of
-// load-balancing.md §9.3.
+// docs/research/load-balancing.md §9.3.
 
 import (
 	"math"
