@@ -73,13 +73,15 @@ type Agent struct {
 	mu      sync.Mutex
 	closed  bool
 	clients map[selector.Strategy]*middleware.Client
-	views   map[string]*view
-	locals  map[string]*local
-	svcList []string // last answer of the registry's service list
+	// quarantines holds each client's quarantine, for the dashboard.
+	quarantines map[selector.Strategy]*middleware.Quarantine
+	views       map[string]*view
+	locals      map[string]*local
+	svcList     []string // last answer of the registry's service list
 }
 
-// ErrTooMany is returned when a bound of the Config is reached.
-var ErrTooMany = errors.New("agent: too many")
+// errTooMany is returned when a bound of the Config is reached.
+var errTooMany = errors.New("agent: too many")
 
 // New returns an Agent over cfg.Registry. Close it to stop following
 // services, expire pending tokens and deregister local processes.
@@ -101,7 +103,7 @@ func New(cfg Config) (*Agent, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Agent{cfg: cfg, reg: cfg.Registry, metrics: m, stats: newStats(), events: newBroadcast(),
 		ctx: ctx, cancel: cancel,
-		clients: map[selector.Strategy]*middleware.Client{}, views: map[string]*view{}, locals: map[string]*local{}}
+		clients: map[selector.Strategy]*middleware.Client{}, quarantines: map[selector.Strategy]*middleware.Quarantine{}, views: map[string]*view{}, locals: map[string]*local{}}
 	a.tokens = newTokens(cfg.TokenTTL, cfg.MaxTokens, a.expire)
 	m.observe(a)
 	a.wg.Add(1)
@@ -110,14 +112,11 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// Registry returns the registry the agent uses.
-func (a *Agent) Registry() *registry.Registry { return a.reg }
-
 // ServeHTTP serves the agent's API, metrics and dashboard to the
 // programs of its host, and refuses web pages (see foreign).
 func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if reason := foreign(r); reason != "" {
-		writeJSON(w, http.StatusForbidden, Error{Error: reason, Code: "forbidden"})
+		writeJSON(w, http.StatusForbidden, apiError{Error: reason, Code: "forbidden"})
 		return
 	}
 	a.mux.ServeHTTP(w, r)
@@ -134,6 +133,7 @@ func (a *Agent) Close() error {
 	a.closed = true
 	locals, views, clients := a.locals, a.views, a.clients
 	a.locals, a.views, a.clients = map[string]*local{}, map[string]*view{}, map[selector.Strategy]*middleware.Client{}
+	a.quarantines = map[selector.Strategy]*middleware.Quarantine{}
 	a.mu.Unlock()
 	var errs []error
 	for _, l := range locals {
@@ -167,9 +167,10 @@ func (a *Agent) client(s selector.Strategy) (*middleware.Client, error) {
 	if c, ok := a.clients[s]; ok {
 		return c, nil
 	}
+	q := middleware.NewQuarantine(a.cfg.Quarantine)
 	opts := []middleware.Option{
 		middleware.WithSelector(selector.WithStrategy(s)),
-		middleware.WithQuarantine(middleware.NewQuarantine(a.cfg.Quarantine)),
+		middleware.WithQuarantine(q),
 		middleware.WithMaxStaleness(a.cfg.MaxStaleness),
 		middleware.WithMeterProvider(a.metrics.provider),
 	}
@@ -180,6 +181,6 @@ func (a *Agent) client(s selector.Strategy) (*middleware.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.clients[s] = c
+	a.clients[s], a.quarantines[s] = c, q
 	return c, nil
 }

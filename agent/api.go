@@ -14,6 +14,7 @@ import (
 	"github.com/roster-go/roster/internal/backend"
 
 	"github.com/roster-go/roster/internal/dashboard"
+	"github.com/roster-go/roster/internal/mwhook"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
@@ -33,7 +34,7 @@ func (a *Agent) routes() {
 	m.HandleFunc("GET /v1/services/{service}", a.handleInstances)
 	m.HandleFunc("POST /v1/pick", a.handlePick)
 	m.HandleFunc("POST /v1/report", a.handleReport)
-	m.HandleFunc("POST /v1/register", jsonCall(a.Register))
+	m.HandleFunc("POST /v1/register", jsonCall(a.register))
 	m.HandleFunc("GET /v1/register", a.handleLocals)
 	m.HandleFunc("DELETE /v1/register/{id}", a.handleDeregister)
 	m.HandleFunc("GET /v1/state", a.handleState)
@@ -43,8 +44,8 @@ func (a *Agent) routes() {
 	a.mux = m
 }
 
-// Services is the answer of GET /v1/services.
-type Services struct {
+// services is the answer of GET /v1/services.
+type services struct {
 	Services []string `json:"services"`
 	Stale    bool     `json:"stale"` // the registry fails: the last list it gave
 }
@@ -64,7 +65,7 @@ func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
 	if last == nil {
 		last = []string{}
 	}
-	writeJSON(w, http.StatusOK, Services{Services: last, Stale: err != nil})
+	writeJSON(w, http.StatusOK, services{Services: last, Stale: err != nil})
 }
 
 func (a *Agent) handleInstances(w http.ResponseWriter, r *http.Request) {
@@ -109,8 +110,8 @@ func pollParams(index, wait string) (uint64, time.Duration, error) {
 	return n, min(d, maxWait), nil
 }
 
-// PickRequest is the body of POST /v1/pick.
-type PickRequest struct {
+// pickRequest is the body of POST /v1/pick.
+type pickRequest struct {
 	Service  string   `json:"service"`
 	Strategy string   `json:"strategy,omitempty"` // default: the agent's
 	Key      string   `json:"key,omitempty"`      // affinity key for consistent_hash and maglev
@@ -119,8 +120,8 @@ type PickRequest struct {
 	Tags     []string `json:"tags,omitempty"`     // only instances with all of these tags
 }
 
-// PickResponse is the answer of POST /v1/pick.
-type PickResponse struct {
+// pickResponse is the answer of POST /v1/pick.
+type pickResponse struct {
 	Token    string            `json:"token"` // give it back in the report
 	Instance registry.Instance `json:"instance"`
 	Stale    bool              `json:"stale"` // picked from the last good list while the registry fails
@@ -144,13 +145,13 @@ func jsonCall[Req, Resp any](call func(context.Context, Req) (Resp, error)) http
 	}
 }
 
-// Pick picks an instance as POST /v1/pick does.
-func (a *Agent) Pick(ctx context.Context, req PickRequest) (PickResponse, error) {
+// pickToken picks an instance as POST /v1/pick does.
+func (a *Agent) pickToken(ctx context.Context, req pickRequest) (pickResponse, error) {
 	p, seq, err := a.pick(ctx, req)
 	if err != nil {
-		return PickResponse{}, err
+		return pickResponse{}, err
 	}
-	return PickResponse{Token: a.tokens.token(seq), Instance: p.Instance, Stale: p.Stale}, nil
+	return pickResponse{Token: a.tokens.token(seq), Instance: p.Instance, Stale: p.Stale}, nil
 }
 
 // handlePick serves POST /v1/pick, the hot path: see wire.go.
@@ -172,54 +173,65 @@ func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
 }
 
 // pick picks an instance and issues its token's sequence number.
-func (a *Agent) pick(ctx context.Context, req PickRequest) (middleware.Pending, uint64, error) {
+func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, uint64, error) {
 	strategy := a.cfg.Strategy
 	if req.Strategy != "" {
 		s, err := selector.ParseStrategy(req.Strategy)
 		if err != nil {
-			return middleware.Pending{}, 0, fmt.Errorf("%w: strategy: %w", registry.ErrInvalid, err)
+			return mwhook.Pending{}, 0, fmt.Errorf("strategy: %w", err) // wraps registry.ErrInvalid
 		}
 		strategy = s
 	}
 	if err := backend.ValidateService(req.Service); err != nil {
-		return middleware.Pending{}, 0, err
+		return mwhook.Pending{}, 0, err
 	}
 	if _, err := a.view(req.Service); err != nil { // the dashboard and metrics show what is picked from
-		return middleware.Pending{}, 0, err
+		return mwhook.Pending{}, 0, err
 	}
 	c, err := a.client(strategy)
 	if err != nil {
-		return middleware.Pending{}, 0, err
+		return mwhook.Pending{}, 0, err
 	}
-	p, err := c.Pick(ctx, req.Service, middleware.PickOptions{Key: req.Key, Exclude: req.excludes()})
+	p, err := mwhook.Pick(c, ctx, req.Service, selector.PickOptions{Key: req.Key, Exclude: req.excludes()})
 	if err != nil {
-		return middleware.Pending{}, 0, err
+		return mwhook.Pending{}, 0, err
 	}
 	now := time.Now()
 	a.stats.picked(req.Service, p.Instance.ID, now)
 	return p, a.tokens.issue(newPending(p, req.Service, now)), nil
 }
 
-// excludes returns the routing filter of a pick request, or nil.
-func (req *PickRequest) excludes() func(*registry.Instance) bool {
+// excludes returns the routing filter of a pick request, or nil. It
+// copies the filter out of req, so that req stays on the stack: the pick
+// goes through a function value, past which escape analysis cannot see.
+func (req *pickRequest) excludes() func(*registry.Instance) bool {
 	if req.Version == "" && req.Zone == "" && len(req.Tags) == 0 {
 		return nil
 	}
-	return func(in *registry.Instance) bool {
-		if req.Version != "" && in.Version != req.Version || req.Zone != "" && in.Zone != req.Zone {
-			return true
-		}
-		for _, t := range req.Tags {
-			if !slices.Contains(in.Tags, t) {
-				return true
-			}
-		}
-		return false
-	}
+	f := &routeFilter{req.Version, req.Zone, req.Tags}
+	return f.excluded
 }
 
-// ReportRequest is the body of POST /v1/report.
-type ReportRequest struct {
+// routeFilter is the hard routing filter of one pick request.
+type routeFilter struct {
+	version, zone string
+	tags          []string
+}
+
+func (f *routeFilter) excluded(in *registry.Instance) bool {
+	if f.version != "" && in.Version != f.version || f.zone != "" && in.Zone != f.zone {
+		return true
+	}
+	for _, t := range f.tags {
+		if !slices.Contains(in.Tags, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// reportRequest is the body of POST /v1/report.
+type reportRequest struct {
 	Token string `json:"token"`
 	// Outcome is success, business (the instance answered with an error
 	// of the application: not counted against it), failure (the instance
@@ -229,9 +241,9 @@ type ReportRequest struct {
 	LatencyMS float64 `json:"latency_ms"` // the call's duration as the caller measured it
 }
 
-// ErrUnknownToken is returned by Report for a token that expired, was
+// errUnknownToken is returned by report for a token that expired, was
 // reported already, or was never issued.
-var ErrUnknownToken = fmt.Errorf("%w: unknown token (expired, reported already, or not issued by this agent)", registry.ErrNotFound)
+var errUnknownToken = fmt.Errorf("%w: unknown token (expired, reported already, or not issued by this agent)", registry.ErrNotFound)
 
 var outcomes = map[string]middleware.Class{
 	"success": middleware.Success, "business": middleware.Business, "failure": middleware.Retryable,
@@ -244,7 +256,7 @@ func (a *Agent) handleReport(w http.ResponseWriter, r *http.Request) {
 	defer putBuf(buf)
 	req, err := readRequest(r, buf, decodeReport)
 	if err == nil {
-		err = a.Report(r.Context(), req)
+		err = a.report(r.Context(), req)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -253,8 +265,8 @@ func (a *Agent) handleReport(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// Report reports a picked call's outcome as POST /v1/report does.
-func (a *Agent) Report(ctx context.Context, req ReportRequest) error {
+// report reports a picked call's outcome as POST /v1/report does.
+func (a *Agent) report(ctx context.Context, req reportRequest) error {
 	class, ok := outcomes[req.Outcome]
 	if !ok {
 		return fmt.Errorf("%w: outcome %q is not one of success, business, failure, fatal, abort", registry.ErrInvalid, req.Outcome)
@@ -264,7 +276,7 @@ func (a *Agent) Report(ctx context.Context, req ReportRequest) error {
 	}
 	p, ok := a.tokens.take(req.Token)
 	if !ok {
-		return ErrUnknownToken
+		return errUnknownToken
 	}
 	a.finish(ctx, p, class, time.Duration(req.LatencyMS*float64(time.Millisecond)))
 	return nil
@@ -278,7 +290,7 @@ func (a *Agent) expire(p *pending) {
 }
 
 func (a *Agent) finish(ctx context.Context, p *pending, class middleware.Class, latency time.Duration) {
-	p.p.Report(ctx, class, latency)
+	mwhook.Report(ctx, p.p, int(class), latency)
 	failed := class == middleware.Retryable || class == middleware.Fatal
 	a.stats.reported(p.service, p.p.Instance.ID, p.issued, failed, class == middleware.Abort, latency)
 	p.release()
@@ -328,15 +340,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Error is the body of every error answer.
-type Error struct {
+// apiError is the body of every error answer.
+type apiError struct {
 	Error string `json:"error"`
 	Code  string `json:"code"` // invalid, not_found, unavailable, stale, no_instances, too_many, closed, internal
 }
 
 func writeError(w http.ResponseWriter, err error) {
 	status, code := classify(err)
-	writeJSON(w, status, Error{Error: err.Error(), Code: code})
+	writeJSON(w, status, apiError{Error: err.Error(), Code: code})
 }
 
 func classify(err error) (int, string) {
@@ -345,7 +357,7 @@ func classify(err error) (int, string) {
 		return http.StatusBadRequest, "invalid"
 	case errors.Is(err, registry.ErrNotFound):
 		return http.StatusNotFound, "not_found"
-	case errors.Is(err, ErrTooMany):
+	case errors.Is(err, errTooMany):
 		return http.StatusTooManyRequests, "too_many"
 	case errors.Is(err, selector.ErrNoInstances), errors.Is(err, selector.ErrAllExcluded):
 		return http.StatusServiceUnavailable, "no_instances"

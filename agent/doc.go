@@ -22,7 +22,7 @@
 //
 // # Contract
 //
-//   - A pick is a middleware.Client pick (Client.Pick): one Client per
+//   - A pick is a middleware.Client pick, without the call: one Client per
 //     strategy in use, each with its own quarantine. Routing filters
 //     (version, zone, tags) are hard: a pick never returns an instance
 //     they reject, and fails with 503 "no_instances" when none is left.

@@ -9,18 +9,18 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// RegisterRequest is the body of POST /v1/register: a local process to
+// registerRequest is the body of POST /v1/register: a local process to
 // announce. The agent holds its lease (heartbeats) and, with CheckURL,
 // withdraws it while the process's health check fails.
-type RegisterRequest struct {
+type registerRequest struct {
 	registry.Instance
 	TTL           string `json:"ttl,omitempty"`            // lease TTL, e.g. "10s" (default: the registry's)
 	CheckURL      string `json:"check_url,omitempty"`      // HTTP check: passes while it answers 2xx
 	CheckInterval string `json:"check_interval,omitempty"` // default: the heartbeat interval
 }
 
-// Local is a process the agent keeps registered (GET /v1/register).
-type Local struct {
+// localInfo is a process the agent keeps registered (GET /v1/register).
+type localInfo struct {
 	Instance registry.Instance `json:"instance"`
 	State    string            `json:"state"` // the lease's state
 	Error    string            `json:"error,omitempty"`
@@ -36,9 +36,9 @@ func (l *local) stop(ctx context.Context) error {
 	return l.lease.Deregister(ctx)
 }
 
-// Register registers a local process as POST /v1/register does, and
+// register registers a local process as POST /v1/register does, and
 // returns the instance as registered (with its ID).
-func (a *Agent) Register(ctx context.Context, req RegisterRequest) (registry.Instance, error) {
+func (a *Agent) register(ctx context.Context, req registerRequest) (registry.Instance, error) {
 	opts, err := req.options()
 	if err != nil {
 		return registry.Instance{}, err
@@ -50,7 +50,7 @@ func (a *Agent) Register(ctx context.Context, req RegisterRequest) (registry.Ins
 		return registry.Instance{}, fmt.Errorf("agent: %w", registry.ErrClosed)
 	}
 	if n >= a.cfg.MaxServices {
-		return registry.Instance{}, fmt.Errorf("%w local registrations (Config.MaxServices)", ErrTooMany)
+		return registry.Instance{}, fmt.Errorf("%w local registrations (Config.MaxServices)", errTooMany)
 	}
 	lease, err := a.reg.Register(ctx, req.Instance, opts...)
 	if err != nil {
@@ -67,7 +67,7 @@ func (a *Agent) Register(ctx context.Context, req RegisterRequest) (registry.Ins
 	return in, nil
 }
 
-func (req *RegisterRequest) options() ([]registry.RegisterOption, error) {
+func (req *registerRequest) options() ([]registry.RegisterOption, error) {
 	var opts []registry.RegisterOption
 	if req.TTL != "" {
 		d, err := time.ParseDuration(req.TTL)
@@ -82,7 +82,7 @@ func (req *RegisterRequest) options() ([]registry.RegisterOption, error) {
 		}
 		return opts, nil
 	}
-	check, err := HTTPCheck(req.CheckURL)
+	check, err := httpCheck(req.CheckURL)
 	if err != nil {
 		return nil, err
 	}
@@ -115,9 +115,9 @@ func (a *Agent) handleDeregister(w http.ResponseWriter, r *http.Request) {
 
 func (a *Agent) handleLocals(w http.ResponseWriter, _ *http.Request) {
 	a.mu.Lock()
-	out := make([]Local, 0, len(a.locals))
+	out := make([]localInfo, 0, len(a.locals))
 	for _, l := range a.locals {
-		lc := Local{Instance: l.lease.Instance(), State: l.lease.State().String()}
+		lc := localInfo{Instance: l.lease.Instance(), State: l.lease.State().String()}
 		if err := l.lease.Err(); err != nil {
 			lc.Error = err.Error()
 		}
@@ -127,9 +127,9 @@ func (a *Agent) handleLocals(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// HTTPCheck returns a health check that passes while rawURL answers 2xx
+// httpCheck returns a health check that passes while rawURL answers 2xx
 // within the check's deadline. Only http and https URLs are accepted.
-func HTTPCheck(rawURL string) (func(context.Context) error, error) {
+func httpCheck(rawURL string) (func(context.Context) error, error) {
 	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
 	if err != nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
 		return nil, fmt.Errorf("%w: check_url %q is not an http(s) URL", registry.ErrInvalid, rawURL)

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/roster-go/roster/internal/otelkey"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-
-	"github.com/roster-go/roster/middleware"
 )
 
 // metrics is the agent's OpenTelemetry meter provider, read by a
@@ -38,7 +38,7 @@ func newMetrics() (*metrics, error) {
 
 // observe registers the agent's observable instruments.
 func (m *metrics) observe(a *Agent) {
-	meter := m.provider.Meter(middleware.ScopeName)
+	meter := m.provider.Meter(otelkey.Scope)
 	quarantined, _ := meter.Int64ObservableGauge("roster.agent.instance.quarantined",
 		metric.WithDescription("1 while an instance is held out by the agent's local quarantine, else 0."))
 	tokens, _ := meter.Int64ObservableGauge("roster.agent.tokens",
@@ -53,7 +53,7 @@ func (m *metrics) observe(a *Agent) {
 				if ejected[in.ID] {
 					n = 1
 				}
-				o.ObserveInt64(quarantined, n, metric.WithAttributes(middleware.AttrService.String(cur.Service), middleware.AttrInstanceID.String(in.ID)))
+				o.ObserveInt64(quarantined, n, metric.WithAttributes(otelkey.Service.String(cur.Service), otelkey.InstanceID.String(in.ID)))
 			}
 		}
 		return nil

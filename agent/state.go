@@ -11,49 +11,49 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// State is what the dashboard shows (GET /v1/state, and each server-sent
+// agentState is what the dashboard shows (GET /v1/state, and each server-sent
 // event of GET /v1/events). Its shape extends middleware.ClientState, so
 // the same page renders a Go client's debug handler.
-type State struct {
+type agentState struct {
 	Registry string         `json:"registry"`
 	Strategy string         `json:"strategy"`
 	Stale    bool           `json:"stale"` // some service is served from a stale list: the registry fails
 	Tokens   int            `json:"tokens"`
-	Services []ServiceState `json:"services"`
+	Services []serviceState `json:"services"`
 }
 
-// ServiceState is one followed service on the dashboard.
-type ServiceState struct {
+// serviceState is one followed service on the dashboard.
+type serviceState struct {
 	Service    string          `json:"service"`
 	Index      uint64          `json:"index"`
 	Revision   uint64          `json:"revision"`
 	Stale      bool            `json:"stale"`
 	StaleSince time.Time       `json:"stale_since,omitzero"`
 	At         time.Time       `json:"at"`
-	Instances  []InstanceState `json:"instances"`
+	Instances  []instanceState `json:"instances"`
 }
 
-// InstanceState is one instance on the dashboard.
-type InstanceState struct {
+// instanceState is one instance on the dashboard.
+type instanceState struct {
 	registry.Instance
 	Quarantined bool          `json:"quarantined"`
-	Stats       InstanceStats `json:"stats"`
+	Stats       instanceStats `json:"stats"`
 }
 
-// State returns the agent's state, services sorted by name.
-func (a *Agent) State() State {
+// state returns the agent's state, services sorted by name.
+func (a *Agent) state() agentState {
 	views := a.followed()
 	slices.SortFunc(views, func(x, y *view) int { return cmp.Compare(x.name, y.name) })
-	st := State{Registry: a.reg.String(), Strategy: string(a.cfg.Strategy), Tokens: a.tokens.len(),
-		Services: make([]ServiceState, 0, len(views))}
+	st := agentState{Registry: a.reg.String(), Strategy: string(a.cfg.Strategy), Tokens: a.tokens.len(),
+		Services: make([]serviceState, 0, len(views))}
 	for _, v := range views {
 		cur, _ := v.current()
-		ss := ServiceState{Service: cur.Service, Index: cur.Index, Revision: cur.Revision, Stale: cur.Stale,
-			StaleSince: v.staleSince(), At: cur.At, Instances: make([]InstanceState, 0, len(cur.Instances))}
+		ss := serviceState{Service: cur.Service, Index: cur.Index, Revision: cur.Revision, Stale: cur.Stale,
+			StaleSince: v.staleSince(), At: cur.At, Instances: make([]instanceState, 0, len(cur.Instances))}
 		st.Stale = st.Stale || cur.Stale
 		ejected := a.quarantined(cur.Service)
 		for _, in := range cur.Instances {
-			ss.Instances = append(ss.Instances, InstanceState{Instance: in, Quarantined: ejected[in.ID], Stats: a.stats.snapshot(cur.Service, in.ID)})
+			ss.Instances = append(ss.Instances, instanceState{Instance: in, Quarantined: ejected[in.ID], Stats: a.stats.snapshot(cur.Service, in.ID)})
 		}
 		st.Services = append(st.Services, ss)
 	}
@@ -66,8 +66,8 @@ func (a *Agent) quarantined(service string) map[string]bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := map[string]bool{}
-	for _, c := range a.clients {
-		for _, id := range c.Quarantine().Ejected(service) {
+	for _, q := range a.quarantines {
+		for _, id := range q.Ejected(service) {
 			out[id] = true
 		}
 	}
@@ -75,7 +75,7 @@ func (a *Agent) quarantined(service string) map[string]bool {
 }
 
 func (a *Agent) handleState(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, a.State())
+	writeJSON(w, http.StatusOK, a.state())
 }
 
 // changed is called by a view on each change of its service.
@@ -110,7 +110,7 @@ func (a *Agent) handleEvents(w http.ResponseWriter, r *http.Request) {
 	defer tick.Stop()
 	for {
 		ch := a.events.wait()
-		b, _ := json.Marshal(a.State())
+		b, _ := json.Marshal(a.state())
 		if _, err := w.Write([]byte("data: " + string(b) + "\n\n")); err != nil {
 			return
 		}

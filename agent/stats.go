@@ -31,9 +31,9 @@ type instStats struct {
 	ewma            float64
 }
 
-// InstanceStats is an instance's figures on the dashboard and in the
+// instanceStats is an instance's figures on the dashboard and in the
 // state endpoint. Latencies are in milliseconds, as the clients reported.
-type InstanceStats struct {
+type instanceStats struct {
 	Picks    uint64  `json:"picks"`
 	Failures uint64  `json:"failures"`
 	Inflight int64   `json:"inflight"`
@@ -127,14 +127,14 @@ func (s *stats) prune(service string, keep func(id string) bool) {
 }
 
 // snapshot returns an instance's figures (zero if it was never picked).
-func (s *stats) snapshot(service, id string) InstanceStats {
+func (s *stats) snapshot(service, id string) instanceStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.by[service][id]
 	if st == nil {
-		return InstanceStats{}
+		return instanceStats{}
 	}
-	out := InstanceStats{Picks: st.picks, Failures: st.failures, Inflight: st.inflightAt(s.epoch(time.Now())), EWMA: st.ewma}
+	out := instanceStats{Picks: st.picks, Failures: st.failures, Inflight: st.inflightAt(s.epoch(time.Now())), EWMA: st.ewma}
 	n := min(st.n, window)
 	if n > 0 {
 		s.buf = append(s.buf[:0], st.lat[:n]...)

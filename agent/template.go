@@ -125,10 +125,10 @@ func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.
 }
 
 // lookup returns a service's current list, waiting for the first one.
-func (a *Agent) lookup(ctx context.Context, name string) (Instances, error) {
+func (a *Agent) lookup(ctx context.Context, name string) (instanceList, error) {
 	v, err := a.view(name)
 	if err != nil {
-		return Instances{}, err
+		return instanceList{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, firstAnswerMax)
 	defer cancel()

@@ -9,12 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/internal/mwhook"
 )
 
 // pending is a pick waiting for its report.
 type pending struct {
-	p       middleware.Pending
+	p       mwhook.Pending
 	service string
 	issued  time.Time
 }
@@ -23,7 +23,7 @@ type pending struct {
 var pendingPool = sync.Pool{New: func() any { return new(pending) }}
 
 // newPending returns a pending from the pool.
-func newPending(p middleware.Pending, service string, issued time.Time) *pending {
+func newPending(p mwhook.Pending, service string, issued time.Time) *pending {
 	pp := pendingPool.Get().(*pending)
 	*pp = pending{p: p, service: service, issued: issued}
 	return pp

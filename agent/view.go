@@ -27,8 +27,8 @@ type view struct {
 	changed chan struct{}
 }
 
-// Instances is the answer of the instances endpoint.
-type Instances struct {
+// instanceList is the answer of the instances endpoint.
+type instanceList struct {
 	Service   string              `json:"service"`
 	Index     uint64              `json:"index"`    // the agent's change counter: pass it back as ?index= to wait for the next change
 	Revision  uint64              `json:"revision"` // the backend's revision
@@ -74,7 +74,7 @@ func (v *view) stop() {
 }
 
 // current returns the latest state, and a channel closed when it changes.
-func (v *view) current() (Instances, <-chan struct{}) {
+func (v *view) current() (instanceList, <-chan struct{}) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	s := v.snap
@@ -82,13 +82,13 @@ func (v *view) current() (Instances, <-chan struct{}) {
 	if inst == nil {
 		inst = []registry.Instance{}
 	}
-	return Instances{Service: v.name, Index: v.index, Revision: s.Revision, Stale: s.Stale, At: s.At, Instances: inst}, v.changed
+	return instanceList{Service: v.name, Index: v.index, Revision: s.Revision, Stale: s.Stale, At: s.At, Instances: inst}, v.changed
 }
 
 // wait returns the state once its index differs from index (and is not
 // 0: the first snapshot is in), or when ctx ends, whichever comes first.
 // A zero index waits for the first snapshot only.
-func (v *view) wait(ctx context.Context, index uint64) (Instances, error) {
+func (v *view) wait(ctx context.Context, index uint64) (instanceList, error) {
 	for {
 		cur, ch := v.current()
 		if cur.Index != 0 && cur.Index != index {
@@ -125,7 +125,7 @@ func (a *Agent) view(name string) (*view, error) {
 		return v, nil
 	}
 	if len(a.views) >= a.cfg.MaxServices {
-		return nil, fmt.Errorf("%w services: the agent follows %d already (Config.MaxServices)", ErrTooMany, len(a.views))
+		return nil, fmt.Errorf("%w services: the agent follows %d already (Config.MaxServices)", errTooMany, len(a.views))
 	}
 	w, err := a.reg.Watch(a.ctx, name)
 	if err != nil {

@@ -182,8 +182,8 @@ func (s *scanner) members(member func(key []byte) bool) bool {
 
 // decodePick decodes a pick request of the common shape: string members
 // only, tags excepted.
-func decodePick(b []byte) (PickRequest, bool) {
-	var req PickRequest
+func decodePick(b []byte) (pickRequest, bool) {
+	var req pickRequest
 	s := scanner{b: b}
 	ok := s.members(func(key []byte) bool {
 		var dst *string
@@ -209,8 +209,8 @@ func decodePick(b []byte) (PickRequest, bool) {
 }
 
 // decodeReport decodes a report request of the common shape.
-func decodeReport(b []byte) (ReportRequest, bool) {
-	var req ReportRequest
+func decodeReport(b []byte) (reportRequest, bool) {
+	var req reportRequest
 	s := scanner{b: b}
 	ok := s.members(func(key []byte) bool {
 		switch string(key) {

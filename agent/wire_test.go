@@ -25,7 +25,7 @@ func FuzzDecodePick(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		var slow PickRequest
+		var slow pickRequest
 		fast, ok := decodePick([]byte(body))
 		if !ok {
 			return
@@ -47,7 +47,7 @@ func FuzzDecodeReport(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		var slow ReportRequest
+		var slow reportRequest
 		fast, ok := decodeReport([]byte(body))
 		if !ok {
 			return
@@ -82,7 +82,7 @@ func checkAppendPick(t *testing.T, in registry.Instance, stale bool, seq uint64)
 	t.Helper()
 	tok := newTokens(time.Minute, 1, nil)
 	var want bytes.Buffer
-	if err := json.NewEncoder(&want).Encode(PickResponse{Token: tok.token(seq), Instance: in, Stale: stale}); err != nil {
+	if err := json.NewEncoder(&want).Encode(pickResponse{Token: tok.token(seq), Instance: in, Stale: stale}); err != nil {
 		t.Fatal(err)
 	}
 	if got := appendPick(nil, tok, seq, &in, stale); !bytes.Equal(got, want.Bytes()) {

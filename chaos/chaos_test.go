@@ -21,7 +21,7 @@ const (
 	service        = "chaos-echo"
 	numInstances   = 5
 	ttl            = 3 * time.Second // etcd's floor is 2s
-	callersPerKind = 2               // callers through Do, and as many through contrib/http
+	callersPerKind = 2               // callers through Do, and as many through contrib/rosterhttp
 	pace           = 5 * time.Millisecond
 	attemptTimeout = time.Second     // one HTTP attempt
 	callTimeout    = 2 * time.Second // a whole call, retries included
@@ -156,6 +156,7 @@ type fixture struct {
 	dir   string
 	insts []*instance
 	mc    *middleware.Client
+	q     *middleware.Quarantine // mc's
 	cut   func(connected bool)
 	load  *load
 
@@ -194,12 +195,13 @@ func newFixtureWith(t *testing.T, srv server, shape loadShape) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = reg.Close() })
-	if fx.mc, err = middleware.NewClient(reg); err != nil {
+	fx.q = middleware.NewQuarantine(middleware.QuarantineConfig{}) // the default, kept to count ejections
+	if fx.mc, err = middleware.NewClient(reg, middleware.WithQuarantine(fx.q)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fx.mc.Close() })
 	warm := newPhase("warm-up")
-	if fx.load, err = newLoad(fx.mc, reg, url, fx.dir, warm, shape); err != nil {
+	if fx.load, err = newLoad(fx.mc, fx.q, reg, url, fx.dir, warm, shape); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fx.load.close)

@@ -20,7 +20,7 @@ func Example_table() {
 	for _, recovery := range []time.Duration{1200 * time.Millisecond, 900 * time.Millisecond, 1500 * time.Millisecond} {
 		p := &phase{recovery: recovery}
 		p.calls[0].Add(400) // through middleware.Client
-		p.calls[1].Add(380) // through contrib/http
+		p.calls[1].Add(380) // through contrib/rosterhttp
 		sum.add("etcd", "restart-empty", p)
 	}
 	p := &phase{recovery: -1} // a partition restarts nothing

@@ -18,14 +18,14 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
-	rostergrpc "github.com/roster-go/roster/contrib/grpc"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )
 
 // Caller kinds, the four paths: middleware.Client.Do, an http.Client over
-// contrib/http's Transport, a gRPC ClientConn through contrib/grpc's
+// contrib/rosterhttp's Transport, a gRPC ClientConn through contrib/rostergrpc's
 // resolver and balancer, and a PHP worker through a roster agent process.
 const (
 	viaDo    = "Do"
@@ -40,10 +40,11 @@ var kinds = [...]string{viaDo, viaHTTP, viaGRPC, viaAgent}
 // every pace, and counts every call in the current phase.
 type load struct {
 	mc    *middleware.Client
-	plain *http.Transport // Do's calls
-	base  *http.Transport // contrib/http's attempts
-	do    *http.Client    // plain
-	hc    *http.Client    // contrib/http over base
+	q     *middleware.Quarantine // mc's
+	plain *http.Transport        // Do's calls
+	base  *http.Transport        // contrib/rosterhttp's attempts
+	do    *http.Client           // plain
+	hc    *http.Client           // contrib/rosterhttp over base
 	conn  *grpc.ClientConn
 	agent *agentProc
 	php   []*phpWorker
@@ -71,9 +72,10 @@ var defaultLoad = loadShape{callersPerKind, pace}
 // each with its default options. Only the base HTTP transports are the
 // test's own, with a per-attempt timeout, so that their idle connections
 // can be closed at the end. The agent and the PHP workers log in dir.
-func newLoad(mc *middleware.Client, reg *registry.Registry, regURL, dir string, first *phase, shape loadShape) (*load, error) {
+func newLoad(mc *middleware.Client, q *middleware.Quarantine, reg *registry.Registry, regURL, dir string, first *phase, shape loadShape) (*load, error) {
 	l := &load{
 		mc:     mc,
+		q:      q,
 		plain:  attemptTransport(),
 		base:   attemptTransport(),
 		cur:    first,
@@ -145,7 +147,7 @@ func (l *load) run(kind string, pace time.Duration, call func() (string, error))
 		p := l.enter()
 		start := time.Now()
 		id, err := call()
-		p.record(kind, start, time.Since(start), err, l.mc)
+		p.record(kind, start, time.Since(start), err, l.mc, l.q)
 		p.inflight.Done()
 		if err == nil {
 			l.smu.Lock()
@@ -293,7 +295,7 @@ func (p *phase) event(format string, args ...any) time.Time {
 	return now
 }
 
-func (p *phase) record(kind string, start time.Time, d time.Duration, err error, mc *middleware.Client) {
+func (p *phase) record(kind string, start time.Time, d time.Duration, err error, mc *middleware.Client, q *middleware.Quarantine) {
 	k := kindIndex(kind)
 	p.calls[k].Add(1)
 	for {
@@ -314,7 +316,7 @@ func (p *phase) record(kind string, start time.Time, d time.Duration, err error,
 		snap, ok := mc.Snapshot(service)
 		sample = fmt.Sprintf("+%.3fs %s (%v): %v [client: %d instances, stale %v, have %v, ejected %d]",
 			at.Seconds(), kind, d.Round(time.Millisecond), err,
-			len(snap.Instances), snap.Stale, ok, len(mc.Quarantine().Ejected(service)))
+			len(snap.Instances), snap.Stale, ok, len(q.Ejected(service)))
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -1,21 +1,26 @@
 // Package conformance is the behaviour every Roster backend must show, as
-// one suite that any backend or deployment can run:
+// one suite. Call [Run] from a test with a [Harness] for your backend:
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.Run(t, myHarness{...})
 //	}
 //
-// A Harness opens fresh registries on the backend under test and declares
-// its timings (Config). Fault hooks — partitioning one client, restarting
-// or wiping the backend, deleting an instance behind its owner's back — are
-// optional interfaces; a check that needs a hook the harness lacks is
-// skipped with a reason saying so. Crashes need no hook: Lease.Abandon
-// stops heartbeats without deregistering. Tenants, also optional, opens
-// registries of other tenants for TenantIsolation.
+// A Harness opens fresh registries on the backend under test, and its
+// [Config] declares the backend's timings. Each backend's test-server
+// package gives a ready harness, such as etcdtest.NewHarness.
+// [RunChecks] runs the same checks outside go test, as "roster
+// conformance URL" does.
 //
-// Every check uses services named "conf-<random>-…", so the suite never
-// touches other data in a shared deployment, and deregisters what it
-// registered. Failures name the contract that was broken.
+// Fault hooks are optional interfaces. They partition one client, restart
+// or wipe the backend, or delete an instance behind its owner's back. A
+// check that needs a hook the harness lacks is skipped, with the reason.
+// Crashes need no hook, since Lease.Abandon stops heartbeats without
+// deregistering. [Tenants], also optional, opens registries of other
+// tenants for TenantIsolation.
+//
+// Every check uses services named "conf-<random>-…". So the suite never
+// touches other data in a shared deployment. It deregisters what it
+// registered. A failure names the contract that was broken.
 package conformance
 
 import (

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
 
 // TestAbsurdOptionsNeverPanic: every option of the client, its middleware
 // and its selector at NaN, ±Inf, negative, zero and the extremes of its
 // type either builds a client that serves calls (failing ones included)
-// without a panic, or is refused by NewClient with ErrInvalidOption and
+// without a panic, or is refused by NewClient with an error wrapping registry.ErrInvalid and
 // one "selector:" prefix.
 func TestAbsurdOptionsNeverPanic(t *testing.T) {
 	nan, inf := math.NaN(), math.Inf(1)
@@ -35,34 +36,28 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 				return []middleware.Option{middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, BaseBackoff: d, MaxBackoff: d}))}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithThrottle(middleware.NewThrottle(middleware.ThrottleConfig{Window: d}))}
-			},
-			func() []middleware.Option {
-				return []middleware.Option{middleware.WithBreaker(middleware.NewBreaker(middleware.BreakerConfig{Window: d, OpenTimeout: d}))}
+				return []middleware.Option{middleware.WithMiddleware(middleware.Throttle(middleware.ThrottleConfig{Window: d}))}
 			},
 			func() []middleware.Option {
 				q := middleware.NewQuarantine(middleware.QuarantineConfig{BaseEjection: d, MaxEjection: d, ProbeTimeout: d,
-					SuccessRate: middleware.SuccessRateConfig{Interval: d}})
+					SuccessRateInterval: d})
 				return []middleware.Option{middleware.WithQuarantine(q)}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithSelector(selector.WithDecay(d), selector.WithSlowStart(selector.SlowStart{Window: d}))}
+				return []middleware.Option{middleware.WithSelector(selector.WithSlowStart(selector.SlowStart{Window: d}))}
 			},
 		)
 	}
 	for _, f := range floats {
 		cases = append(cases,
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, Budget: middleware.NewBudget(f, f)}))}
+				return []middleware.Option{middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, BudgetRatio: f, BudgetMinPerSecond: f}))}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithThrottle(middleware.NewThrottle(middleware.ThrottleConfig{K: f}))}
+				return []middleware.Option{middleware.WithMiddleware(middleware.Throttle(middleware.ThrottleConfig{K: f}))}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithBreaker(middleware.NewBreaker(middleware.BreakerConfig{FailureRatio: f}))}
-			},
-			func() []middleware.Option {
-				q := middleware.NewQuarantine(middleware.QuarantineConfig{SuccessRate: middleware.SuccessRateConfig{StdevFactor: f}})
+				q := middleware.NewQuarantine(middleware.QuarantineConfig{SuccessRateStdevFactor: f})
 				return []middleware.Option{middleware.WithQuarantine(q)}
 			},
 			func() []middleware.Option {
@@ -82,11 +77,8 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 				return []middleware.Option{middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: n}))}
 			},
 			func() []middleware.Option {
-				return []middleware.Option{middleware.WithBreaker(middleware.NewBreaker(middleware.BreakerConfig{MinRequests: n}))}
-			},
-			func() []middleware.Option {
 				q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: n, MaxEjectedPercent: n, PanicThreshold: n,
-					SuccessRate: middleware.SuccessRateConfig{MinimumHosts: n, RequestVolume: n}})
+					SuccessRateMinimumHosts: n, SuccessRateRequestVolume: n})
 				return []middleware.Option{middleware.WithQuarantine(q)}
 			},
 			func() []middleware.Option {
@@ -94,9 +86,6 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 			},
 			func() []middleware.Option {
 				return []middleware.Option{middleware.WithSelector(selector.WithVirtualNodes(n), selector.WithStrategy(selector.ConsistentHash))}
-			},
-			func() []middleware.Option {
-				return []middleware.Option{middleware.WithSelector(selector.WithMaglevTableSize(uint64(n)), selector.WithStrategy(selector.Maglev))}
 			},
 		)
 	}
@@ -114,8 +103,8 @@ func TestAbsurdOptionsNeverPanic(t *testing.T) {
 			}()
 			c, err := middleware.NewClient(e.reader, mk()...)
 			if err != nil {
-				if !errors.Is(err, selector.ErrInvalidOption) || strings.Count(err.Error(), "selector:") != 1 {
-					t.Errorf("case %d: NewClient = %v, want ErrInvalidOption with one prefix", i, err)
+				if !errors.Is(err, registry.ErrInvalid) || strings.Count(err.Error(), "selector:") != 1 {
+					t.Errorf("case %d: NewClient = %v, want registry.ErrInvalid with one prefix", i, err)
 				}
 				refused++
 				return

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
@@ -29,26 +28,28 @@ func TestDoDoesNotAllocate(t *testing.T) {
 }
 
 // TestProtectionDoesNotAllocate: with every protection on, a call
-// allocates nothing, and neither does a call rejected by an open circuit.
+// allocates nothing, and neither does a call the throttle rejects.
 func TestProtectionDoesNotAllocate(t *testing.T) {
 	spansOff := middleware.WithTracerProvider(tracenoop.NewTracerProvider())
-	c := chainClient(t, 10, spansOff, middleware.WithBreaker(middleware.NewBreaker(middleware.BreakerConfig{})))
+	c := chainClient(t, 10, spansOff)
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop) }); n != 0 {
-		t.Fatalf("Do allocates %.1f times per call with throttle, breaker and success rate on, want 0", n)
+		t.Fatalf("Do allocates %.1f times per call with throttle and success rate on, want 0", n)
 	}
-	// A breaker that opens at the first failure (chainClient's first call
-	// succeeded: 2 calls, 1 failure).
-	br := middleware.NewBreaker(middleware.BreakerConfig{MinRequests: 1, OpenTimeout: time.Hour})
-	c = chainClient(t, 10, spansOff, middleware.WithBreaker(br))
+	// A throttle that acts after one call: a failing service is then
+	// rejected 9 calls in 10.
+	c = chainClient(t, 10, spansOff, middleware.WithMiddleware(middleware.Throttle(middleware.ThrottleConfig{MinRequests: 1})))
 	fail := func(context.Context, registry.Instance) error { return errDown }
-	if err := c.Do(ctx, "api", fail); !errors.Is(err, errDown) {
-		t.Fatal(err)
+	rejected := 0
+	n := testing.AllocsPerRun(1000, func() {
+		if errors.Is(c.Do(ctx, "api", fail), middleware.ErrThrottled) {
+			rejected++
+		}
+	})
+	if rejected == 0 {
+		t.Fatal("no call rejected by the throttle")
 	}
-	if br.State("api") != middleware.BreakerOpen {
-		t.Fatalf("circuit %v after a failed call with MinRequests 1", br.State("api"))
-	}
-	if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop) }); n != 0 {
-		t.Fatalf("a call rejected by the open circuit allocates %.1f times, want 0", n)
+	if n != 0 {
+		t.Fatalf("a failing or throttled call allocates %.1f times, want 0", n)
 	}
 }

@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// Budget bounds retries (and hedges) to a share of recent calls, so that
+// budget bounds retries (and hedges) to a share of recent calls, so that
 // an outage does not multiply the load on a struggling service. It counts
 // calls and retries in a sliding window of one-second buckets and allows a
-// retry while retries < max(Ratio × calls, MinPerSecond × window).
-// It is lock-free; the zero value is not usable, use NewBudget.
-type Budget struct {
+// retry while retries < max(ratio × calls, minPer × window).
+// It is lock-free. The zero value is not usable, use newBudget.
+type budget struct {
 	ratio  float64
 	minPer float64
 	window int64
@@ -26,15 +26,15 @@ type budgetBucket struct {
 	_       [40]byte // keep buckets on their own cache lines
 }
 
-// NewBudget returns a budget allowing retries up to ratio of calls in the
+// newBudget returns a budget allowing retries up to ratio of calls in the
 // last 10 seconds, and at least minPerSecond retries per second whatever
 // the call rate (so a quiet client can still retry). Envoy and failsafe-go
 // default to 20% and 3.
-func NewBudget(ratio float64, minPerSecond float64) *Budget {
-	return &Budget{ratio: ratio, minPer: minPerSecond, window: budgetBuckets}
+func newBudget(ratio float64, minPerSecond float64) *budget {
+	return &budget{ratio: ratio, minPer: minPerSecond, window: budgetBuckets}
 }
 
-func (b *Budget) slot(now int64) *budgetBucket {
+func (b *budget) slot(now int64) *budgetBucket {
 	sec := now / int64(time.Second)
 	s := &b.bucket[sec%budgetBuckets]
 	if old := s.sec.Load(); old != sec && s.sec.CompareAndSwap(old, sec) {
@@ -44,15 +44,15 @@ func (b *Budget) slot(now int64) *budgetBucket {
 	return s
 }
 
-// Call records one call (first attempts only) made at now.
-func (b *Budget) Call(now time.Time) { b.slot(now.UnixNano()).calls.Add(1) }
+// call records one call (first attempts only) made at now.
+func (b *budget) call(now time.Time) { b.slot(now.UnixNano()).calls.Add(1) }
 
-// TryRetry reserves one retry at now if the budget allows it.
-func (b *Budget) TryRetry(now time.Time) bool {
-	return b.tryRetry(now.UnixNano())
+// tryRetry reserves one retry at now if the budget allows it.
+func (b *budget) tryRetry(now time.Time) bool {
+	return b.reserve(now.UnixNano())
 }
 
-func (b *Budget) tryRetry(now int64) bool {
+func (b *budget) reserve(now int64) bool {
 	cur := b.slot(now)
 	sec := now / int64(time.Second)
 	var calls, retries int64

@@ -27,14 +27,13 @@ func Chain(h Handler, mw ...Middleware) Handler {
 	return h
 }
 
-// Excluder keeps instances out of the attempts of one request. Quarantine
-// is one, Hedge another; middleware of yours can add others with
-// Request.PushExcluder. An excluder is advice, not a wall: when the
-// excluders leave no instance, the pick falls back in the order of
-// selector.PickOptions (an instance this call tried that no excluder
-// rejects, then any instance) rather than fail the call.
-type Excluder interface {
-	Excluded(req *Request, in *registry.Instance) bool
+// excluder keeps instances out of the attempts of one request. Quarantine
+// is one, Hedge another (pushExcluder). An excluder is advice, not a
+// wall: when the excluders leave no instance, the pick falls back in the
+// order of selector.PickOptions (an instance this call tried that no
+// excluder rejects, then any instance) rather than fail the call.
+type excluder interface {
+	excluded(req *Request, in *registry.Instance) bool
 }
 
 // Request is one call as it goes through the chain. The Client reuses
@@ -58,12 +57,13 @@ type Request struct {
 	Total int  // instances the service has, for panic thresholds
 
 	classify  Classifier
+	budget    *budget // the retry budget of the innermost Retry, for Hedge
 	tel       *telemetry
 	svc       *service
 	tried     []string
 	triedBuf  [8]string
-	excluders []Excluder
-	exclBuf   [4]Excluder
+	excluders []excluder
+	exclBuf   [4]excluder
 }
 
 func (r *Request) reset() {
@@ -80,9 +80,9 @@ func (r *Request) Classify(ctx context.Context, err error) Class {
 	return r.classify(ctx, err)
 }
 
-// Tried reports whether an earlier attempt of this request used the
+// hasTried reports whether an earlier attempt of this request used the
 // instance.
-func (r *Request) Tried(id string) bool {
+func (r *Request) hasTried(id string) bool {
 	for _, t := range r.tried {
 		if t == id {
 			return true
@@ -91,32 +91,32 @@ func (r *Request) Tried(id string) bool {
 	return false
 }
 
-// MarkTried records that the latest attempt's instance should not be
+// markTried records that the latest attempt's instance should not be
 // picked again for this request while others are left.
-func (r *Request) MarkTried() {
-	if r.Picked && !r.Tried(r.Instance.ID) {
+func (r *Request) markTried() {
+	if r.Picked && !r.hasTried(r.Instance.ID) {
 		r.tried = append(r.tried, r.Instance.ID)
 	}
 }
 
-// PushExcluder adds e for the attempts run inside the current handler and
-// returns a mark for PopExcluders.
-func (r *Request) PushExcluder(e Excluder) int {
+// pushExcluder adds e for the attempts run inside the current handler and
+// returns a mark for popExcluders.
+func (r *Request) pushExcluder(e excluder) int {
 	n := len(r.excluders)
 	r.excluders = append(r.excluders, e)
 	return n
 }
 
-// PopExcluders removes the excluders pushed since mark.
-func (r *Request) PopExcluders(mark int) { r.excluders = r.excluders[:mark] }
+// popExcluders removes the excluders pushed since mark.
+func (r *Request) popExcluders(mark int) { r.excluders = r.excluders[:mark] }
 
 // wasTried is the pick's Tried predicate: earlier attempts used in.
-func (r *Request) wasTried(in *registry.Instance) bool { return r.Tried(in.ID) }
+func (r *Request) wasTried(in *registry.Instance) bool { return r.hasTried(in.ID) }
 
 // avoided is the pick's Avoid predicate: an excluder rejects in.
 func (r *Request) avoided(in *registry.Instance) bool {
 	for _, e := range r.excluders {
-		if e.Excluded(r, in) {
+		if e.excluded(r, in) {
 			return true
 		}
 	}
@@ -140,8 +140,8 @@ func (r *Request) adopt(b *Request) {
 // picked tells the excluders that observe picks which instance was taken.
 func (r *Request) picked() {
 	for _, e := range r.excluders {
-		if o, ok := e.(PickObserver); ok {
-			o.Picked(r)
+		if o, ok := e.(pickObserver); ok {
+			o.picked(r)
 		}
 	}
 }

@@ -102,10 +102,10 @@ func DefaultClassify(ctx context.Context, err error) Class {
 	return Retryable
 }
 
-// IsConnectionError reports whether err is a transport failure to reach an
+// isConnectionError reports whether err is a transport failure to reach an
 // instance (refused, reset, unreachable, dial timeout): the errors a dead
 // or killed instance produces.
-func IsConnectionError(err error) bool {
+func isConnectionError(err error) bool {
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
 		errors.Is(err, syscall.EPIPE) {

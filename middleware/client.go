@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roster-go/roster/internal/otelkey"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -37,9 +39,6 @@ type clientConfig struct {
 	mp           metric.MeterProvider
 	quarantine   *Quarantine
 	firstTimeout time.Duration
-	throttle     *Throttle
-	throttleSet  bool
-	breaker      *Breaker
 }
 
 // WithSelector sets the selector options (strategy, filters) used for
@@ -48,14 +47,14 @@ func WithSelector(opts ...selector.Option) Option {
 	return func(c *clientConfig) { c.selOpts = append(c.selOpts, opts...) }
 }
 
-// WithMiddleware replaces the default chain (the throttle, the breaker if
-// any, Retry, then the client's Quarantine) with mw, the first outermost.
-// To keep quarantine in a chain of your own, build it first and give it to
-// the Client as well, so that Client.Quarantine and the ejection metrics
-// are about that one:
+// WithMiddleware replaces the default chain (Throttle, Retry, then the
+// client's Quarantine) with mw, the first outermost. To keep quarantine
+// in a chain of your own, build it first and give it to the Client as
+// well, so that picks and the ejection metrics use that one:
 //
 //	q := NewQuarantine(QuarantineConfig{})
-//	c, err := NewClient(reg, WithQuarantine(q), WithMiddleware(Retry(RetryConfig{MaxAttempts: 5}), q.Middleware()))
+//	c, err := NewClient(reg, WithQuarantine(q),
+//		WithMiddleware(Throttle(ThrottleConfig{}), Retry(RetryConfig{MaxAttempts: 5}), q.Middleware()))
 func WithMiddleware(mw ...Middleware) Option {
 	return func(c *clientConfig) { c.mw, c.mwSet = mw, true }
 }
@@ -65,18 +64,6 @@ func WithClassifier(f Classifier) Option { return func(c *clientConfig) { c.clas
 
 // WithQuarantine replaces the default quarantine (QuarantineConfig{}).
 func WithQuarantine(q *Quarantine) Option { return func(c *clientConfig) { c.quarantine = q } }
-
-// WithThrottle replaces the default adaptive throttling
-// (ThrottleConfig{}: K = 2 over 10 s, so a service is throttled only while
-// more than half its calls fail); nil turns it off. Like WithQuarantine,
-// it is in the default chain, or where you place its Middleware.
-func WithThrottle(t *Throttle) Option {
-	return func(c *clientConfig) { c.throttle, c.throttleSet = t, true }
-}
-
-// WithBreaker adds a circuit breaker per service to the default chain
-// (off by default; NewBreaker(BreakerConfig{}) for Hystrix's defaults).
-func WithBreaker(b *Breaker) Option { return func(c *clientConfig) { c.breaker = b } }
 
 // WithMaxStaleness bounds how long the client keeps calling instances from
 // a stale snapshot while the registry fails. Past it, calls fail with
@@ -97,11 +84,11 @@ func WithZeroProtection(d time.Duration) Option { return func(c *clientConfig) {
 // dependencies (served stale, with their age measured from the file).
 func WithSnapshotDir(dir string) Option { return func(c *clientConfig) { c.dir = dir } }
 
-// WithFirstSnapshotTimeout bounds how long the first call to a service
+// withFirstSnapshotTimeout bounds how long the first call to a service
 // waits for the registry's answer when the caller's context has no
 // deadline (default 10s; 0 or less: as long as the caller's context
-// lasts).
-func WithFirstSnapshotTimeout(d time.Duration) Option {
+// lasts). Tests reach it through export_test.go.
+func withFirstSnapshotTimeout(d time.Duration) Option {
 	return func(c *clientConfig) { c.firstTimeout = d }
 }
 
@@ -135,9 +122,6 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	cfg := clientConfig{firstTimeout: 10 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
-	}
-	if !cfg.throttleSet {
-		cfg.throttle = NewThrottle(ThrottleConfig{})
 	}
 	// Fail now on a bad strategy or option rather than on the first call.
 	if _, err := selector.New(cfg.selOpts...); err != nil {
@@ -175,22 +159,11 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// defaultChain is throttle, breaker (each if on), retry, quarantine: the
-// protections that judge whole calls stand outside Retry.
+// defaultChain is throttle, retry, quarantine: the throttle judges whole
+// calls, so it stands outside Retry.
 func (c *Client) defaultChain() []Middleware {
-	mw := make([]Middleware, 0, 4)
-	if c.cfg.throttle != nil {
-		mw = append(mw, c.cfg.throttle.Middleware())
-	}
-	if c.cfg.breaker != nil {
-		mw = append(mw, c.cfg.breaker.Middleware())
-	}
-	return append(mw, Retry(RetryConfig{}), c.q.Middleware())
+	return []Middleware{Throttle(ThrottleConfig{}), Retry(RetryConfig{}), c.q.Middleware()}
 }
-
-// Quarantine returns the client's quarantine (to inspect ejected
-// instances, or to place its Middleware in a custom chain).
-func (c *Client) Quarantine() *Quarantine { return c.q }
 
 // Do runs call on an instance of service, through the chain. The error is
 // the last attempt's.
@@ -223,7 +196,7 @@ func (c *Client) DoKey(ctx context.Context, service, key string, call Call) erro
 	err = c.chain(ctx, req)
 	if c.tel.tracer != nil {
 		if span.IsRecording() {
-			span.SetAttributes(AttrService.String(service), AttrStale.Bool(stale), attribute.Int("roster.attempts", req.Attempt))
+			span.SetAttributes(otelkey.Service.String(service), otelkey.Stale.Bool(stale), attribute.Int("roster.attempts", req.Attempt))
 			if err != nil {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
@@ -243,7 +216,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	if req.Attempt == 0 {
 		req.Attempt = 1
 	}
-	// The selector's fallback order, shared with contrib/grpc: untried and
+	// The selector's fallback order, shared with contrib/rostergrpc: untried and
 	// admitted, then tried but admitted, then any (the excluders are
 	// advice, not a wall).
 	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Tried: req.wasTried, Avoid: req.avoided})
@@ -258,10 +231,10 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	actx, span := ctx, trace.SpanFromContext(ctx)
 	if c.tel.tracer != nil && span.IsRecording() {
 		actx, span = c.tel.tracer.Start(ctx, "roster.attempt", attemptKind)
-		span.SetAttributes(AttrService.String(req.Service), AttrInstanceID.String(in.ID),
-			AttrAddress.String(in.Address), AttrAttempt.Int(req.Attempt), AttrStale.Bool(req.Stale))
+		span.SetAttributes(otelkey.Service.String(req.Service), otelkey.InstanceID.String(in.ID),
+			otelkey.Address.String(in.Address), otelkey.Attempt.Int(req.Attempt), otelkey.Stale.Bool(req.Stale))
 		if req.Reason != "" {
-			span.SetAttributes(AttrReason.String(req.Reason))
+			span.SetAttributes(otelkey.Reason.String(req.Reason))
 		}
 	}
 	start := req.Start // time.Now is slow on some VMs: the first attempt reuses the call's
@@ -293,11 +266,11 @@ func (q *Quarantine) Middleware() Middleware {
 	ex := quarantineExcluder{q}
 	return func(next Handler) Handler {
 		return func(ctx context.Context, req *Request) error {
-			mark := req.PushExcluder(ex)
+			mark := req.pushExcluder(ex)
 			err := next(ctx, req)
-			req.PopExcluders(mark)
+			req.popExcluders(mark)
 			if req.Picked {
-				q.Report(req.Service, req.Instance.ID, req.Classify(ctx, err), req.Total)
+				q.report(req.Service, req.Instance.ID, req.Classify(ctx, err), req.Total)
 			}
 			return err
 		}
@@ -306,8 +279,8 @@ func (q *Quarantine) Middleware() Middleware {
 
 type quarantineExcluder struct{ q *Quarantine }
 
-func (e quarantineExcluder) Excluded(req *Request, in *registry.Instance) bool {
-	return !e.q.Admit(req.Service, in.ID, req.Total)
+func (e quarantineExcluder) excluded(req *Request, in *registry.Instance) bool {
+	return !e.q.admit(req.Service, in.ID, req.Total)
 }
 
 // rewarm restarts the slow start of an instance the quarantine
@@ -568,7 +541,7 @@ func (s *service) apply(ctx context.Context, snap registry.Snapshot) {
 	if c.cfg.dir != "" {
 		_ = saveSnapshot(c.cfg.dir, snap) // best effort: the next snapshot tries again
 	}
-	c.q.Forget(s.name, func(id string) bool { _, ok := snap.Find(id); return ok })
+	c.q.forget(s.name, func(id string) bool { _, ok := snap.Find(id); return ok })
 	s.markReady()
 }
 

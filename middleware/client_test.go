@@ -372,7 +372,7 @@ func TestRetryTriesEachInstanceOnce(t *testing.T) {
 		startBackend(t, e.writer, "api", 100)
 	}
 	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{
-		MaxAttempts: 3, BaseBackoff: time.Millisecond, Budget: middleware.NewBudget(1, 100),
+		MaxAttempts: 3, BaseBackoff: time.Millisecond, BudgetRatio: 1, BudgetMinPerSecond: 100,
 	})))
 	if err := c.Do(context.Background(), "api", get); err != nil {
 		t.Fatal(err)
@@ -394,8 +394,9 @@ func TestRetryBudgetBoundsAmplification(t *testing.T) {
 	for range 3 {
 		startBackend(t, e.writer, "api", 100)
 	}
-	budget := middleware.NewBudget(0.2, 0.5) // 20% of calls, at least 5 per 10s window
-	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, BaseBackoff: time.Microsecond, Budget: budget})))
+	// 20% of calls, at least 5 per 10s window.
+	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 3, BaseBackoff: time.Microsecond,
+		BudgetRatio: 0.2, BudgetMinPerSecond: 0.5})))
 	var attempts atomic.Int64
 	exhausted := 0
 	const calls = 500
@@ -627,7 +628,7 @@ func TestExtremeOptionsNeverPanic(t *testing.T) {
 	})
 	c := newClient(t, e.reader, middleware.WithQuarantine(q), middleware.WithMiddleware(
 		middleware.Retry(middleware.RetryConfig{MaxAttempts: 100, BaseBackoff: time.Nanosecond, MaxBackoff: math.MaxInt64,
-			Budget: middleware.NewBudget(1, 1e6)}),
+			BudgetRatio: 1, BudgetMinPerSecond: 1e6}),
 		q.Middleware()))
 	for range 50 {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

@@ -28,33 +28,33 @@ func TestPickAndReport(t *testing.T) {
 	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 2, MaxEjectedPercent: 50})
 	c := newClient(t, e.reader, middleware.WithQuarantine(q), middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)))
 	for s, _ := c.Snapshot("api"); len(s.Instances) < 3; s, _ = c.Snapshot("api") {
-		if _, err := c.Pick(ctx, "api", middleware.PickOptions{}); err != nil && !errors.Is(err, selector.ErrNoInstances) {
+		if _, err := c.Pick(ctx, "api", selector.PickOptions{}); err != nil && !errors.Is(err, selector.ErrNoInstances) {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	for range 10 { // aborts are not failures
-		p, err := c.Pick(ctx, "api", middleware.PickOptions{Exclude: func(in *registry.Instance) bool { return in.ID != "a" }})
+		p, err := c.Pick(ctx, "api", selector.PickOptions{Exclude: func(in *registry.Instance) bool { return in.ID != "a" }})
 		if err != nil || p.Instance.ID != "a" {
 			t.Fatalf("filtered pick: %v %v", p.Instance.ID, err)
 		}
-		p.Report(ctx, middleware.Abort, time.Millisecond)
+		middleware.Report(ctx, p, middleware.Abort, time.Millisecond)
 	}
 	for range 2 {
-		p, _ := c.Pick(ctx, "api", middleware.PickOptions{Exclude: func(in *registry.Instance) bool { return in.ID != "b" }})
-		p.Report(ctx, middleware.Retryable, time.Millisecond)
+		p, _ := c.Pick(ctx, "api", selector.PickOptions{Exclude: func(in *registry.Instance) bool { return in.ID != "b" }})
+		middleware.Report(ctx, p, middleware.Retryable, time.Millisecond)
 	}
 	if ej := q.Ejected("api"); len(ej) != 1 || ej[0] != "b" {
 		t.Fatalf("ejected %v, want [b]", ej)
 	}
 	for range 20 {
-		p, err := c.Pick(ctx, "api", middleware.PickOptions{})
+		p, err := c.Pick(ctx, "api", selector.PickOptions{})
 		if err != nil || p.Instance.ID == "b" {
 			t.Fatalf("pick after ejection: %v %v", p.Instance.ID, err)
 		}
-		p.Report(ctx, middleware.Success, time.Millisecond)
+		middleware.Report(ctx, p, middleware.Success, time.Millisecond)
 	}
-	_, err := c.Pick(ctx, "api", middleware.PickOptions{Exclude: func(*registry.Instance) bool { return true }})
+	_, err := c.Pick(ctx, "api", selector.PickOptions{Exclude: func(*registry.Instance) bool { return true }})
 	if !errors.Is(err, selector.ErrAllExcluded) {
 		t.Errorf("pick with everything excluded: %v", err)
 	}

@@ -26,7 +26,7 @@ func TestSuccessRateOnEtcd(t *testing.T) {
 	bad.flaky.Store(true)
 
 	q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 1 << 30,
-		SuccessRate: middleware.SuccessRateConfig{Interval: time.Second, RequestVolume: 20}})
+		SuccessRateInterval: time.Second, SuccessRateRequestVolume: 20})
 	c, err := middleware.NewClient(reg, middleware.WithQuarantine(q), middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)))
 	if err != nil {
 		t.Fatal(err)

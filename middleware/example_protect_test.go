@@ -4,31 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )
 
-// A circuit breaker per service: once half of at least 20 calls in 10 s
-// failed, calls fail at once with ErrCircuitOpen, without reaching the
-// service, until a probe succeeds.
-func ExampleWithBreaker() {
+// Adaptive throttling, on in the default chain: once a service refuses
+// most of at least 20 calls, the client rejects up to 90% of the next
+// ones locally, with ErrThrottled, so they cost the service nothing.
+func ExampleThrottle() {
 	ctx := context.Background()
 	reg := registry.New(memory.NewDriver(memory.NewServer()))
 	defer reg.Close()
 	reg.Register(ctx, registry.Instance{ID: "a", Service: "user-svc", Address: "10.0.0.1:80"})
 
-	br := middleware.NewBreaker(middleware.BreakerConfig{OpenTimeout: 30 * time.Second})
-	c, _ := middleware.NewClient(reg, middleware.WithBreaker(br))
+	c, _ := middleware.NewClient(reg, middleware.WithMiddleware(middleware.Throttle(middleware.ThrottleConfig{})))
 	defer c.Close()
 
 	down := func(context.Context, registry.Instance) error { return errors.New("connection refused") }
-	for range 20 {
-		c.Do(ctx, "user-svc", down)
+	throttled := 0
+	for range 120 {
+		if errors.Is(c.Do(ctx, "user-svc", down), middleware.ErrThrottled) {
+			throttled++
+		}
 	}
-	err := c.Do(ctx, "user-svc", down)
-	fmt.Println(br.State("user-svc"), errors.Is(err, middleware.ErrCircuitOpen))
-	// Output: open true
+	fmt.Println(throttled, "of 120 calls rejected locally")
+	// Output: 89 of 120 calls rejected locally
 }

@@ -60,6 +60,6 @@ func ExampleWithMiddleware() {
 	}
 	// Round robin reaches a within two calls; its one failure ejects it,
 	// and the retry serves the call from b.
-	fmt.Println(c.Do(ctx, "user-svc", call), c.Do(ctx, "user-svc", call), c.Quarantine().Ejected("user-svc"))
+	fmt.Println(c.Do(ctx, "user-svc", call), c.Do(ctx, "user-svc", call), q.Ejected("user-svc"))
 	// Output: <nil> <nil> [a]
 }

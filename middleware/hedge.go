@@ -10,11 +10,11 @@ import (
 	"github.com/roster-go/roster/selector"
 )
 
-// PickObserver is implemented by Excluders that want to know which
+// pickObserver is implemented by excluders that want to know which
 // instance an attempt picked, as req.Instance (Hedge uses it to keep its
 // two branches on different instances).
-type PickObserver interface {
-	Picked(req *Request)
+type pickObserver interface {
+	picked(req *Request)
 }
 
 // HedgeConfig tunes Hedge.
@@ -22,19 +22,17 @@ type HedgeConfig struct {
 	// Delay before the second attempt starts, if the first has not
 	// finished. Set it near the call's p95 latency (The Tail at Scale).
 	Delay time.Duration
-	// Budget bounds hedges together with retries: share the Retry's
-	// Budget (default: a budget of its own, 20% of calls, min 3/s).
-	Budget *Budget
 }
 
 // Hedge starts a second attempt on another instance when the first has
 // not finished after Delay, or at once when it failed with a Retryable
 // error before that, and returns the first success, or the last failure.
-// Each hedge takes a token from the budget, so hedging stops when it would
-// multiply load. Off unless added to the chain; place it inside Retry and
-// outside Quarantine:
+// Each hedge takes a token from the retry budget of the Retry outside it
+// (alone, from a budget of its own with RetryConfig's defaults), so
+// hedging stops when it would multiply load. Off unless added to the
+// chain. Place it inside Retry and outside Quarantine:
 //
-//	WithMiddleware(Retry(rc), Hedge(hc), c.Quarantine().Middleware())
+//	WithQuarantine(q), WithMiddleware(Retry(rc), Hedge(hc), q.Middleware())
 //
 // Under Hedge the Call may run twice at once, so it must be safe for
 // concurrent use, and calls that must not run twice go through NoHedge.
@@ -43,22 +41,25 @@ type HedgeConfig struct {
 // with the losers of its Happy Eyeballs race, a losing call may still be
 // returning, and must release what it got by itself. Nothing the call
 // hands out may depend on its context once it has returned; a response
-// body needs a lifetime of its own (contrib/http gives it one).
+// body needs a lifetime of its own (contrib/rosterhttp gives it one).
 func Hedge(cfg HedgeConfig) Middleware {
-	if cfg.Budget == nil {
-		cfg.Budget = NewBudget(0.2, 3)
-	}
+	own := newBudget(0.2, 3)
 	return func(next Handler) Handler {
 		return func(ctx context.Context, req *Request) error {
 			if cfg.Delay <= 0 || ctx.Value(noHedgeKey{}) != nil {
 				return next(ctx, req)
+			}
+			b := req.budget
+			if b == nil {
+				b = own
+				b.call(req.Start)
 			}
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			set := &hedgeSet{}
 			results := make(chan hedgeResult, 2)
 			launch := func(r *Request) {
-				r.PushExcluder(set)
+				r.pushExcluder(set)
 				go func() { results <- hedgeResult{next(ctx, r), r} }()
 			}
 			primary := req.clone()
@@ -70,7 +71,7 @@ func Hedge(cfg HedgeConfig) Middleware {
 			for running > 0 {
 				select {
 				case <-timer.C:
-					if cfg.Budget.TryRetry(time.Now()) {
+					if b.tryRetry(time.Now()) {
 						h := req.clone()
 						h.Reason = "hedge"
 						req.tel.retry(ctx, req.Service, "hedge")
@@ -87,7 +88,7 @@ func Hedge(cfg HedgeConfig) Middleware {
 					// The first failed before the delay, in a way another
 					// instance may not: hedge at once. Other failures are
 					// final, as they are to Retry.
-					if running == 0 && hedgeable(ctx, res) && timer.Stop() && cfg.Budget.TryRetry(time.Now()) {
+					if running == 0 && hedgeable(ctx, res) && timer.Stop() && b.tryRetry(time.Now()) {
 						h := req.clone()
 						h.Reason = "hedge"
 						h.tried = append(h.tried, res.r.Instance.ID)
@@ -129,7 +130,7 @@ type hedgeSet struct {
 	ids []string
 }
 
-func (s *hedgeSet) Excluded(_ *Request, in *registry.Instance) bool {
+func (s *hedgeSet) excluded(_ *Request, in *registry.Instance) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range s.ids {
@@ -140,7 +141,7 @@ func (s *hedgeSet) Excluded(_ *Request, in *registry.Instance) bool {
 	return false
 }
 
-func (s *hedgeSet) Picked(req *Request) {
+func (s *hedgeSet) picked(req *Request) {
 	s.mu.Lock()
 	s.ids = append(s.ids, req.Instance.ID)
 	s.mu.Unlock()

@@ -20,12 +20,11 @@ func TestHedgeCutsTheTail(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	budget := middleware.NewBudget(1, 100)
 	c := newClient(t, e.reader,
 		middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)),
 		middleware.WithMiddleware(
-			middleware.Retry(middleware.RetryConfig{Budget: budget}),
-			middleware.Hedge(middleware.HedgeConfig{Delay: 20 * time.Millisecond, Budget: budget})))
+			middleware.Retry(middleware.RetryConfig{BudgetRatio: 1, BudgetMinPerSecond: 100}), // the hedge shares it
+			middleware.Hedge(middleware.HedgeConfig{Delay: 20 * time.Millisecond})))
 	var slowCancelled, calls atomic.Int32
 	call := func(ctx context.Context, in registry.Instance) error {
 		calls.Add(1)
@@ -63,8 +62,10 @@ func TestHedgeRespectsTheBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	budget := middleware.NewBudget(0, 0) // no hedges at all
-	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Hedge(middleware.HedgeConfig{Delay: time.Millisecond, Budget: budget})))
+	// A Retry that never retries, with a budget that allows no hedge at all.
+	c := newClient(t, e.reader, middleware.WithMiddleware(
+		middleware.Retry(middleware.RetryConfig{MaxAttempts: 1, BudgetRatio: -1, BudgetMinPerSecond: -1}),
+		middleware.Hedge(middleware.HedgeConfig{Delay: time.Millisecond})))
 	var calls atomic.Int32
 	for i := 0; i < 5; i++ {
 		err := c.Do(ctx, "api", func(ctx context.Context, in registry.Instance) error {
@@ -94,7 +95,7 @@ func TestHedgeNotAfterFinalFailure(t *testing.T) {
 	// A delay no test reaches: a hedge can only be the one sent at once
 	// after a failure.
 	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Hedge(middleware.HedgeConfig{
-		Delay: time.Hour, Budget: middleware.NewBudget(1, 100)})))
+		Delay: time.Hour})))
 	for _, fail := range []error{
 		middleware.BusinessError(errors.New("404 not found")),
 		middleware.FatalError(errors.New("not idempotent")),
@@ -130,7 +131,7 @@ func TestNoHedge(t *testing.T) {
 		}
 	}
 	c := newClient(t, e.reader, middleware.WithMiddleware(middleware.Hedge(middleware.HedgeConfig{
-		Delay: time.Millisecond, Budget: middleware.NewBudget(1, 100)})))
+		Delay: time.Millisecond})))
 	var calls atomic.Int32
 	second := make(chan struct{})
 	err := c.Do(middleware.NoHedge(ctx), "api", func(ctx context.Context, in registry.Instance) error {

@@ -4,39 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
-	"time"
 )
-
-// SuccessRateConfig tunes ejection by success rate, Envoy's
-// outlier_detection success_rate: every Interval, among the instances
-// that took at least RequestVolume calls in it, those whose success rate
-// is below mean − StdevFactor × stdev are ejected — when at least
-// MinimumHosts instances had that volume, and within the quarantine's
-// MaxEjectedPercent. Ejection time, probing and readmission are the
-// quarantine's. Zero fields take Envoy's defaults.
-type SuccessRateConfig struct {
-	// Interval between evaluations (default 10s).
-	Interval time.Duration
-	// MinimumHosts with enough volume for an evaluation to eject anyone
-	// (default 5). Negative disables ejection by success rate.
-	MinimumHosts int
-	// RequestVolume: calls an instance must take in an interval to be
-	// judged (default 100).
-	RequestVolume int
-	// StdevFactor: how many standard deviations below the mean an
-	// instance's success rate must be to be ejected (default 1.9).
-	StdevFactor float64
-}
-
-func (c SuccessRateConfig) withDefaults() SuccessRateConfig {
-	c.Interval = orDefault(c.Interval, 10*time.Second)
-	if c.MinimumHosts == 0 {
-		c.MinimumHosts = 5
-	}
-	c.RequestVolume = orDefault(c.RequestVolume, 100)
-	c.StdevFactor = orDefault(c.StdevFactor, 1.9)
-	return c
-}
 
 // Ejection reasons, the values of the roster.ejection.reason attribute.
 const (
@@ -49,7 +17,7 @@ const (
 // failure checks). A host with RequestVolume calls checks often enough.
 const evalEvery = 32
 
-func (q *Quarantine) bySuccessRate() bool { return q.cfg.SuccessRate.MinimumHosts > 0 }
+func (q *Quarantine) bySuccessRate() bool { return q.cfg.SuccessRateMinimumHosts > 0 }
 
 // lookup returns the state of a service's instance, or nils.
 func (q *Quarantine) lookup(service, id string) (*quarantined, *host) {
@@ -85,12 +53,12 @@ func (q *Quarantine) countOutcome(service string, s *quarantined, h *host, faile
 	now := q.now().UnixNano()
 	next := s.nextEval.Load()
 	if next == 0 {
-		if s.nextEval.CompareAndSwap(0, now+int64(q.cfg.SuccessRate.Interval)) {
+		if s.nextEval.CompareAndSwap(0, now+int64(q.cfg.SuccessRateInterval)) {
 			resetCounts(s) // the first interval starts now, not at the first call
 		}
 		return
 	}
-	if now >= next && s.nextEval.CompareAndSwap(next, now+int64(q.cfg.SuccessRate.Interval)) {
+	if now >= next && s.nextEval.CompareAndSwap(next, now+int64(q.cfg.SuccessRateInterval)) {
 		q.evaluate(service, s, total)
 	}
 }
@@ -113,20 +81,20 @@ type hostRate struct {
 // admitted hosts whose success rate is an outlier, lowest first, as long
 // as MaxEjectedPercent allows.
 func (q *Quarantine) evaluate(service string, s *quarantined, total int) {
-	cfg := q.cfg.SuccessRate
+	cfg := q.cfg
 	var rates []hostRate
 	s.hosts.Range(func(k, v any) bool {
 		h := v.(*host)
 		calls, failures := h.calls.Swap(0), h.failures.Swap(0)
-		if h.until.Load() == 0 && calls >= int64(cfg.RequestVolume) {
+		if h.until.Load() == 0 && calls >= int64(cfg.SuccessRateRequestVolume) {
 			rates = append(rates, hostRate{k.(string), h, float64(calls-failures) / float64(calls)})
 		}
 		return true
 	})
-	if len(rates) < cfg.MinimumHosts {
+	if len(rates) < cfg.SuccessRateMinimumHosts {
 		return
 	}
-	threshold := successThreshold(rates, cfg.StdevFactor)
+	threshold := successThreshold(rates, cfg.SuccessRateStdevFactor)
 	slices.SortFunc(rates, func(a, b hostRate) int { return cmp.Compare(a.rate, b.rate) })
 	for _, r := range rates {
 		if r.rate >= threshold {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/otelkey"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -169,7 +171,7 @@ func TestSuccessRateMaxEjectionPercent(t *testing.T) {
 	for _, tc := range []struct{ percent, want int }{{10, 1}, {20, 2}} {
 		for seed := range uint64(5) {
 			cfg := QuarantineConfig{ConsecutiveFailures: 1 << 30, MaxEjectedPercent: tc.percent,
-				SuccessRate: SuccessRateConfig{StdevFactor: 1}}
+				SuccessRateStdevFactor: 1}
 			s := newOutlierSim(t, 10, cfg)
 			rng := rand.New(rand.NewPCG(seed, 7))
 			s.run(12000, 5*time.Millisecond, rng, map[string]float64{"i2": 0.3, "i7": 0.3}, nil)
@@ -190,16 +192,16 @@ func TestSuccessRateMaxEjectionPercent(t *testing.T) {
 // per instance in an interval, or when disabled.
 func TestSuccessRateNeedsHostsAndVolume(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		hosts int
-		step  time.Duration
-		sr    SuccessRateConfig
+		name     string
+		hosts    int
+		step     time.Duration
+		minHosts int // SuccessRateMinimumHosts
 	}{
-		{"4 hosts", 4, 10 * time.Millisecond, SuccessRateConfig{}},
-		{"low volume", 6, 20 * time.Millisecond, SuccessRateConfig{}}, // 83 calls per instance in 10 s
-		{"disabled", 6, 10 * time.Millisecond, SuccessRateConfig{MinimumHosts: -1}},
+		{"4 hosts", 4, 10 * time.Millisecond, 0},
+		{"low volume", 6, 20 * time.Millisecond, 0}, // 83 calls per instance in 10 s
+		{"disabled", 6, 10 * time.Millisecond, -1},
 	} {
-		s := newOutlierSim(t, tc.hosts, QuarantineConfig{ConsecutiveFailures: 1 << 30, SuccessRate: tc.sr})
+		s := newOutlierSim(t, tc.hosts, QuarantineConfig{ConsecutiveFailures: 1 << 30, SuccessRateMinimumHosts: tc.minHosts})
 		s.run(6000, tc.step, rand.New(rand.NewPCG(1, 2)), map[string]float64{"i1": 0.3}, nil)
 		if len(s.episodes) != 0 {
 			t.Errorf("%s: ejections %v, want none", tc.name, s.episodes)
@@ -220,7 +222,7 @@ func ejectionsBy(t *testing.T, r *sdkmetric.ManualReader, reason string) int64 {
 				continue
 			}
 			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				if v, _ := p.Attributes.Value(AttrEjectionReason); v.AsString() == reason {
+				if v, _ := p.Attributes.Value(otelkey.EjectionReason); v.AsString() == reason {
 					n += p.Value
 				}
 			}

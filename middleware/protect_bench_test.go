@@ -13,21 +13,20 @@ import (
 
 // protections are the adaptive protections layered one by one on a
 // client with spans off: none, then success-rate ejection (on by
-// default), then throttling (on by default: this is the default client),
-// then a breaker.
+// default), then throttling (on by default: this is the default client).
 var protections = []struct {
 	name string
 	opts func() []middleware.Option
 }{
 	{"none", func() []middleware.Option {
-		q := middleware.NewQuarantine(middleware.QuarantineConfig{SuccessRate: middleware.SuccessRateConfig{MinimumHosts: -1}})
-		return []middleware.Option{middleware.WithQuarantine(q), middleware.WithThrottle(nil)}
+		q := middleware.NewQuarantine(middleware.QuarantineConfig{SuccessRateMinimumHosts: -1})
+		return []middleware.Option{middleware.WithQuarantine(q), middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{}), q.Middleware())}
 	}},
-	{"success_rate", func() []middleware.Option { return []middleware.Option{middleware.WithThrottle(nil)} }},
+	{"success_rate", func() []middleware.Option {
+		q := middleware.NewQuarantine(middleware.QuarantineConfig{})
+		return []middleware.Option{middleware.WithQuarantine(q), middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{}), q.Middleware())}
+	}},
 	{"default", func() []middleware.Option { return nil }},
-	{"default+breaker", func() []middleware.Option {
-		return []middleware.Option{middleware.WithBreaker(middleware.NewBreaker(middleware.BreakerConfig{}))}
-	}},
 }
 
 // BenchmarkDoProtection measures what each protection adds to a call.
@@ -56,12 +55,12 @@ func BenchmarkDoProtection(b *testing.B) {
 
 // BenchmarkProtectionAlone measures each protection by itself around a
 // handler that does nothing: the quarantine's Admit and Report for one
-// instance, with and without success-rate counting, and the throttle's and
-// the breaker's middleware for a healthy service.
+// instance, with and without success-rate counting, and the throttle's
+// middleware for a healthy service.
 func BenchmarkProtectionAlone(b *testing.B) {
 	ids := []string{"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7", "i8", "i9"}
-	quarantine := func(sr middleware.SuccessRateConfig) func(i int) {
-		q := middleware.NewQuarantine(middleware.QuarantineConfig{SuccessRate: sr})
+	quarantine := func(minHosts int) func(i int) {
+		q := middleware.NewQuarantine(middleware.QuarantineConfig{SuccessRateMinimumHosts: minHosts})
 		return func(i int) {
 			id := ids[i%len(ids)]
 			if q.Admit("api", id, len(ids)) {
@@ -89,10 +88,9 @@ func BenchmarkProtectionAlone(b *testing.B) {
 		name string
 		op   func(i int)
 	}{
-		{"quarantine", quarantine(middleware.SuccessRateConfig{MinimumHosts: -1})},
-		{"quarantine+success_rate", quarantine(middleware.SuccessRateConfig{})},
-		{"throttle", handler(middleware.NewThrottle(middleware.ThrottleConfig{}).Middleware())},
-		{"breaker", handler(middleware.NewBreaker(middleware.BreakerConfig{}).Middleware())},
+		{"quarantine", quarantine(-1)},
+		{"quarantine+success_rate", quarantine(0)},
+		{"throttle", handler(middleware.Throttle(middleware.ThrottleConfig{}))},
 	} {
 		b.Run(bc.name+"/serial", func(b *testing.B) {
 			b.ReportAllocs()

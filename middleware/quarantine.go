@@ -31,9 +31,19 @@ type QuarantineConfig struct {
 	// ProbeTimeout: after an ejection ends, one probe call is admitted; if
 	// it has not reported within ProbeTimeout another is (default 10s).
 	ProbeTimeout time.Duration
-	// SuccessRate also ejects instances whose success rate is an outlier
-	// among the service's (on by default; see SuccessRateConfig).
-	SuccessRate SuccessRateConfig
+
+	// Ejection by success rate (Envoy's outlier_detection success_rate),
+	// on by default: every SuccessRateInterval (default 10s), among the instances
+	// with at least SuccessRateRequestVolume calls in it (default 100),
+	// those whose success rate is below mean − SuccessRateStdevFactor ×
+	// stdev (default 1.9) are ejected, when at least
+	// SuccessRateMinimumHosts instances (default 5) had that volume.
+	// Ejection time, probing, MaxEjectedPercent and panic mode are the
+	// same as above. A negative SuccessRateMinimumHosts turns it off.
+	SuccessRateInterval      time.Duration
+	SuccessRateMinimumHosts  int
+	SuccessRateRequestVolume int
+	SuccessRateStdevFactor   float64
 }
 
 func (c QuarantineConfig) withDefaults() QuarantineConfig {
@@ -47,7 +57,12 @@ func (c QuarantineConfig) withDefaults() QuarantineConfig {
 		c.PanicThreshold = 50
 	}
 	c.ProbeTimeout = orDefault(c.ProbeTimeout, 10*time.Second)
-	c.SuccessRate = c.SuccessRate.withDefaults()
+	c.SuccessRateInterval = orDefault(c.SuccessRateInterval, 10*time.Second)
+	if c.SuccessRateMinimumHosts == 0 {
+		c.SuccessRateMinimumHosts = 5
+	}
+	c.SuccessRateRequestVolume = orDefault(c.SuccessRateRequestVolume, 100)
+	c.SuccessRateStdevFactor = orDefault(c.SuccessRateStdevFactor, 1.9)
 	return c
 }
 
@@ -93,11 +108,11 @@ func (q *Quarantine) service(name string) *quarantined {
 	return s.(*quarantined)
 }
 
-// Admit reports whether the instance may take a call now. total is the
+// admit reports whether the instance may take a call now. total is the
 // number of instances the service has, for panic mode. After an ejection
-// ends, Admit lets exactly one probe call through; its outcome (Report)
+// ends, admit lets exactly one probe call through; its outcome (report)
 // readmits the instance or ejects it again for longer.
-func (q *Quarantine) Admit(service, id string, total int) bool {
+func (q *Quarantine) admit(service, id string, total int) bool {
 	sv, ok := q.services.Load(service)
 	if !ok {
 		return true
@@ -135,9 +150,9 @@ func (q *Quarantine) panicking(s *quarantined, total int) bool {
 	return admitted*100 < q.cfg.PanicThreshold*total
 }
 
-// Report records an attempt's outcome for an instance. Only Retryable and
+// report records an attempt's outcome for an instance. Only Retryable and
 // Fatal count as failures; Business and Abort are ignored; Success resets.
-func (q *Quarantine) Report(service, id string, c Class, total int) {
+func (q *Quarantine) report(service, id string, c Class, total int) {
 	failed := c == Retryable || c == Fatal
 	if c != Success && !failed {
 		return
@@ -239,9 +254,9 @@ func (q *Quarantine) Ejected(service string) []string {
 	return out
 }
 
-// Forget drops the state of instances that left the service, so that a
+// forget drops the state of instances that left the service, so that a
 // new instance reusing an ID starts clean and memory stays bounded.
-func (q *Quarantine) Forget(service string, keep func(id string) bool) {
+func (q *Quarantine) forget(service string, keep func(id string) bool) {
 	sv, ok := q.services.Load(service)
 	if !ok {
 		return

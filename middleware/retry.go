@@ -19,10 +19,13 @@ type RetryConfig struct {
 	// Envoy's router).
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
-	// Budget bounds retries to a share of calls (default 20% with at least
-	// 3 per second). Share one Budget between clients of one dependency
-	// to bound them together.
-	Budget *Budget
+	// The retry budget: retries, and the hedges of a Hedge inside this
+	// Retry, stay below BudgetRatio of the calls in the last 10 s, or
+	// BudgetMinPerSecond per second if that is more (defaults 0.2 and 3,
+	// as Envoy and failsafe-go), so an outage does not multiply load.
+	// A negative value is none: both negative, nothing is retried.
+	BudgetRatio        float64
+	BudgetMinPerSecond float64
 	// OnRetry, if set, is called before each retry with the error that
 	// caused it.
 	OnRetry func(req *Request, err error)
@@ -34,9 +37,8 @@ func (c RetryConfig) withDefaults() RetryConfig {
 	if c.MaxBackoff < c.BaseBackoff {
 		c.MaxBackoff = max(250*time.Millisecond, c.BaseBackoff)
 	}
-	if c.Budget == nil {
-		c.Budget = NewBudget(0.2, 3)
-	}
+	c.BudgetRatio = budgetDefault(c.BudgetRatio, 0.2)
+	c.BudgetMinPerSecond = budgetDefault(c.BudgetMinPerSecond, 3)
 	return c
 }
 
@@ -51,9 +53,13 @@ var ErrBudgetExhausted = errors.New("middleware: retry budget exhausted")
 // cancellation never is.
 func Retry(cfg RetryConfig) Middleware {
 	cfg = cfg.withDefaults()
+	b := newBudget(cfg.BudgetRatio, cfg.BudgetMinPerSecond)
 	return func(next Handler) Handler {
 		return func(ctx context.Context, req *Request) error {
-			cfg.Budget.Call(req.Start)
+			b.call(req.Start)
+			outer := req.budget
+			req.budget = b // a Hedge inside takes its tokens from b
+			defer func() { req.budget = outer }()
 			for attempt := 1; ; attempt++ {
 				req.Attempt = attempt
 				err := next(ctx, req)
@@ -65,7 +71,7 @@ func Retry(cfg RetryConfig) Middleware {
 					errors.Is(err, selector.ErrNoInstances) {
 					return err
 				}
-				if !cfg.Budget.TryRetry(time.Now()) {
+				if !b.tryRetry(time.Now()) {
 					req.tel.budgetExhausted(ctx, req.Service)
 					return errors.Join(err, ErrBudgetExhausted)
 				}
@@ -82,7 +88,7 @@ func Retry(cfg RetryConfig) Middleware {
 					case <-t.C:
 					}
 				}
-				req.MarkTried()
+				req.markTried()
 				req.Reason = reason(class, err)
 				req.tel.retry(ctx, req.Service, req.Reason)
 				if cfg.OnRetry != nil {
@@ -95,7 +101,7 @@ func Retry(cfg RetryConfig) Middleware {
 
 func reason(c Class, err error) string {
 	switch {
-	case IsConnectionError(err):
+	case isConnectionError(err):
 		return "connection"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
@@ -105,6 +111,17 @@ func reason(c Class, err error) string {
 
 // orDefault returns v, or def when v is not positive: a config field left
 // at zero (or set below it) takes its documented default.
+// budgetDefault is def for 0 and 0 for a negative v.
+func budgetDefault(v, def float64) float64 {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
 func orDefault[T int | float64 | time.Duration](v, def T) T {
 	if v <= 0 {
 		return def

@@ -19,12 +19,11 @@ func TestReadmittedInstanceSlowStarts(t *testing.T) {
 		bad := startBackend(t, e.writer, "api", 100)
 		bad.status.Store(503)
 		q := middleware.NewQuarantine(middleware.QuarantineConfig{ConsecutiveFailures: 3, BaseEjection: 50 * time.Millisecond, MaxEjectedPercent: 50})
-		ss := selector.DefaultSlowStart
+		opts := []selector.Option{selector.WithStrategy(selector.RoundRobin)} // the default slow start
 		if !slow {
-			ss = selector.SlowStart{}
+			opts = append(opts, selector.WithSlowStart(selector.SlowStart{}))
 		}
-		c := newClient(t, e.reader, middleware.WithQuarantine(q),
-			middleware.WithSelector(selector.WithStrategy(selector.RoundRobin), selector.WithSlowStart(ss)))
+		c := newClient(t, e.reader, middleware.WithQuarantine(q), middleware.WithSelector(opts...))
 		if errs := load(c, "api", 1, 100, nil); len(errs) > 0 {
 			t.Fatal(errs[0])
 		}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/roster-go/roster/internal/otelkey"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -13,25 +15,6 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/roster-go/roster/registry"
-)
-
-// ScopeName is the instrumentation scope of Roster's spans and metrics.
-const ScopeName = "github.com/roster-go/roster"
-
-// Attribute keys used on spans and metrics.
-const (
-	AttrService    = attribute.Key("roster.service")
-	AttrInstanceID = attribute.Key("roster.instance.id")
-	AttrAddress    = attribute.Key("server.address")
-	AttrAttempt    = attribute.Key("roster.attempt")
-	AttrReason     = attribute.Key("roster.retry.reason")
-	AttrStale      = attribute.Key("roster.stale")
-	AttrCacheHit   = attribute.Key("roster.cache.hit")
-	AttrOutcome    = attribute.Key("roster.outcome")
-	AttrEjected    = attribute.Key("roster.ejected")
-
-	AttrRejectionReason = attribute.Key("roster.rejection.reason") // throttled, circuit_open
-	AttrEjectionReason  = attribute.Key("roster.ejection.reason")  // consecutive_failures, success_rate
 )
 
 // telemetry holds the instruments. Without a provider installed the OTel
@@ -49,10 +32,9 @@ type telemetry struct {
 	exhausted   metric.Int64Counter
 	staleness   metric.Float64ObservableGauge
 
-	// Adaptive protection: throttle, breaker, outlier ejection.
-	rejections   metric.Int64Counter
-	breakerGauge metric.Int64Gauge
-	ejectedBy    metric.Int64Counter
+	// Adaptive protection: throttle, outlier ejection.
+	rejections metric.Int64Counter
+	ejectedBy  metric.Int64Counter
 
 	mu         sync.Mutex
 	staleSince map[string]int64 // service → monoNow when its snapshot went stale; 0 fresh
@@ -112,9 +94,9 @@ func instrumentation(tp trace.TracerProvider, mp metric.MeterProvider) (trace.Tr
 	}
 	var tracer trace.Tracer
 	if _, off := tp.(tracenoop.TracerProvider); !off {
-		tracer = tp.Tracer(ScopeName)
+		tracer = tp.Tracer(otelkey.Scope)
 	}
-	return tracer, mp.Meter(ScopeName)
+	return tracer, mp.Meter(otelkey.Scope)
 }
 
 func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
@@ -137,9 +119,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 		metric.WithDescription("Age of the stale snapshot a service is served from while its registry fails (0 when fresh)."))
 	t.reg, _ = m.RegisterCallback(t.observeStaleness, t.staleness)
 	t.rejections, _ = m.Int64Counter("roster.client.rejections",
-		metric.WithDescription("Calls rejected locally without being sent, by roster.rejection.reason (throttled, circuit_open)."))
-	t.breakerGauge, _ = m.Int64Gauge("roster.client.breaker.state",
-		metric.WithDescription("State of a service's circuit breaker: 0 closed, 1 half-open, 2 open."))
+		metric.WithDescription("Calls rejected locally without being sent, by roster.rejection.reason (throttled)."))
 	t.ejectedBy, _ = m.Int64Counter("roster.quarantine.ejections",
 		metric.WithDescription("Instances ejected, by roster.ejection.reason (consecutive_failures, success_rate)."))
 	return t
@@ -154,7 +134,7 @@ func (t *telemetry) observeStaleness(_ context.Context, o metric.Observer) error
 		if since != 0 {
 			age = time.Duration(now - since).Seconds()
 		}
-		o.ObserveFloat64(t.staleness, age, metric.WithAttributes(AttrService.String(svc)))
+		o.ObserveFloat64(t.staleness, age, metric.WithAttributes(otelkey.Service.String(svc)))
 	}
 	return nil
 }
@@ -204,15 +184,15 @@ type registryObserver struct {
 }
 
 func (o *registryObserver) Lookup(service string, hit bool, d time.Duration, err error) {
-	attrs := metric.WithAttributes(AttrService.String(service), AttrCacheHit.Bool(hit))
+	attrs := metric.WithAttributes(otelkey.Service.String(service), otelkey.CacheHit.Bool(hit))
 	o.lookups.Add(context.Background(), 1, attrs)
 	if !hit {
-		o.queryDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+		o.queryDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(otelkey.Service.String(service)))
 	}
 }
 
 func (o *registryObserver) Snapshot(s registry.Snapshot) {
-	o.snapshots.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(s.Service)))
+	o.snapshots.Add(context.Background(), 1, metric.WithAttributes(otelkey.Service.String(s.Service)))
 }
 
 func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseState, err error) {
@@ -220,7 +200,7 @@ func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseStat
 		return
 	}
 	_, span := o.tracer.Start(context.Background(), "roster.lease.state",
-		trace.WithAttributes(AttrService.String(in.Service), AttrInstanceID.String(in.ID), attribute.String("roster.lease.state", s.String())))
+		trace.WithAttributes(otelkey.Service.String(in.Service), otelkey.InstanceID.String(in.ID), attribute.String("roster.lease.state", s.String())))
 	if err != nil {
 		span.RecordError(err)
 	}
@@ -230,41 +210,41 @@ func (o *registryObserver) LeaseState(in registry.Instance, s registry.LeaseStat
 func (o *registryObserver) Resync(service string, start time.Time, d time.Duration, err error) {
 	if o.tracer != nil {
 		_, span := o.tracer.Start(context.Background(), "roster.watch.resync",
-			trace.WithTimestamp(start), trace.WithAttributes(AttrService.String(service)))
+			trace.WithTimestamp(start), trace.WithAttributes(otelkey.Service.String(service)))
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End(trace.WithTimestamp(start.Add(d)))
 	}
-	o.queryDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+	o.queryDur.Record(context.Background(), d.Seconds(), metric.WithAttributes(otelkey.Service.String(service)))
 }
 
 // The helpers below are nil-safe and skip all work when no SDK listens.
 
 func (t *telemetry) budgetExhausted(ctx context.Context, service string) {
 	if t != nil && t.exhausted.Enabled(ctx) {
-		t.exhausted.Add(ctx, 1, metric.WithAttributes(AttrService.String(service)))
+		t.exhausted.Add(ctx, 1, metric.WithAttributes(otelkey.Service.String(service)))
 	}
 }
 
 func (t *telemetry) retry(ctx context.Context, service, reason string) {
 	if t != nil && t.retries.Enabled(ctx) {
-		t.retries.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrReason.String(reason)))
+		t.retries.Add(ctx, 1, metric.WithAttributes(otelkey.Service.String(service), otelkey.Reason.String(reason)))
 	}
 }
 
 func (t *telemetry) pick(ctx context.Context, service, id string) {
 	if t != nil && t.picks.Enabled(ctx) {
 		t.picks.Add(ctx, 1, t.pickOpts.get(pickKey{service, id}, func() []attribute.KeyValue {
-			return []attribute.KeyValue{AttrService.String(service), AttrInstanceID.String(id)}
+			return []attribute.KeyValue{otelkey.Service.String(service), otelkey.InstanceID.String(id)}
 		})...)
 	}
 }
 
 func (t *telemetry) failure(ctx context.Context, service, id string, c Class) {
 	if t != nil && t.failures.Enabled(ctx) {
-		t.failures.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrInstanceID.String(id), AttrOutcome.String(c.String())))
+		t.failures.Add(ctx, 1, metric.WithAttributes(otelkey.Service.String(service), otelkey.InstanceID.String(id), otelkey.Outcome.String(c.String())))
 	}
 }
 
@@ -278,44 +258,38 @@ func (t *telemetry) ejected(service, id string, ejected bool) {
 		if !ejected {
 			n = -1
 		}
-		t.ejections.Add(ctx, n, metric.WithAttributes(AttrService.String(service)))
+		t.ejections.Add(ctx, n, metric.WithAttributes(otelkey.Service.String(service)))
 	}
 }
 
 func (t *telemetry) cacheRead(ctx context.Context, service string, hit bool) {
 	if t != nil && t.cacheReqs.Enabled(ctx) {
 		t.cacheReqs.Add(ctx, 1, t.cacheOpts.get(cacheKey{service, hit}, func() []attribute.KeyValue {
-			return []attribute.KeyValue{AttrService.String(service), AttrCacheHit.Bool(hit)}
+			return []attribute.KeyValue{otelkey.Service.String(service), otelkey.CacheHit.Bool(hit)}
 		})...)
 	}
 }
 
 func (t *telemetry) lookup(ctx context.Context, service string, d time.Duration) {
 	if t != nil && t.lookupDur.Enabled(ctx) {
-		t.lookupDur.Record(ctx, d.Seconds(), metric.WithAttributes(AttrService.String(service)))
+		t.lookupDur.Record(ctx, d.Seconds(), metric.WithAttributes(otelkey.Service.String(service)))
 	}
 }
 
 func (t *telemetry) snapshot(ctx context.Context, service string) {
 	if t != nil && t.snapUpdates.Enabled(ctx) {
-		t.snapUpdates.Add(ctx, 1, metric.WithAttributes(AttrService.String(service)))
+		t.snapUpdates.Add(ctx, 1, metric.WithAttributes(otelkey.Service.String(service)))
 	}
 }
 
 func (t *telemetry) rejected(ctx context.Context, service, reason string) {
 	if t != nil && t.rejections.Enabled(ctx) {
-		t.rejections.Add(ctx, 1, metric.WithAttributes(AttrService.String(service), AttrRejectionReason.String(reason)))
-	}
-}
-
-func (t *telemetry) breakerState(ctx context.Context, service string, s BreakerState) {
-	if t != nil && t.breakerGauge.Enabled(ctx) {
-		t.breakerGauge.Record(ctx, int64(s), metric.WithAttributes(AttrService.String(service)))
+		t.rejections.Add(ctx, 1, metric.WithAttributes(otelkey.Service.String(service), otelkey.RejectionReason.String(reason)))
 	}
 }
 
 func (t *telemetry) ejection(service, reason string) {
 	if t != nil && t.ejectedBy.Enabled(context.Background()) {
-		t.ejectedBy.Add(context.Background(), 1, metric.WithAttributes(AttrService.String(service), AttrEjectionReason.String(reason)))
+		t.ejectedBy.Add(context.Background(), 1, metric.WithAttributes(otelkey.Service.String(service), otelkey.EjectionReason.String(reason)))
 	}
 }

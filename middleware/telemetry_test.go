@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/otelkey"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -96,7 +98,7 @@ func TestTelemetry(t *testing.T) {
 	hits, misses := int64(0), int64(0)
 	if d, ok := m["roster.discovery.cache.requests"].Data.(metricdata.Sum[int64]); ok {
 		for _, p := range d.DataPoints {
-			if v, _ := p.Attributes.Value(middleware.AttrCacheHit); v.AsBool() {
+			if v, _ := p.Attributes.Value(otelkey.CacheHit); v.AsBool() {
 				hits += p.Value
 			} else {
 				misses += p.Value

@@ -47,25 +47,28 @@ func (c ThrottleConfig) withDefaults() ThrottleConfig {
 	return c
 }
 
-// Throttle is adaptive client-side throttling (Google SRE book, chapter
-// 21, "Handling Overload"), per service: over the window it counts the
+// Throttle returns adaptive client-side throttling (Google SRE book,
+// chapter 21, "Handling Overload"), per service: over the window it counts the
 // calls the client made (requests, including those it rejected) and those
 // the service accepted (Success or Business), and rejects a new call with
 // probability max(0, (requests − K·accepts) / (requests + 1)), at most
 // MaxRejectProbability — in fact it rejects exactly that share, carrying
-// the fraction from call to call rather than tossing a coin. A healthy service is never throttled; one that
-// refuses most calls gets a trickle, enough to notice when it is back.
-// Rejected calls fail with an error matching ErrThrottled. Safe for
-// concurrent use; lock-free.
-type Throttle struct {
+// the fraction from call to call rather than tossing a coin. A healthy
+// service is never throttled. One that refuses most calls gets a trickle,
+// enough to notice when it is back. Rejected calls fail with an error
+// matching ErrThrottled. Safe for concurrent use, and lock-free.
+//
+// Place it outside Retry, so that it counts calls, not attempts: a call
+// that a retry saves is accepted. The default chain has one with
+// ThrottleConfig{}.
+func Throttle(cfg ThrottleConfig) Middleware { return newThrottle(cfg).middleware() }
+
+type throttle struct {
 	cfg      ThrottleConfig
 	services sync.Map // service → *throttled
 }
 
-// NewThrottle returns a Throttle with cfg (zero fields: defaults).
-func NewThrottle(cfg ThrottleConfig) *Throttle {
-	return &Throttle{cfg: cfg.withDefaults()}
-}
+func newThrottle(cfg ThrottleConfig) *throttle { return &throttle{cfg: cfg.withDefaults()} }
 
 type throttled struct {
 	w        window
@@ -74,7 +77,7 @@ type throttled struct {
 	err      error         // the rejection, built once
 }
 
-func (t *Throttle) service(name string) *throttled {
+func (t *throttle) service(name string) *throttled {
 	if s, ok := t.services.Load(name); ok {
 		return s.(*throttled)
 	}
@@ -84,9 +87,9 @@ func (t *Throttle) service(name string) *throttled {
 	return v.(*throttled)
 }
 
-// RejectProbability returns the probability with which the next call to
+// rejectProbability returns the probability with which the next call to
 // service made at now would be rejected.
-func (t *Throttle) RejectProbability(service string, now time.Time) float64 {
+func (t *throttle) rejectProbability(service string, now time.Time) float64 {
 	return t.service(service).probability(now.UnixNano(), t.cfg)
 }
 
@@ -103,10 +106,7 @@ func (s *throttled) probability(now int64, cfg ThrottleConfig) float64 {
 	return min(max(0, p), cfg.MaxRejectProbability)
 }
 
-// Middleware returns the throttle as a chain element. Place it outside
-// Retry, so that it counts calls, not attempts: a call that a retry saves
-// is accepted.
-func (t *Throttle) Middleware() Middleware {
+func (t *throttle) middleware() Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, req *Request) error {
 			s := t.service(req.Service)
@@ -156,11 +156,11 @@ func (s *throttled) reject(p float64) bool {
 	}
 }
 
-// outcome tells throttling and the breaker whether a call counts and
+// outcome tells throttling whether a call counts and
 // whether it failed: Success and Business are accepted, Retryable and
 // Fatal failed. An Abort counts as a failure only when the caller's
 // deadline passed (a service that hangs), not when the caller cancelled;
-// a call rejected locally (by a throttle or breaker) does not count.
+// a call rejected locally (by a throttle) does not count.
 func outcome(ctx context.Context, req *Request, err error) (counted, failed bool) {
 	if err == nil {
 		return true, false
@@ -201,10 +201,7 @@ func isRejection(err error) bool {
 }
 
 // Rejection reasons, the values of the roster.rejection.reason attribute.
-const (
-	rejectThrottled   = "throttled"
-	rejectCircuitOpen = "circuit_open"
-)
+const rejectThrottled = "throttled"
 
 // window counts requests and failures over a sliding window of
 // windowBuckets buckets, lock-free. A bucket is reused when its epoch

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/otelkey"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -68,7 +70,7 @@ func TestThrottleSimulation(t *testing.T) {
 	for _, rate := range []int{10, 100, 1000} {
 		t.Run(fmt.Sprintf("rate=%d", rate), func(t *testing.T) {
 			step := time.Second / time.Duration(rate)
-			s := newSim(middleware.NewThrottle(middleware.ThrottleConfig{}).Middleware())
+			s := newSim(middleware.Throttle(middleware.ThrottleConfig{}))
 			if _, rej, _ := s.run(t, time.Minute, step); rej != 0 {
 				t.Fatalf("%d calls rejected while the service is healthy", rej)
 			}
@@ -94,7 +96,7 @@ func TestThrottleSimulation(t *testing.T) {
 // failures in a window with few calls can be: 9 failures in a row after
 // 20 calls with 9 failures make 18 of 29.)
 func TestThrottleNeverRejectsMinorityFailures(t *testing.T) {
-	s := newSim(middleware.NewThrottle(middleware.ThrottleConfig{}).Middleware())
+	s := newSim(middleware.Throttle(middleware.ThrottleConfig{}))
 	rejected := 0
 	for i := range 20000 {
 		s.down = i%2 == 0 && i%20 != 0 // 45% of the calls fail
@@ -111,13 +113,13 @@ func TestThrottleNeverRejectsMinorityFailures(t *testing.T) {
 // TestThrottleQuietClient: fewer calls than MinRequests in the window are
 // never rejected, even if they all fail.
 func TestThrottleQuietClient(t *testing.T) {
-	th := middleware.NewThrottle(middleware.ThrottleConfig{MinRequests: 20})
-	s := newSim(th.Middleware())
+	mw, rejectProbability := middleware.NewThrottle(middleware.ThrottleConfig{MinRequests: 20})
+	s := newSim(mw)
 	s.down = true
 	if _, rej, _ := s.run(t, time.Minute, time.Second); rej != 0 { // 10 calls per 10 s window
 		t.Fatalf("%d calls of a quiet client rejected", rej)
 	}
-	if p := th.RejectProbability("api", s.now); p != 0 {
+	if p := rejectProbability("api", s.now); p != 0 {
 		t.Fatalf("reject probability %v for a quiet client, want 0", p)
 	}
 }
@@ -187,7 +189,7 @@ func rejections(t *testing.T, r *sdkmetric.ManualReader, reason string) int64 {
 	}
 	var n int64
 	for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
-		if v, _ := p.Attributes.Value(middleware.AttrRejectionReason); v.AsString() == reason {
+		if v, _ := p.Attributes.Value(otelkey.RejectionReason); v.AsString() == reason {
 			n += p.Value
 		}
 	}
@@ -197,16 +199,16 @@ func rejections(t *testing.T, r *sdkmetric.ManualReader, reason string) int64 {
 // TestThrottleLateOutcomeKeepsCounts: the outcome of a call that started
 // more than a window ago does not reset the bucket now in use.
 func TestThrottleLateOutcomeKeepsCounts(t *testing.T) {
-	th := middleware.NewThrottle(middleware.ThrottleConfig{})
-	s := newSim(th.Middleware())
+	mw, rejectProbability := middleware.NewThrottle(middleware.ThrottleConfig{})
+	s := newSim(mw)
 	s.down = true
 	s.run(t, 10*time.Second, 10*time.Millisecond)
-	before := th.RejectProbability("api", s.now)
+	before := rejectProbability("api", s.now)
 	late := &middleware.Request{Service: "api", Start: s.now.Add(-15 * time.Second)}
 	if err := s.chain(context.Background(), late); !errors.Is(err, errDown) {
 		t.Fatal(err)
 	}
-	if after := th.RejectProbability("api", s.now); after != before || before == 0 {
+	if after := rejectProbability("api", s.now); after != before || before == 0 {
 		t.Fatalf("reject probability %v before a late outcome, %v after", before, after)
 	}
 }

@@ -1,7 +1,7 @@
 // Package selector picks one instance of a service per call: client-side
 // load balancing over registry snapshots.
 //
-// A Selector follows a service's snapshots (Update, Follow or Start with a
+// A Selector follows a service's snapshots (Update, or Start with a
 // *registry.Watcher) and, on every change, builds an immutable Picker:
 // filters applied, draining instances set aside, weights normalised,
 // rings and tables computed. The Picker is published through an atomic
@@ -29,7 +29,7 @@
 //   - PickOptions.Tried and Avoid are soft: Pick relaxes them in one
 //     stated order rather than fail — an untried, admitted instance, then
 //     a tried one that is admitted, then any. middleware.Client and
-//     contrib/grpc both pick this way, so a retry goes to the same kind of
+//     contrib/rostergrpc both pick this way, so a retry goes to the same kind of
 //     instance through either.
 //   - A Picker never changes. Holders of an old Picker keep picking from
 //     its set; the feedback their Done values give lands in the
@@ -55,7 +55,7 @@
 //     sends a percentage of the calls to a canary, sticky per key.
 //   - Weights are honoured by every strategy but RoundRobin and Random.
 //     An instance new to the service (not in the first snapshot) ramps
-//     its share over a slow start (DefaultSlowStart: 30 s from 10 %);
+//     its share over a slow start (defaultSlowStart: 30 s from 10 %);
 //     Rewarm restarts the ramp of a readmitted instance.
 //
 // Strategies, defaults and the reasons for them are described in

@@ -22,7 +22,7 @@ func TestDecayApprox(t *testing.T) {
 // leaves the estimate and its stamp as they were.
 func TestSettledImpliesObserveDrops(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
-	for _, tau := range []time.Duration{time.Millisecond, 100 * time.Millisecond, DefaultDecay} {
+	for _, tau := range []time.Duration{time.Millisecond, 100 * time.Millisecond, defaultDecay} {
 		sh := &shared{perTau: 1 / float64(tau), keep: 1 - float64(observeGrain)/float64(tau)}
 		settled := 0
 		for range 200_000 {

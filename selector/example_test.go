@@ -111,7 +111,7 @@ func ExamplePickOptions_exclude() {
 // should.
 func ExampleParseStrategy() {
 	_, err := selector.ParseStrategy("fastest")
-	fmt.Println(errors.Is(err, selector.ErrUnknownStrategy))
+	fmt.Println(errors.Is(err, registry.ErrInvalid))
 	s, _ := selector.ParseStrategy("weighted_round_robin")
 	fmt.Println(s == selector.WeightedRoundRobin)
 	// Output:
@@ -121,7 +121,7 @@ func ExampleParseStrategy() {
 
 // Tried and Avoid are relaxed in one order rather than fail the pick: an
 // untried, admitted instance; then a tried, admitted one; then any that
-// Exclude lets through. middleware.Client and contrib/grpc both pick this
+// Exclude lets through. middleware.Client and contrib/rostergrpc both pick this
 // way (Tried: the call's earlier attempts; Avoid: quarantined instances).
 func ExamplePickOptions_fallback() {
 	ctx := context.Background()

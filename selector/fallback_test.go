@@ -134,7 +134,7 @@ func TestPickerKeepsItsSet(t *testing.T) {
 		next := snap(6)
 		next.Instances = next.Instances[3:] // i0003..i0005: none of old's
 		s.Update(next)
-		if s.Picker() == old || old.Len() != 3 || s.Len() != 3 {
+		if s.Picker() == old || old.size() != 3 || s.Len() != 3 {
 			t.Fatalf("%s: Update did not publish a new Picker", st)
 		}
 		for i := range 30 {

@@ -141,8 +141,8 @@ func TestInflightAcrossEpochs(t *testing.T) {
 
 func TestInflightBoundOption(t *testing.T) {
 	for _, d := range []time.Duration{0, -time.Second, time.Microsecond, 2 * time.Hour} {
-		if _, err := New(WithInflightBound(d)); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("WithInflightBound(%v): %v, want ErrInvalidOption", d, err)
+		if _, err := New(WithInflightBound(d)); !errors.Is(err, errInvalidOption) {
+			t.Errorf("WithInflightBound(%v): %v, want errInvalidOption", d, err)
 		}
 	}
 }

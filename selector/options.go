@@ -61,29 +61,29 @@ var strategies = []Strategy{RoundRobin, WeightedRoundRobin, Random, WeightedRand
 func Strategies() []Strategy { return append([]Strategy(nil), strategies...) }
 
 // ParseStrategy returns the strategy with the given name, or an error
-// wrapping ErrUnknownStrategy.
+// wrapping errUnknownStrategy.
 func ParseStrategy(name string) (Strategy, error) {
 	for _, s := range strategies {
 		if string(s) == name {
 			return s, nil
 		}
 	}
-	return "", fmt.Errorf("%w %q (known: %v)", ErrUnknownStrategy, name, strategies)
+	return "", fmt.Errorf("%w %q (known: %v)", errUnknownStrategy, name, strategies)
 }
 
 // Defaults of the tunable strategies.
 const (
-	// DefaultVirtualNodes is the number of ring points of an instance with
+	// defaultVirtualNodes is the number of ring points of an instance with
 	// the default weight (100); an instance gets VirtualNodes × Weight/100
 	// points (at least 1). 1000 keeps the most loaded of 100 instances
-	// within ≈10 % of the mean (load-balancing.md §8.3: 100 points give
+	// within ≈10 % of the mean (docs/research/load-balancing.md §8.3: 100 points give
 	// 1.22, 1000 give 1.08).
-	DefaultVirtualNodes = 1000
-	// DefaultDecay is the peak-EWMA time constant τ (Finagle, Linkerd:
-	// 10 s; 1 s was measured to react worse, load-balancing.md §8.5).
-	DefaultDecay = 10 * time.Second
-	// DefaultChoices is the number of instances least_request samples.
-	DefaultChoices = 2
+	defaultVirtualNodes = 1000
+	// defaultDecay is the peak-EWMA time constant τ (Finagle, Linkerd:
+	// 10 s; 1 s was measured to react worse, docs/research/load-balancing.md §8.5).
+	defaultDecay = 10 * time.Second
+	// defaultChoices is the number of instances least_request samples.
+	defaultChoices = 2
 )
 
 // Option configures a Selector.
@@ -109,8 +109,8 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		strategy: DefaultStrategy, vnodes: DefaultVirtualNodes, choices: DefaultChoices,
-		decay: DefaultDecay, smoothLimit: 64, slow: DefaultSlowStart,
+		strategy: DefaultStrategy, vnodes: defaultVirtualNodes, choices: defaultChoices,
+		decay: defaultDecay, smoothLimit: 64, slow: defaultSlowStart,
 		inflightBound: DefaultInflightBound,
 	}
 }
@@ -125,7 +125,7 @@ func WithFilters(f ...Filter) Option {
 }
 
 // WithVirtualNodes sets the ring points of an instance of weight 100 for
-// ConsistentHash (default DefaultVirtualNodes). Memory is ≈12 bytes per
+// ConsistentHash (default defaultVirtualNodes). Memory is ≈12 bytes per
 // point; a ring holds at most 200,000 points (2.4 MB), and above that the
 // points per instance shrink in proportion (20 each at 10,000 instances).
 func WithVirtualNodes(n int) Option { return func(c *config) { c.vnodes = n } }
@@ -137,18 +137,18 @@ func WithVirtualNodes(n int) Option { return func(c *config) { c.vnodes = n } }
 // value (HAProxy, Envoy recommend 1.25–2). It needs Done to be called.
 func WithBoundedLoad(c float64) Option { return func(c2 *config) { c2.bound = c } }
 
-// WithMaglevTableSize sets the Maglev table size; it must be prime. The
+// withMaglevTableSize sets the Maglev table size; it must be prime. The
 // default is 65537 up to 655 instances and 655373 above, keeping the
 // table ≥ 100 × N as the Maglev paper advises.
-func WithMaglevTableSize(m uint64) Option { return func(c *config) { c.maglevSize = m } }
+func withMaglevTableSize(m uint64) Option { return func(c *config) { c.maglevSize = m } }
 
 // WithChoices sets how many instances LeastRequest compares (default 2,
 // clamped to [2, 10] as in gRPC A48). When it is ≥ the number of
 // instances, every instance is compared.
 func WithChoices(k int) Option { return func(c *config) { c.choices = k } }
 
-// WithDecay sets the peak-EWMA time constant τ of P2CEWMA (default 10 s).
-func WithDecay(tau time.Duration) Option { return func(c *config) { c.decay = tau } }
+// withDecay sets the peak-EWMA time constant τ of P2CEWMA (default 10 s).
+func withDecay(tau time.Duration) Option { return func(c *config) { c.decay = tau } }
 
 // WithInflightBound bounds how long a pick whose Done is never called
 // counts as a request in flight for LeastRequest, P2CEWMA and bounded
@@ -164,19 +164,19 @@ func (c *config) validate() error {
 		return err
 	}
 	if c.vnodes < 1 || c.vnodes > 1<<16 {
-		return fmt.Errorf("%w: virtual nodes %d (want 1 to 65536)", ErrInvalidOption, c.vnodes)
+		return fmt.Errorf("%w: virtual nodes %d (want 1 to 65536)", errInvalidOption, c.vnodes)
 	}
 	if c.bound != 0 && !(c.bound >= 1 && c.bound <= 100) {
-		return fmt.Errorf("%w: bounded load %v (want 1 to 100)", ErrInvalidOption, c.bound)
+		return fmt.Errorf("%w: bounded load %v (want 1 to 100)", errInvalidOption, c.bound)
 	}
 	if c.maglevSize != 0 && (c.maglevSize < 7 || c.maglevSize > 1<<26 || !isPrime(c.maglevSize)) {
-		return fmt.Errorf("%w: maglev table size %d (want a prime from 7 to 2^26)", ErrInvalidOption, c.maglevSize)
+		return fmt.Errorf("%w: maglev table size %d (want a prime from 7 to 2^26)", errInvalidOption, c.maglevSize)
 	}
 	if c.inflightBound < time.Millisecond || c.inflightBound > time.Hour {
-		return fmt.Errorf("%w: in-flight bound %v (want 1ms to 1h)", ErrInvalidOption, c.inflightBound)
+		return fmt.Errorf("%w: in-flight bound %v (want 1ms to 1h)", errInvalidOption, c.inflightBound)
 	}
 	if c.decay <= 0 {
-		return fmt.Errorf("%w: decay %v (want > 0)", ErrInvalidOption, c.decay)
+		return fmt.Errorf("%w: decay %v (want > 0)", errInvalidOption, c.decay)
 	}
 	c.choices = min(max(c.choices, 2), 10)
 	return c.split.validate()

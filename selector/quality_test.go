@@ -2,7 +2,7 @@ package selector
 
 // Quality tests: deterministic (seeded randomness, no timing) checks of
 // the balance each strategy promises, against the targets of
-// load-balancing.md §9.3.
+// docs/research/load-balancing.md §9.3.
 
 import (
 	"math"
@@ -204,9 +204,9 @@ const qualityKeys = 1_000_000
 
 func TestRingBalance(t *testing.T) {
 	s := snap(100)
-	r := newRing(testPicker(s), nil, DefaultVirtualNodes, 0, &shared{})
+	r := newRing(testPicker(s), nil, defaultVirtualNodes, 0, &shared{})
 	ratio, _ := hashLoads(r, 100, qualityKeys, 1)
-	t.Logf("ring N=100, %d vnodes, 1M keys: max/mean %.3f", DefaultVirtualNodes, ratio)
+	t.Logf("ring N=100, %d vnodes, 1M keys: max/mean %.3f", defaultVirtualNodes, ratio)
 	if ratio > 1.10 {
 		t.Errorf("max/mean %.3f, want ≤ 1.10", ratio)
 	}
@@ -318,7 +318,7 @@ func TestBoundedLoad(t *testing.T) {
 	for _, st := range []Strategy{ConsistentHash, Maglev} {
 		t.Run(string(st), func(t *testing.T) {
 			// Few virtual nodes: without the bound the ring is far above c.
-			sel := mustNew(t, WithStrategy(st), WithBoundedLoad(c), WithVirtualNodes(10), WithMaglevTableSize(251), withRand(seeded(1)))
+			sel := mustNew(t, WithStrategy(st), WithBoundedLoad(c), WithVirtualNodes(10), withMaglevTableSize(251), withRand(seeded(1)))
 			sel.Update(snap(n))
 			p := sel.cur.Load()
 			r := rand.New(seeded(5))

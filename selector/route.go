@@ -41,10 +41,8 @@ func (r *Route) clone() Route {
 		strings.Clone(r.MetaKey), strings.Clone(r.MetaValue)}
 }
 
-// IsZero reports whether r routes nothing (matches every instance).
-func (r Route) IsZero() bool { return r.zero() }
-
-// zero is IsZero without copying r (a copy of five strings costs a
+// zero reports whether r routes nothing (matches every instance),
+// without copying r (a copy of five strings costs a
 // tenth of a pick).
 func (r *Route) zero() bool {
 	// Lengths, not r == Route{}: five string compares cost a tenth of a pick too.
@@ -76,7 +74,7 @@ func hasTag(tags []string, t string) bool {
 type routeCtx struct{}
 
 // WithRoute returns a context whose picks are routed by r (see Route);
-// contrib/http and contrib/grpc set it from the X-Roster-Version header
+// contrib/rosterhttp and contrib/rostergrpc set it from the X-Roster-Version header
 // and x-roster-version metadata.
 func WithRoute(ctx context.Context, r Route) context.Context {
 	routesInContext.Store(true)
@@ -88,8 +86,8 @@ func WithRoute(ctx context.Context, r Route) context.Context {
 // context.Value walk costs up to a tenth of a pick).
 var routesInContext atomic.Bool
 
-// RouteFrom returns the Route WithRoute put in ctx.
-func RouteFrom(ctx context.Context) (Route, bool) {
+// routeFrom returns the Route WithRoute put in ctx.
+func routeFrom(ctx context.Context) (Route, bool) {
 	r, ok := ctx.Value(routeCtx{}).(Route)
 	return r, ok
 }
@@ -116,8 +114,8 @@ func (s *Split) validate() error {
 	if s == nil {
 		return nil
 	}
-	if !(s.Percent >= 0 && s.Percent <= 100) || s.Route.IsZero() {
-		return fmt.Errorf("%w: split of %v%% to route %+v (want a Route and Percent in [0, 100])", ErrInvalidOption, s.Percent, s.Route)
+	if !(s.Percent >= 0 && s.Percent <= 100) || s.Route.zero() {
+		return fmt.Errorf("%w: split of %v%% to route %+v (want a Route and Percent in [0, 100])", errInvalidOption, s.Percent, s.Route)
 	}
 	return nil
 }
@@ -147,7 +145,7 @@ func (p *Picker) routed(ctx context.Context, o *PickOptions) *Picker {
 		return p.route(&o.Route)
 	}
 	if ctx != nil && routesInContext.Load() {
-		if r, ok := ctx.Value(routeCtx{}).(Route); ok && !r.IsZero() {
+		if r, ok := ctx.Value(routeCtx{}).(Route); ok && !r.zero() {
 			return p.route(&r)
 		}
 	}
@@ -237,7 +235,7 @@ func (p *Picker) splitRoutes() {
 	}
 	canary := p.subset(sp.Route.match)
 	rest := p.subset(func(in *registry.Instance) bool { return !sp.Route.match(in) })
-	if canary.Len() > 0 && rest.Len() > 0 && !math.IsNaN(sp.Percent) {
+	if canary.size() > 0 && rest.size() > 0 && !math.IsNaN(sp.Percent) {
 		p.canary, p.rest = canary, rest
 	}
 }

@@ -125,8 +125,8 @@ func TestSplit(t *testing.T) {
 			t.Fatalf("split without canary instances: %v", err)
 		}
 	}
-	if _, err := New(WithSplit(Split{Percent: 5})); !errors.Is(err, ErrInvalidOption) {
-		t.Errorf("split without a route: %v, want ErrInvalidOption", err)
+	if _, err := New(WithSplit(Split{Percent: 5})); !errors.Is(err, errInvalidOption) {
+		t.Errorf("split without a route: %v, want errInvalidOption", err)
 	}
 }
 

@@ -16,7 +16,8 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// Errors returned by New and Pick; test them with errors.Is.
+// Errors returned by Pick; test them with errors.Is. New, Start and
+// ParseStrategy return errors that wrap registry.ErrInvalid.
 var (
 	// ErrNoInstances: the selector holds no instance to pick from (no
 	// snapshot yet, an empty snapshot, or filters that removed every
@@ -28,13 +29,13 @@ var (
 	// stops (it has tried everything), a quarantine layer may pick again
 	// without its exclusions (panic mode) rather than fail the call.
 	ErrAllExcluded = errors.New("selector: every instance is excluded")
-	// ErrUnknownStrategy: New or ParseStrategy got a name that is not a
+	// errUnknownStrategy: New or ParseStrategy got a name that is not a
 	// Strategy.
-	ErrUnknownStrategy = errors.New("selector: unknown strategy")
-	// ErrInvalidOption: an option value is out of range.
-	ErrInvalidOption = errors.New("selector: invalid option")
-	// ErrStarted: Start was called twice.
-	ErrStarted = errors.New("selector: already started")
+	errUnknownStrategy = fmt.Errorf("%w: selector: unknown strategy", registry.ErrInvalid)
+	// errInvalidOption: an option value is out of range.
+	errInvalidOption = fmt.Errorf("%w: selector: invalid option", registry.ErrInvalid)
+	// errStarted: Start was called twice.
+	errStarted = fmt.Errorf("%w: selector: already started", registry.ErrInvalid)
 )
 
 // maxEffort is how many times Pick asks the strategy again when the
@@ -73,7 +74,7 @@ type Selector struct {
 	}
 }
 
-// New returns a Selector with no instances; feed it with Update, Follow or
+// New returns a Selector with no instances; feed it with Update or
 // Start. It fails on an unknown strategy or an out-of-range option.
 func New(opts ...Option) (*Selector, error) {
 	c := defaultConfig()
@@ -104,9 +105,6 @@ func New(opts ...Option) (*Selector, error) {
 	return s, nil
 }
 
-// Strategy returns the strategy the selector was built with.
-func (s *Selector) Strategy() Strategy { return s.cfg.strategy }
-
 // PickOptions qualify one pick. The zero value is a plain pick. Passing
 // PickOptions does not allocate; nor do predicates that do not escape the
 // caller (closures over its locals, method values).
@@ -133,7 +131,7 @@ type PickOptions struct {
 	// attempts of the same call used; Avoid the ones the caller would
 	// rather not use now (quarantined, or taken by a parallel hedge).
 	// Pick takes the first step of this order that leaves an instance
-	// (the fallback policy of middleware.Client and contrib/grpc alike):
+	// (the fallback policy of middleware.Client and contrib/rostergrpc alike):
 	//
 	//  1. neither Tried nor Avoid: an untried, admitted instance;
 	//  2. not Avoid: one this call tried, but admitted;
@@ -413,23 +411,18 @@ func (p *Picker) pickExcluding(h uint64, keyed bool, o *PickOptions, s step) (*r
 	return nil, nil
 }
 
-// Snapshot returns the snapshot p was built from (before filters): its
-// Stale flag tells whether the registry backend was failing. It is the
-// zero Snapshot for the picker of a selector that has had no Update.
-func (p *Picker) Snapshot() registry.Snapshot { return p.snap }
-
-// Len returns how many instances p chooses from (after filters, without
+// size returns how many instances p chooses from (after filters, without
 // the draining ones unless nothing else is left).
-func (p *Picker) Len() int { return len(p.insts) }
+func (p *Picker) size() int { return len(p.insts) }
 
 // Snapshot returns the snapshot the selector picks from (before filters):
 // its Stale flag tells whether the registry backend is failing. It is the
 // zero Snapshot before the first Update.
-func (s *Selector) Snapshot() registry.Snapshot { return s.cur.Load().Snapshot() }
+func (s *Selector) Snapshot() registry.Snapshot { return s.cur.Load().snap }
 
 // Len returns how many instances Pick chooses from (after filters,
 // without the draining ones unless nothing else is left).
-func (s *Selector) Len() int { return s.cur.Load().Len() }
+func (s *Selector) Len() int { return s.cur.Load().size() }
 
 // Update installs a new snapshot: it filters the instances, prepares the
 // strategy's tables and publishes them atomically as a new Picker. Picks
@@ -558,11 +551,11 @@ func (s *Selector) newAlgorithm(p *Picker, prev *Picker) algorithm {
 	panic(fmt.Sprintf("selector: strategy %q not validated", c.strategy))
 }
 
-// Follow applies every snapshot w delivers until ctx ends or w is closed,
+// follow applies every snapshot w delivers until ctx ends or w is closed,
 // and returns that error. Stale snapshots (the backend is failing) are
 // applied too: the last known instances stay in use. Run it in a goroutine
 // you own, or use Start.
-func (s *Selector) Follow(ctx context.Context, w *registry.Watcher) error {
+func (s *Selector) follow(ctx context.Context, w *registry.Watcher) error {
 	for {
 		snap, err := w.Next(ctx)
 		if err != nil && !errors.Is(err, registry.ErrUnavailable) {
@@ -584,7 +577,7 @@ func (s *Selector) Start(ctx context.Context, w *registry.Watcher) error {
 	}
 	if s.run.started {
 		s.run.Unlock()
-		return ErrStarted
+		return errStarted
 	}
 	s.run.started = true
 	s.run.Unlock()
@@ -607,7 +600,7 @@ func (s *Selector) Start(ctx context.Context, w *registry.Watcher) error {
 	s.run.cancel, s.run.done = cancel, done
 	go func() {
 		defer close(done)
-		err := s.Follow(rctx, w)
+		err := s.follow(rctx, w)
 		if rctx.Err() == nil {
 			s.run.Lock()
 			s.run.err = err

@@ -41,15 +41,15 @@ func mustNew(t testing.TB, opts ...Option) *Selector {
 
 func TestUnknownStrategy(t *testing.T) {
 	_, err := New(WithStrategy("fastest"))
-	if !errors.Is(err, ErrUnknownStrategy) {
-		t.Fatalf("New(fastest) = %v, want ErrUnknownStrategy", err)
+	if !errors.Is(err, errUnknownStrategy) {
+		t.Fatalf("New(fastest) = %v, want errUnknownStrategy", err)
 	}
 	if _, err := ParseStrategy("maglev"); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []Option{WithVirtualNodes(0), WithBoundedLoad(0.5), WithMaglevTableSize(65536), WithDecay(0)} {
-		if _, err := New(bad); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("New(bad option) = %v, want ErrInvalidOption", err)
+	for _, bad := range []Option{WithVirtualNodes(0), WithBoundedLoad(0.5), withMaglevTableSize(65536), withDecay(0)} {
+		if _, err := New(bad); !errors.Is(err, errInvalidOption) {
+			t.Errorf("New(bad option) = %v, want errInvalidOption", err)
 		}
 	}
 }
@@ -202,7 +202,7 @@ func TestStartFollowsWatcher(t *testing.T) {
 	if err := s.Start(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(ctx, w); !errors.Is(err, ErrStarted) {
+	if err := s.Start(ctx, w); !errors.Is(err, errStarted) {
 		t.Fatalf("second Start: %v", err)
 	}
 	if s.Len() != 1 {
@@ -237,7 +237,7 @@ func TestFollowReturnsOnClose(t *testing.T) {
 	}
 	s := mustNew(t)
 	errc := make(chan error)
-	go func() { errc <- s.Follow(ctx, w) }()
+	go func() { errc <- s.follow(ctx, w) }()
 	time.Sleep(10 * time.Millisecond)
 	w.Close()
 	if err := <-errc; !errors.Is(err, registry.ErrClosed) {

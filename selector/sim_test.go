@@ -1,7 +1,7 @@
 package selector
 
 // A discrete-event simulation in virtual time (no sleeps, no wall clock)
-// of load-balancing.md §8.5 scenario B: 10 backends × 8 workers, service
+// of docs/research/load-balancing.md §8.5 scenario B: 10 backends × 8 workers, service
 // time exponential with mean 10 ms (800 rps per backend), Poisson arrivals
 // at 4,800 rps (60 % load); backend 0 is 3× slower in the degraded run.
 // The selector under test is the real one: Pick, then Done with the

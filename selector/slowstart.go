@@ -38,14 +38,14 @@ type SlowStart struct {
 	MinWeightPercent float64
 }
 
-// DefaultSlowStart is used when New gets no WithSlowStart: a 30 s linear
+// defaultSlowStart is used when New gets no WithSlowStart: a 30 s linear
 // ramp from 10 %. It costs a pick one atomic load while no instance is
 // warming, and a read of the coarse clock plus one random draw while one
 // is.
-var DefaultSlowStart = SlowStart{Window: 30 * time.Second, Aggression: 1, MinWeightPercent: 10}
+var defaultSlowStart = SlowStart{Window: 30 * time.Second, Aggression: 1, MinWeightPercent: 10}
 
 // WithSlowStart sets the slow start of new instances (default
-// DefaultSlowStart); SlowStart{} turns it off.
+// defaultSlowStart); SlowStart{} turns it off.
 func WithSlowStart(s SlowStart) Option { return func(c *config) { c.slow = s } }
 
 // maxWarmTries bounds how often a pick asks the strategy again because a
@@ -63,7 +63,7 @@ func (s SlowStart) validate() (slowStart, error) {
 	if s.Window < 0 || s.Aggression < 0 || s.MinWeightPercent < 0 || s.MinWeightPercent > 100 ||
 		math.IsNaN(s.Aggression) || math.IsInf(s.Aggression, 0) || math.IsNaN(s.MinWeightPercent) {
 		return slowStart{}, fmt.Errorf("%w: slow start %+v (want Window ≥ 0, Aggression ≥ 0, MinWeightPercent in [0, 100])",
-			ErrInvalidOption, s)
+			errInvalidOption, s)
 	}
 	agg := s.Aggression
 	if agg == 0 {

@@ -96,8 +96,8 @@ func TestSlowStartKeyedIsSticky(t *testing.T) {
 
 func TestSlowStartOptionErrors(t *testing.T) {
 	for _, bad := range []SlowStart{{Window: -1}, {Window: time.Second, Aggression: -1}, {Window: time.Second, MinWeightPercent: 101}} {
-		if _, err := New(WithSlowStart(bad)); !errors.Is(err, ErrInvalidOption) {
-			t.Errorf("New(WithSlowStart(%+v)) = %v, want ErrInvalidOption", bad, err)
+		if _, err := New(WithSlowStart(bad)); !errors.Is(err, errInvalidOption) {
+			t.Errorf("New(WithSlowStart(%+v)) = %v, want errInvalidOption", bad, err)
 		}
 	}
 }

@@ -1,14 +1,14 @@
-// Package all registers every backend of this module with registry.Open,
-// for programs that take the registry URL from configuration and must
-// accept any scheme — a switch of backend is then a change of URL, never
-// of code:
+// Package all registers every backend of this module with registry.Open.
+// Import it for its side effect in a program that takes the registry URL
+// from configuration:
 //
 //	import _ "github.com/roster-go/roster/backends/all"
 //
-// The schemes: redis, rediss, redis+sentinel, rediss+sentinel,
-// redis+cluster, rediss+cluster, consul, consuls, etcd, etcds, zk, k8s,
-// nats, nats+tls, dns+srv, dual and mem. A program that knows its
-// backend imports that package alone and links nothing else.
+// A switch of backend is then a change of URL, never of code. The schemes
+// are redis, rediss, redis+sentinel, rediss+sentinel, redis+cluster,
+// rediss+cluster, consul, consuls, etcd, etcds, zk, k8s, nats, nats+tls,
+// dns+srv, dual and mem. A program that knows its backend imports that
+// package alone, and links nothing else.
 package all
 
 import (

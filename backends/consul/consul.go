@@ -1,123 +1,39 @@
-// Package consul is the Consul backend of Roster. Instances are registered
-// through the local Consul agent (/v1/agent/service/register) with a health
-// check, and discovered with blocking queries on
-// /v1/health/service/<name>?passing.
+// Package consul is Roster's Consul backend. Import it for its side
+// effect and open a registry by URL with registry.Open:
 //
-// # URLs
+//	import _ "github.com/roster-go/roster/backends/consul"
 //
-//	consul://127.0.0.1:8500?token=…&dc=dc1&check=ttl&deregister_after=1m
-//	consuls://consul.internal:8501?ca_file=/etc/consul/ca.pem   (HTTPS)
+//	reg, err := registry.Open(ctx, "consul://127.0.0.1:8500?dc=dc1")
 //
-// A missing host is 127.0.0.1, a missing port 8500 (8501 with TLS). The
-// options are read with backend.Query, as on every backend: an unknown or
-// repeated option, a bad value, or a URL without "//" (consul:host:8500,
-// which would otherwise mean the local agent) is an error wrapping
-// driver.ErrInvalid that names the option and never shows the token.
-// Query parameters (all optional):
+// Use consuls:// for HTTPS. [NewDriver] builds a driver from [Options]
+// instead, and [ParseURL] reads them from a URL.
 //
-//	token             ACL token, sent as X-Consul-Token (never in errors);
-//	                  token_file reads it from a file; defaults to
-//	                  CONSUL_HTTP_TOKEN / CONSUL_HTTP_TOKEN_FILE
-//	dc                datacenter for reads and writes (default: the agent's)
-//	check             ttl (default) or http
-//	deregister_after  DeregisterCriticalServiceAfter, ≥ 1m (default 1m)
-//	http_path         path the agent polls with check=http (default /healthz)
-//	http_interval     polling interval with check=http, ≥ 1s (default 10s)
-//	http_timeout      probe timeout with check=http (default 2s)
-//	wait              blocking-query wait, 1s–10m (default 30s)
-//	timeout           deadline of one request other than a blocking query (default 10s)
-//	stale             true: reads may be answered by any server (AllowStale)
-//	max_conns         connections for calls other than blocking queries (default 64)
-//	max_watch_conns   connections for blocking queries, one per watched service (default 64)
-//	tls, ca_file, cert_file, key_file, server_name, skip_verify
-//	                  TLS, as on every backend (backend.Query.TLS); consuls://
-//	                  is tls=true. tls_server_name and tls_skip_verify are
-//	                  deprecated spellings of server_name and skip_verify.
+// Instances register through the local Consul agent, each with a health
+// check. Lookups and watches read /v1/health/service/<name>?passing. A
+// missing host is 127.0.0.1, a missing port 8500, or 8501 with TLS.
 //
-// # What the TTL means here
+// The token comes from the option token or token_file, else from
+// CONSUL_HTTP_TOKEN or CONSUL_HTTP_TOKEN_FILE. It never shows in errors.
+// Options use the vocabulary every backend shares. An unknown option, or
+// one given twice, is an error.
 //
-// With check=ttl (the default) every registration carries a Consul TTL
-// check created passing, whose TTL is the lease TTL. The lease renews it
-// with UpdateTTL every TTL/3. If the process stops renewing (a crash), the
-// agent marks the check critical when the TTL runs out and the instance
-// leaves every ?passing result — Lookup and Watch — within TTL plus a few
-// milliseconds. It stays in Consul's catalog, critical, until
-// DeregisterCriticalServiceAfter (≥ 1 minute) plus up to 30 s of reaper
-// interval: Consul's floor, which no client can lower.
+// With check=ttl, the default, the lease renews a TTL check every TTL/3.
+// A crashed instance leaves every ?passing answer one TTL after its last
+// heartbeat. It stays in the catalog, critical, until deregister_after
+// (at least one minute) and Consul's reaper pass. With check=http the
+// agent polls the instance instead.
 //
-// With check=http the agent polls http://<instance address><http_path>
-// like the PHP article's /healthz check; the instance starts critical and
-// is listed once a probe passes. The lease TTL then only sets how often the
-// lease confirms (TTL/3) that the agent still holds the registration, and
-// re-registers it if not; liveness is the HTTP check's business
-// (interval + timeout).
+// The driver keeps two bounded connection pools, max_conns and
+// max_watch_conns, 64 each by default. Consul's default limit is 200
+// connections per client address, so run one driver per process. All
+// watches share two catalog-wide blocking queries. Writes are retried
+// with backoff when the agent is busy or unreachable.
 //
-// Limits: TTLs from 1s, millisecond granularity (the agent's TTL timer has
-// no floor; 1s keeps the heartbeat at ≥ 333ms so the agent is not polled
-// in a tight loop).
+// docs/backends/consul.md has every option, what is stored, the timings
+// and the failure modes.
 //
-// # Connections and retries
-//
-// Consul answers 429 Too Many Requests past
-// limits.http_max_conns_per_client concurrent connections from one client
-// IP (default 200), and it does so before reading the request. The driver
-// therefore keeps two bounded pools of its own:
-//
-//   - max_conns (default 64) for every call but blocking queries:
-//     registrations, heartbeats, updates, deregistrations, Lookup and the
-//     other reads. Calls beyond it wait for a free connection, bounded by
-//     their context only; timeout bounds each request once it has one. A
-//     quarter of it is kept for heartbeats: a burst of registrations never
-//     delays a renewal past its TTL.
-//   - max_watch_conns (default 64) for blocking queries, so watches cannot
-//     starve the heartbeats. The watches of a driver, however many
-//     services, share two catalog-wide blocking queries (health/state/any
-//     and catalog/services, see hub.go) and read a service only when its
-//     checks changed, at most 8 at a time: 1,000 watched services hold
-//     about 10 connections.
-//
-// With the defaults one driver uses at most 128 connections, leaving 72 of
-// the agent's default 200 for the other clients on the same address. Run
-// one driver (one Registry) per process, or lower the budgets, when
-// several share an IP address, or raise the agent's limit.
-//
-// Writes — register, heartbeat, update, deregister — are idempotent and are
-// retried with short jittered backoff (50ms doubling to 1s) when the agent
-// answers 429 or 5xx or cannot be reached (connection refused or reset,
-// attempt timed out): register, heartbeat and update within the caller's
-// context and timeout, a heartbeat never past the TTL (renewing after it
-// would revive a critical check), and deregister until its context ends,
-// so that a deregistration is never lost to a busy or restarting agent. A
-// failure that persists is driver.ErrUnavailable; 404 (and the 500
-// "does not have associated TTL") is driver.ErrNotFound at once.
-//
-// # Other guarantees
-//
-//   - A heartbeat answered 404 "Unknown check ID" (or the 500 "does not have
-//     associated TTL" of old agents) means the agent lost the registration
-//     (agent restarted without its data, deregistered by hand, reaped): it
-//     is reported as driver.ErrNotFound and the lease registers again.
-//   - Deregistration is by the instance's unique ID only, so two instances
-//     of one service never remove each other.
-//   - Watches are blocking queries with their own loop: the index is reset
-//     to 0 (one non-blocking read) when it goes backwards, never sent below
-//     1, and the loop is rate-limited (token bucket, burst 5, 20/s), so a
-//     storm of wake-ups cannot become a busy loop. The HTTP timeout of a
-//     blocking call is wait + wait/16 + 5s. A failed call is reported as
-//     driver.ErrUnavailable: the registry marks its cache stale and
-//     reopens the watch with backoff, without restarting anything.
-//   - Fields: Version, Zone and Weight travel in one Service.Meta key,
-//     roster_fields ("<weight>,<len(version)>,<version><zone>"), so that
-//     they cost one of Consul's 64 Meta pairs (backend.MaxMetadataPairs is
-//     63); the weight is also Weights.Passing (1 when drained) for DNS.
-//     Tags and the address are Consul's own; user metadata is the rest of
-//     Meta. Instances
-//     registered by other tools are listed too: their Meta is their
-//     metadata, and Meta.weight (the PHP article's payload) is their
-//     weight (DefaultWeight when absent or not a number).
-//   - Registration is through the agent, which syncs to the catalog
-//     asynchronously (normally at once): a write reaches Lookup in
-//     milliseconds on a healthy cluster, with no read-your-writes promise.
+// Errors wrap registry.ErrUnavailable, ErrNotFound, ErrInvalid or
+// ErrClosed.
 package consul
 
 import (

@@ -1,95 +1,42 @@
 // Package dnssrv is Roster's read-only backend on DNS SRV records, with
-// github.com/miekg/dns: discovery from Consul's DNS interface, Kubernetes
-// headless services, or any zone with SRV records.
-//
-// Import it for its side effect and open a registry by URL:
+// github.com/miekg/dns. It discovers services from Consul's DNS interface,
+// Kubernetes headless services, or any zone with SRV records. Import it for
+// its side effect and open a registry by URL with registry.Open:
 //
 //	import _ "github.com/roster-go/roster/backends/dnssrv"
 //
-//	r, err := registry.Open(ctx, "dns+srv://127.0.0.1:8600/{service}.service.consul")
+//	reg, err := registry.Open(ctx, "dns+srv://127.0.0.1:8600/{service}.service.consul")
 //
-// # URLs
+// The host is the DNS server to ask, port 53 by default. Without one, the
+// first nameserver of /etc/resolv.conf answers. The path is the SRV name,
+// with {service} standing for the service's name:
 //
-//	dns+srv://[resolver[:port]]/<name>[?options]
-//
-// The resolver is the DNS server asked (port 53 if none); without one, the
-// first nameserver of /etc/resolv.conf. The path is the SRV name of a
-// service, with {service} standing for the service's name:
-//
-//	dns+srv://127.0.0.1:8600/{service}.service.consul            Consul
-//	dns+srv://127.0.0.1:8600/_{service}._tcp.service.consul      Consul, RFC 2782 form
+//	dns+srv://127.0.0.1:8600/_{service}._tcp.service.consul           Consul, RFC 2782 form
 //	dns+srv://10.96.0.10/_http._tcp.{service}.prod.svc.cluster.local  Kubernetes, port "http"
 //
-// A path without {service} is a domain appended to the service's name
-// (dns+srv://127.0.0.1:8600/service.consul asks for <service>.service.consul).
-// Options:
+// A path without {service} is a domain appended to the service's name.
+// [New] builds a driver from [Options] instead, and [ParseURL] reads them
+// from a URL.
 //
-//	min_poll   shortest wait between two queries of a service, default 1s
-//	max_poll   longest, default 30s
-//	timeout    bound on one query, default 2s
-//	udp        true: query over UDP (a truncated answer is asked again over
-//	           TCP); TCP by default, see below
+// Each SRV record of the lowest priority is one instance. Its address is
+// the target's A or AAAA record with the record's port. [InstanceID] makes
+// its ID from that address, so 10.0.0.7:8080 is 10.0.0.7-8080. Its weight
+// is the SRV weight, so weight 0 drains. A higher priority is served only
+// while no target of the lower one resolves, as RFC 2782 asks.
 //
-// # What it reads
+// Questions go over TCP, since Consul trims long UDP answers without
+// setting the truncation bit. Set udp=true for servers that set it. A watch
+// asks again after the records' smallest TTL, bounded by min_poll and
+// max_poll.
 //
-// Each SRV record of the name's lowest priority is one instance: its
-// address is the target's A or AAAA record (from the answer's additional
-// section, else asked for), its port the record's port, its weight the
-// record's weight (SRV weight 0, "use only when nothing else is left", is
-// Roster's draining weight 0). Its ID is the address, host:port, so two
-// records for one address are one instance. Metadata carries srv_target
-// and srv_priority. A target of "." (the service is decidedly not
-// available) is no instance; a name that does not exist (NXDOMAIN) or has
-// no SRV records is an empty snapshot.
+// Register returns [ErrReadOnly], which wraps registry.ErrInvalid. Register
+// instances with the server that owns the records instead. Services wraps
+// registry.ErrInvalid too, as DNS cannot list a zone. A failing server
+// fails the watch with registry.ErrUnavailable, and the registry serves the
+// last snapshot, marked stale.
 //
-// # Priority
-//
-// As RFC 2782 asks, only the records of the lowest priority are served;
-// the next priority's are served only when none of the lowest's targets
-// resolves to an address (NXDOMAIN, no address records, failed
-// questions), and so on. The lowest is served again at the first poll
-// where one of its targets resolves.
-//
-// # One deadline
-//
-// The targets whose addresses the answer lacks are asked for together
-// (A and AAAA at once, at most 128 questions in flight per lookup), under
-// the caller's deadline: a Lookup of 50 targets whose answers each come
-// 1.5s late takes 1.5s. registry.Registry bounds every Lookup by
-// registry.DefaultLookupTimeout when the caller's context has no deadline;
-// a watch's poll is bounded by twice the timeout option. A target of the
-// served priority whose questions fail or do not answer within the
-// deadline is left out and reported by a warning on slog.Default (at most
-// one line per 10s, counting the others); when no target of any priority
-// resolves and a question failed, the lookup fails with the first error
-// (driver.ErrUnavailable, or the context's error).
-//
-// # TCP by default
-//
-// Questions go over TCP unless udp=true. A UDP answer holds what fits in
-// one datagram, and Consul trims a longer one silently, without the
-// truncation bit that would make a client ask again over TCP (unless its
-// dns_config.enable_truncate is set): a service of 100 instances came back
-// as 67 in the tests. TCP answers are whole. Use udp=true with servers
-// that set the bit (CoreDNS does) when the cost of a connection per
-// question matters.
-//
-// # Polling
-//
-// A watch queries the name again after the smallest TTL of the records it
-// got, bounded to [min_poll, max_poll], and delivers a new snapshot when
-// the instances changed. Consul answers with TTL 0 by default (see its
-// dns_config.service_ttl), so Consul is polled every min_poll. A query that
-// fails (timeout, SERVFAIL, REFUSED) fails the stream with
-// driver.ErrUnavailable: the registry serves the last snapshot marked stale
-// and reopens the stream with backoff.
-//
-// # Read-only
-//
-// Register returns driver.ErrInvalid: instances are registered through the
-// server that owns the records (the Consul agent, the Kubernetes Service).
-// Services returns driver.ErrInvalid too: DNS cannot list the services of
-// a zone. docs/backends/dns.md has the guarantees and figures.
+// docs/backends/dns.md has every option, the deadline rules, the guarantees
+// and the measurements.
 package dnssrv
 
 import (

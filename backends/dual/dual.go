@@ -1,51 +1,33 @@
-// Package dual is the registry backend for a live migration between two
-// backends: it registers every instance in both, and reads the union of
-// what both hold. A team moves from one registry to another by
-// configuration, in three deploys, with no downtime (docs/migration.md):
+// Package dual is the backend for a live migration between two backends.
+// It registers every instance in both and reads the union of both. Import
+// it beside the two backends, and open a registry with registry.Open:
 //
-//  1. dual://?old=<old URL>&new=<new URL>&prefer=old — write both, read
-//     the union, the old side's record winning when both hold an ID;
-//  2. the same URL with prefer=new — reads now trust the new side first;
-//  3. the new URL alone — the old backend is no longer used.
+//	import _ "github.com/roster-go/roster/backends/dual"
 //
-// The nested URLs are query values, so they are URL-encoded
-// (url.QueryEscape); they usually hold credentials, and urls.Redact
-// redacts each as a URL of its own (a value that is not a URL of a
-// registered scheme is masked whole). Both are checked before either side
-// is opened. Options: old and new (required, any registered
-// scheme but dual), prefer (old or new, default old) and hold (how long
-// the last state of a side that cannot be reached stays in the union,
-// default 15s, the registry's recovery window).
+//	u := "dual://?" + url.Values{
+//		"old":    {"consul://10.0.0.1:8500"},
+//		"new":    {"etcd://10.0.0.2:2379"},
+//		"prefer": {"old"},
+//	}.Encode()
+//	reg, err := registry.Open(ctx, u)
 //
-// Contract, beyond driver.Driver's:
-//   - A side that is down fails neither Register nor Heartbeat, Update or
-//     List while the other side answers; the down side is written again
-//     on the next heartbeat, and a side that lost the record (ErrNotFound)
-//     is re-registered alone. An operation fails only when both sides
-//     fail; the error then joins both sides' errors. Side health changes
-//     are logged through slog.Default.
-//   - Reads are the union by instance ID, sorted; when both sides hold an
-//     ID, the preferred side's record is served. A side that cannot be
-//     reached keeps its last state in the union for hold, then leaves it —
-//     but only the instances the other side did not hold when it went
-//     down (the others, written to both, are the answering side's to
-//     report, so their removal shows at once);
-//     a watch fails with ErrUnavailable only when both sides fail, and the
-//     Registry then serves its last state as stale and holds it through
-//     recovery as for any backend.
-//   - Revisions are a counter of this driver, bumped on every side's
-//     answer: they grow for each service whatever the sides' own
-//     revisions do (a wipe resets one side's counter, not this one).
-//   - Both sides are called at once and an operation returns when both
-//     answered: a side that hangs instead of refusing delays Register,
-//     Heartbeat and List up to the caller's deadline (they still succeed
-//     on the other side's answer); each watch follows its sides apart.
-//   - The driver remembers each side's last answer for every service read
-//     through it (one snapshot per side and service).
-//   - Limits are the stricter of the two: the larger TTL floor, the
-//     larger granularity (granularities are 1ms or 1s multiples in
-//     practice, so the larger is a multiple of the other) and the smaller
-//     TTL ceiling, so that a TTL is valid on both sides or rejected.
+// [New] wraps two drivers you already have. A migration takes three
+// deploys, with no downtime. First prefer=old, then prefer=new, then the
+// new URL alone. docs/migration.md walks through them.
+//
+// A side that is down fails no write or read while the other side
+// answers. It is written again at the next heartbeat. An operation fails
+// only when both sides fail. When both sides hold an ID, the preferred
+// side's record is served. A side that cannot be reached keeps its last
+// state in the union for hold, 15s by default.
+//
+// Both sides are called at once, and an operation waits for both. So a
+// side that hangs delays writes and lookups up to the caller's deadline.
+// Revisions are this driver's own counter. Limits are the stricter of
+// the two sides'.
+//
+// docs/migration.md has the options, the behaviour under faults and the
+// tests.
 package dual
 
 import (

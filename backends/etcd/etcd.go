@@ -1,145 +1,44 @@
-// Package etcd is the etcd v3 backend of Roster, on go.etcd.io/etcd/client/v3.
-//
-// Import it for its side effect and open a registry by URL:
+// Package etcd is Roster's etcd v3 backend, on go.etcd.io/etcd/client/v3.
+// Import it for its side effect and open a registry by URL with
+// registry.Open:
 //
 //	import _ "github.com/roster-go/roster/backends/etcd"
 //
-//	r, err := registry.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379?prefix=/roster")
+//	reg, err := registry.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379?prefix=/roster")
 //
-// # URLs
+// Use etcds:// for TLS. Give every host its port, or none for 2379. [New]
+// builds a driver from [Options] instead, and [NewFromClient] wraps a
+// client you already have. [ParseURL] reads the options from a URL.
 //
-//	etcd://[user:password@]host1:2379[,host2:2379…][?options]    plain TCP
-//	etcds://[user:password@]host1:2379[,host2:2379…][?options]   TLS
+// Options use the vocabulary every backend shares. An unknown option, or
+// one given twice, is an error. The password comes from the URL, the
+// option password or password_file. A URL with a user and no password
+// reads $ROSTER_ETCD_PASSWORD ([EnvPassword]).
 //
-// Give every host its port, or none (2379 for all). Options:
+// Each registration is one key, <prefix>/<service>/<instance-id>, holding
+// the instance as JSON. It hangs on the process's lease for its TTL. All
+// registrations with one TTL share one lease. TTLs are whole seconds, at
+// least 2s. A heartbeat renews the shared lease, at most once per TTL/6,
+// on one stream the driver keeps open. One look-up per renewal lists the
+// keys still on the lease. So a key deleted behind the driver's back is
+// found within two heartbeats, and the key is written again.
 //
-//	prefix             key prefix, default /roster
-//	dial_timeout       connection setup and authentication, default 5s
-//	request_timeout    bound on every call, default 5s
-//	progress_interval  watch stall detection, default 2s (see Watch below)
-//	username           instead of the user info before the @
-//	password           instead of the password before the @
-//	password_file      a file holding the password (trailing newline dropped)
-//	tls                true: TLS on etcd:// too (etcds:// turns it on)
-//	ca_file, cert_file, key_file, server_name, skip_verify
-//	                   TLS, as on every backend (backend.Query.TLS)
-//	insecure_skip_verify  deprecated name of skip_verify, still accepted
+// A watch lists the service, then watches from the next revision. No
+// change is lost between the two. It relists after a compaction, a lost
+// leader or a wipe. A dropped connection fails the watch at once, with
+// registry.ErrUnavailable. A silent stall does so within about three
+// progress intervals.
 //
-// Options are read by backend.Query, as on every backend: an option given
-// twice, an unknown option, a TLS option while TLS is off, a user name or
-// password given both before the @ and as an option are errors wrapping
-// driver.ErrInvalid that name the option, and never contain the password.
-// A URL that names a user but no password takes it from
-// $ROSTER_ETCD_PASSWORD (EnvPassword); ETCDCTL_PASSWORD, etcdctl's, is
-// not read. password_file and the variable keep the password out of the
-// URL.
+// Writes are linearizable. A crashed instance leaves within its TTL plus
+// about half a second. A leader election, or a restart of a one-member
+// cluster, gives every lease its full TTL again. So a dead instance may
+// linger one more TTL.
 //
-// # Data model
+// docs/backends/etcd.md has every option, the design choices behind the
+// leases and the watch, and the measurements.
 //
-// Each registration is one key, <prefix>/<service>/<instance-id>, whose
-// value is the instance as JSON, attached to the process's lease for its
-// TTL (one lease per TTL value, shared by every registration). The
-// trailing slash after the service keeps "svc" from matching "svc-a".
-// Values under the prefix that do not decode are ignored.
-//
-// # Leases and heartbeats
-//
-// Register puts the key on the driver's shared lease for the TTL in whole
-// seconds (Limits: MinTTL 2s, the server's floor with default election
-// settings, TTLGranularity 1s; the registry rejects shorter TTLs and
-// rounds up), granting it on the first registration with that TTL.
-// Heartbeat, which the registry's lease engine calls every TTL/3 for each
-// registration, renews the shared lease with one keep-alive on the
-// driver's one LeaseKeepAlive stream — skipped when another
-// registration's heartbeat renewed it within TTL/6, so N registrations
-// cost about one renewal per TTL/6 — followed by one LeaseTimeToLive
-// asking which keys the server still holds on the lease. The heartbeat
-// then looks for its own key in that answer, without a request of its
-// own. A lease the server no longer knows (expired during a partition,
-// lost with wiped data), a key deleted behind our back, or a key
-// overwritten without the lease (it would no longer expire with the
-// process) is reported as driver.ErrNotFound, and the engine registers
-// again, forever, with capped backoff; a lost lease is replaced by one
-// new grant, which every key moves to as its heartbeat finds the loss.
-//
-// The look-up is one request per lease and renewal, whatever the number
-// of keys, and the leader answers it from its lease table in memory,
-// after applying every committed write: a key put before the look-up
-// began is in the answer unless something removed it since. An answer
-// that began before a registration's last put says nothing about it. So
-// a change behind our back is seen at the first heartbeat after the next
-// renewal: within two heartbeat intervals (≈2×TTL/3), where reading each
-// key showed it within one, at one linearizable range read per
-// registration per heartbeat (600 a second for 1,000 registrations at TTL
-// 5s; BenchmarkHold1000 and docs/benchmarks.md have the figures).
-//
-// Two other designs were weighed. A watch on the process's own keys costs
-// nothing while nothing changes, but it can miss deletes while it is
-// disconnected, compacted or on a wiped server, so it needs a relist
-// after each of those, and one watch per key or every other process's
-// deletes too; the look-up has no such gap and costs one request. A Txn
-// of Gets, one per key, is still a range read per key, and at most 128 of
-// them per Txn by default.
-//
-// Why renew on a heartbeat, and not with the client's KeepAlive: the
-// lease engine already owns heartbeat scheduling, jitter, failure counting
-// and re-registration for every backend. KeepAlive would run a second
-// scheduler inside the client, whose channel must be drained and whose
-// loss arrives asynchronously and without an error; and it renews for as
-// long as the process lives, so a lease whose registrations stopped
-// beating would never expire. The driver's own stream (renew.go) makes
-// each renewal a synchronous call with the engine's deadline and a
-// precise error, and the client authenticates once for the stream, where
-// KeepAliveOnce opens a stream, and authenticates, per renewal.
-//
-// Deregister deletes the key (watchers see it at once); the lease is
-// revoked when its last registration deregisters. A lease orphaned by a
-// failed call carries no key and expires by itself.
-//
-// # Watch
-//
-// A stream lists the service's keys (linearizable) and watches from the
-// list's revision+1 with WithRequireLeader and WithPrevKV, so no change
-// between list and watch is lost, and every change after it arrives in
-// order. It lists again and re-watches when the server cancels the watch
-// (ErrCompacted, lost leader), when the watch channel closes while the
-// stream is live, and when a response carries a revision below the one
-// already seen (data wiped or restored from an older snapshot).
-//
-// Two kinds of silence are not left to the client library, which resumes
-// watches by itself and would hide them:
-//
-//   - The connection dropped (server restarted, network cut): the driver
-//     follows the gRPC connection's state, and the stream fails with
-//     driver.ErrUnavailable as soon as it stops being ready. The registry
-//     marks the snapshot stale and reopens the stream with backoff; the new
-//     stream relists. So watchers learn about every outage, even one that
-//     lost nothing.
-//   - The watch is quiet: after progress_interval without a response the
-//     stream reads one key linearizably (one read per driver at a time,
-//     shared by all quiet streams). No answer within two more
-//     progress_interval fails the stream with driver.ErrUnavailable; an
-//     answer whose revision is below the stream's means the data went back
-//     in time (a resumed watch would wait silently for a revision that
-//     will not come for a long time) and the stream relists. Watch progress
-//     notifications cannot serve here: etcd answers a progress request only
-//     when every watcher on the gRPC stream has reached its start revision,
-//     which a watch from revision+1 on a quiet cluster never has.
-//
-// A relist after a discontinuity is bounded by 2×progress_interval too, so
-// a member that lost its leader (watch cancelled, reads hang) is reported
-// as quickly. A stalled watch is thus reported within about
-// 3×progress_interval, and a dropped connection at once; a server that
-// answers every request up to 2×progress_interval late is served fresh.
-//
-// # Guarantees and limits
-//
-// Writes are linearizable: after Register or Deregister returns, List on
-// any client reflects it. A crashed instance (no deregister) disappears
-// within TTL plus about 0.5s (the server's lease expiry loop) on a steady
-// leader, but etcd refreshes every lease to its full TTL on a leader change
-// or server restart, so after either a dead instance can linger up to one
-// more TTL. docs/backends/etcd.md has the details.
+// Errors wrap registry.ErrUnavailable, ErrNotFound, ErrInvalid or
+// ErrClosed. They never contain the password.
 package etcd
 
 import (

@@ -1,87 +1,42 @@
-// Package kubernetes is the Kubernetes backend of Roster, on client-go:
-// discovery reads the EndpointSlices of a Service; processes outside the
-// cluster (VMs, bare metal) register EndpointSlices of their own whose
-// TTL is enforced with coordination.k8s.io Leases.
+// Package kubernetes is Roster's Kubernetes backend, on client-go. Import
+// it for its side effect and open a registry by URL with registry.Open:
 //
 //	import _ "github.com/roster-go/roster/backends/kubernetes"
 //
-//	r, err := registry.Open(ctx, "k8s://?namespace=shop")
+//	reg, err := registry.Open(ctx, "k8s://?namespace=shop")            // kubeconfig
+//	reg, err := registry.Open(ctx, "k8s://in-cluster?namespace=shop")  // inside a pod
 //
-// # URLs
+// k8s:// finds its configuration as kubectl does. k8s://in-cluster uses
+// the pod's service account. Credentials never come from the URL, and
+// errors never contain a token. [New] builds a driver from [Options]
+// instead, and [ParseURL] reads them from a URL.
 //
-//	k8s://[?options]             kubeconfig: ?kubeconfig=, else $KUBECONFIG,
-//	                             else ~/.kube/config, else in-cluster
-//	k8s://in-cluster[?options]   the pod's service account
+// Discovery reads the EndpointSlices labelled
+// kubernetes.io/service-name=<service>, whoever wrote them. So a Service's
+// Pods are instances with no Roster code in them. A ready endpoint is an
+// instance. A terminating one that still serves has weight 0. One that
+// does not serve is left out. Lookup reads the apiserver, and Watch runs
+// shared informers.
 //
-// Options:
+// Processes outside the cluster, such as VMs, register too. Register
+// writes a coordination.k8s.io Lease for the TTL and an EndpointSlice
+// that the Lease owns. [ObjectName] gives both names. A heartbeat renews
+// the Lease. If it finds either object gone or replaced, it returns
+// registry.ErrNotFound and the lease registers again. Readers ignore a slice whose Lease has lapsed, so a crashed
+// instance leaves watchers at its TTL. Every registrant also sweeps lapsed
+// registrations each sweep_interval. Expiry compares the writer's clock
+// with the reader's, so keep clocks in sync.
 //
-//	namespace        where services live; default: the kubeconfig
-//	                 context's, the pod's, else "default"
-//	kubeconfig       path of a kubeconfig file
-//	context          kubeconfig context, default the current one
-//	request_timeout  bound on every call, default 5s
-//	sweep_interval   how often a registrant deletes expired registrations,
-//	                 default 10s
-//	qps              the client's request rate limit, burst twice that;
-//	                 default 200 (a heartbeat is 2 requests, every TTL/3:
-//	                 about 300 leases at TTL 10s)
+// The client's rate limit is 200 requests a second by default, option
+// qps. A heartbeat costs two requests, so that is about 300 leases at TTL
+// 10s.
 //
-// Credentials come from the kubeconfig or the service account, never from
-// the URL; errors never contain a token.
+// docs/backends/kubernetes.md has every option, the RBAC rules, the
+// guarantees and the measurements.
 //
-// # Discovery
-//
-// A service's instances are the endpoints of the EndpointSlices labelled
-// kubernetes.io/service-name=<service> in the namespace (every valid
-// service name, at most 63 characters, is a valid label value), whoever wrote
-// them (the endpointslice controller for Pods, or Roster):
-//
-//   - an endpoint that is ready (and not terminating) is an instance;
-//   - one that is not ready but still serving (terminating, draining) is an
-//     instance with weight 0, picked only when nothing else is left;
-//   - one that is not serving is left out.
-//
-// Address is the endpoint's first address and the slice's first port; ID
-// the target's name (the Pod), else the address; Zone the endpoint's zone.
-// Weight and version come from the slice's annotations roster.dev/weight
-// (at most MaxWeight: a larger one is read as MaxWeight) and
-// roster.dev/version.
-//
-// Watch runs client-go informers on EndpointSlices and Leases, one shared
-// informer factory per driver, namespaced. List reads the apiserver
-// directly (a consistent list), not the informer cache.
-//
-// # Registration
-//
-// Register writes two objects named roster-<hash of service and ID>: a
-// Lease (holder = the instance ID, leaseDurationSeconds = the TTL, whole
-// seconds, at most 2^31-1: Limits().MaxTTL) and an EndpointSlice with one endpoint, labelled
-// endpointslice.kubernetes.io/managed-by=roster.dev, owned by the Lease,
-// carrying the instance as JSON (annotation roster.dev/instance) and the
-// Lease's UID (roster.dev/lease). Heartbeat renews the Lease (renewTime)
-// and checks the slice is still there: a Lease or slice deleted or
-// replaced behind our back, or a Lease already expired, is
-// driver.ErrNotFound, and the lease engine registers again.
-//
-// Expiry is enforced twice. Readers ignore a Roster slice whose Lease is
-// missing, belongs to another registration, or whose renewTime plus
-// duration is past (by the reader's clock: keep clocks in sync, as
-// Kubernetes' own leader election requires). And every driver that holds
-// a registration sweeps the namespace each sweep_interval, deleting the
-// slice and Lease of expired registrations with resourceVersion
-// preconditions, so a registrant that renews at the same moment wins. In
-// a real cluster the garbage collector also deletes a slice whose Lease
-// is deleted (owner reference).
-//
-// # Errors and outages
-//
-// A request the apiserver rejects (4xx: invalid, forbidden, unauthorized)
-// is driver.ErrInvalid; a connection error, timeout or 5xx is
-// driver.ErrUnavailable. When an informer's watch fails, every stream of
-// the driver fails with ErrUnavailable (the registry marks snapshots
-// stale and reopens them), and the next Watch starts fresh informers once
-// the apiserver answers again, so recovery never waits on the reflector's
-// backoff (up to 30s).
+// Errors wrap registry.ErrInvalid for a request the apiserver rejects and
+// registry.ErrUnavailable for an outage. A failed informer fails every
+// watch of the driver, and the registry reopens them.
 package kubernetes
 
 import (

@@ -1,13 +1,20 @@
 // Package memory is an in-process registry backend with real TTL expiry.
-// It is for unit tests of the layers above and for examples, never proof
-// that a networked backend works; it passes the same conformance suite as
-// the others.
+// Import it for its side effect and open it by URL with registry.Open:
 //
-// URLs: "mem://" opens a private server; "mem://name" opens the named
-// server shared by every registry in the process that uses that name.
+//	import _ "github.com/roster-go/roster/backends/memory"
 //
-// A Server also offers the fault hooks the conformance suite uses:
-// SetReachable, Wipe and Delete.
+//	reg, err := registry.Open(ctx, "mem://")      // a private server
+//	reg, err := registry.Open(ctx, "mem://shop")  // shared by name in the process
+//
+// To hold the server yourself, call [NewServer] and pass [NewDriver](srv)
+// to registry.New. Several drivers on one server act as separate processes.
+//
+// It is for unit tests of the layers above and for examples. It passes the
+// same conformance suite as the other backends, but it never proves that a
+// networked backend works.
+//
+// A [Server]'s SetReachable, Wipe and Delete are the fault hooks the
+// conformance suite uses. [Driver.SetReachable] cuts one driver off alone.
 package memory
 
 import (

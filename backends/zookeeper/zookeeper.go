@@ -1,96 +1,41 @@
-// Package zookeeper is the ZooKeeper backend of Roster, on
-// github.com/go-zookeeper/zk. It needs ZooKeeper 3.5 or newer (container
-// nodes).
-//
-// Import it for its side effect and open a registry by URL:
+// Package zookeeper is Roster's ZooKeeper backend, on
+// github.com/go-zookeeper/zk. It needs ZooKeeper 3.5 or newer. Import it
+// for its side effect and open a registry by URL with registry.Open:
 //
 //	import _ "github.com/roster-go/roster/backends/zookeeper"
 //
-//	r, err := registry.Open(ctx, "zk://10.0.0.1:2181,10.0.0.2:2181/roster")
+//	reg, err := registry.Open(ctx, "zk://10.0.0.1:2181,10.0.0.2:2181/roster")
 //
-// # URLs
+// Give every host its port, or none for 2181. The path is the root znode,
+// /roster by default. [New] builds a driver from [Options] instead, and
+// [ParseURL] reads them from a URL.
 //
-//	zk://[user:password@]host1:2181[,host2:2181…][/root][?options]
+// Each root is a namespace. No root may lie inside another, so segments
+// below the first must be names no service can have. /apps/_roster works
+// and /apps/roster is refused.
 //
-// Give every host its port, or none (2181 for all). The path is the root
-// znode under which services live (default /roster): the driver prefixes
-// its paths with it, as a chroot would. Each root is a namespace of its
-// own; so that no root can lie inside another's, the segments of a root
-// below the first must be names no service can have (/apps/_roster,
-// /teams/Payments; /apps/roster is refused, as it would be the service
-// "roster" of the root /apps). User and password, when given, are added to
-// every session as digest credentials; the password never appears in an
-// error or in urls.Redact's output. Options:
-//
-//	session_timeout   timeout of the session that reads and watches, default 10s
-//	request_timeout   bound on every call, default 5s
-//	password_file     file holding the digest password of the URL's user
-//	tls=true          TLS, to the servers' secureClientPort
-//	ca_file, cert_file, key_file, server_name, skip_verify
-//	                  TLS settings, as on every backend (backend.Query.TLS)
-//
-// Without a password in the URL or password_file, a URL that names a user
-// takes the password from $ROSTER_ZOOKEEPER_PASSWORD. With TLS, New runs
-// one handshake with each server that answers, so that a certificate that
-// cannot be verified, or a client certificate the server refuses, is
-// driver.ErrInvalid naming the cause rather than a client retrying
-// forever.
-//
-// # Data model
+// User and password, when given, become digest credentials on every
+// session. A URL with a user and no password reads password_file, else
+// $ROSTER_ZOOKEEPER_PASSWORD ([EnvPassword]). With tls=true the driver
+// talks to the servers' secureClientPort.
 //
 // Each registration is an ephemeral znode <root>/<service>/<instance-id>
-// holding the instance as JSON. Service znodes are container nodes, which
-// the server deletes some time (containerCheckIntervalMs, 60s by default)
-// after their last child went. With credentials, znodes are created with
-// the ACL auth:all + world:read, so that every client can discover and
-// only the owner's identity can change them; without, world:all.
+// holding the instance as JSON. The driver keeps one session per distinct
+// TTL, with the TTL as its timeout. So when a process dies, the server
+// ends its sessions and deletes its znodes after the TTL. TTLs are whole
+// seconds, at least 2s. The server clamps session timeouts to its
+// minSessionTimeout and maxSessionTimeout. Set those so your TTLs fall
+// inside.
 //
-// # TTLs and sessions
+// A watchdog deletes a registration's znode when no heartbeat came for a
+// TTL. So a lease abandoned by a live process expires too.
 //
-// An ephemeral znode lives as long as the session that created it. The
-// driver keeps one session per distinct TTL (TTLs are whole seconds,
-// Limits: MinTTL 2s, TTLGranularity 1s), whose session timeout is that TTL,
-// and creates each registration's znode in the session of its TTL. So when
-// the process dies, the server expires the session after the TTL and
-// deletes its znodes, as the TTL promises. The server bounds session
-// timeouts to [minSessionTimeout, maxSessionTimeout] (by default 2 and 20
-// ticks, 4s and 40s with tickTime=2000): configure it so that your TTLs
-// fall inside, or crashed instances live for the bound instead of the TTL.
+// A watch uses one-shot ZooKeeper watches, each re-armed by the read that
+// follows its event. It fails with registry.ErrUnavailable as soon as its
+// session disconnects. The registry then reopens it, and it relists.
 //
-// The client library keeps a session alive by itself, so a lease whose
-// owner stopped heartbeating while the process runs (a hung loop,
-// Lease.Abandon) would never expire. Each registration therefore has a
-// watchdog: a TTL without a Heartbeat call deletes its znode, as expiry
-// would.
-//
-// Heartbeat reads the znode's stat: a znode that is missing or owned by
-// another session (the session expired during an outage and the client
-// opened a new one, or it was deleted behind our back) is driver.ErrNotFound,
-// and the registry's lease engine registers again in the current session.
-// A session that stayed disconnected for longer than its timeout is
-// replaced by a new client: the server expired it anyway, and a server
-// that lost its data refuses clients that saw newer transactions than its
-// own, so the old client would never reconnect.
-//
-// # Watch
-//
-// ZooKeeper 3.6's persistent recursive watches are not in the client
-// library, so a stream uses one-shot watches: a child watch on the service
-// znode (or an exists watch while it does not exist) and a data watch per
-// instance znode, each re-armed with the read that follows its event. A
-// stream fails with driver.ErrUnavailable as soon as its session
-// disconnects or expires, even when the client library would resume the
-// watches silently; the registry reopens it with backoff and the new stream
-// relists. Revisions are ZooKeeper zxids (the highest of the service
-// znode's pzxid and its children's mzxid).
-//
-// # Guarantees and limits
-//
-// Writes are linearizable; reads are served by the server the client is
-// connected to, which may lag the leader by a few milliseconds (ZooKeeper's
-// sequential consistency). A crashed process's instances disappear within
-// the session timeout (the TTL) plus the server's tick; an abandoned lease
-// within the TTL. docs/backends/zookeeper.md has the details and figures.
+// docs/backends/zookeeper.md has every option, the ACLs, the guarantees
+// and the measurements.
 package zookeeper
 
 import (

@@ -1,7 +1,5 @@
-// Command roster is Roster's command line: a demo that runs the whole
-// library on an embedded etcd, a local registry for development, a
-// registration sidecar for non-Go processes, inspection commands (ls,
-// watch, pick) and the conformance suite against a live deployment.
+// Command roster is Roster's command line. Start with the demo, which runs
+// the whole library on an embedded etcd:
 //
 //	go run ./cmd/roster demo
 //	roster dev                     # etcd on 127.0.0.1:2379 until Ctrl-C
@@ -9,8 +7,14 @@
 //	roster ls api --registry redis://10.0.0.2:6379
 //	roster conformance consul://127.0.0.1:8500
 //
-// The registry URL comes from --registry or the ROSTER_REGISTRY
-// environment variable.
+// roster dev serves a local registry for development. roster register is a
+// registration sidecar for processes not written in Go. ls, watch and pick
+// inspect a registry. roster conformance runs the conformance suite against
+// a live deployment, and roster bench measures one. roster agent is the
+// host agent for programs in other languages.
+//
+// The registry URL comes from --registry or the ROSTER_REGISTRY environment
+// variable. docs/cli.md describes every command.
 package main
 
 import (

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	rosterfx "github.com/roster-go/roster/contrib/fx"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
 )
 
 // The whole program runs as its own test: two greeters register, a client

@@ -1,13 +1,15 @@
 // Command fx-service is a complete Roster service and client built with
-// go.uber.org/fx: two instances of a "greeter" HTTP service announce
-// themselves with rosterfx, a client calls http://greeter/ through
-// rosterhttp, and one instance is stopped gracefully while the client is
-// calling — no request fails. It exits by itself after a few seconds.
+// go.uber.org/fx. Run it:
 //
 //	go run ./examples/fx-service                           # embedded etcd
 //	ROSTER_REGISTRY=etcd://127.0.0.1:2379 go run ./examples/fx-service   # e.g. on "roster dev"
 //
-// Each fx app here stands for a separate process; they share a process
+// Two instances of a "greeter" HTTP service announce themselves with
+// rosterfx. A client calls http://greeter/ through rosterhttp. One
+// instance stops gracefully while the client is calling, and no request
+// fails. It exits by itself after a few seconds.
+//
+// Each fx app here stands for a separate process. They share a process
 // only to make the demonstration self-contained.
 package main
 
@@ -29,8 +31,8 @@ import (
 
 	_ "github.com/roster-go/roster/backends/all" // $ROSTER_REGISTRY may name any scheme
 	"github.com/roster-go/roster/backends/etcd/etcdlocal"
-	rosterfx "github.com/roster-go/roster/contrib/fx"
-	rosterhttp "github.com/roster-go/roster/contrib/http"
+	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
+	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )

@@ -1,8 +1,10 @@
-// Package backoff computes capped, jittered exponential delays shared by
-// every retry loop in Roster (lease re-registration, watch resubscription,
-// driver reconnects, call retries), and the saturating duration arithmetic
-// they need: a user may pass any time.Duration, up to math.MaxInt64, and
-// no product or doubling here ever wraps around to a negative value.
+// Package backoff computes the capped, jittered exponential delays of
+// every retry loop in Roster. Lease re-registration, watch
+// resubscription, driver reconnects and call retries all use it.
+//
+// It also holds the saturating duration arithmetic they need. A user may
+// pass any time.Duration, up to math.MaxInt64. No product or doubling here
+// ever wraps around to a negative value.
 package backoff
 
 import (

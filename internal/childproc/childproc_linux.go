@@ -1,6 +1,6 @@
 // Package childproc holds what Roster's processes share about the child
-// processes they start: the test servers of redistest and consultest, and
-// the command the roster register sidecar runs.
+// processes they start. Those are the test servers of redistest and
+// consultest, and the command the roster register sidecar runs.
 package childproc
 
 import (

@@ -1,8 +1,8 @@
 //go:build !linux
 
 // Package childproc holds what Roster's processes share about the child
-// processes they start: the test servers of redistest and consultest, and
-// the command the roster register sidecar runs.
+// processes they start. Those are the test servers of redistest and
+// consultest, and the command the roster register sidecar runs.
 package childproc
 
 import "os/exec"

@@ -1,11 +1,12 @@
-// Package dashboard is the web page that shows what Roster clients see:
-// services, instances, quarantine and, from roster agent, picks and
-// latencies. It is shared by roster agent (live over server-sent events)
-// and middleware.Client's debug handler (polled JSON). The page has no
-// build step and loads nothing from elsewhere: its files are embedded.
+// Package dashboard is the web page that shows what Roster clients see.
+// It lists services, instances and quarantine, and, from roster agent,
+// picks and latencies. roster agent serves it live over server-sent
+// events. middleware.Client's debug handler serves it with polled JSON.
 //
-// The page renders instance data with textContent only: instance fields
-// and metadata come from the registry and are untrusted.
+// The page has no build step and loads nothing from elsewhere, since its
+// files are embedded. It renders instance data with textContent only,
+// because instance fields and metadata come from the registry and are
+// untrusted.
 package dashboard
 
 import (

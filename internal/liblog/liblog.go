@@ -1,12 +1,12 @@
-// Package liblog takes the log lines of the client libraries the backends
-// use (go-redis, go-zookeeper, etcd's zap logger, grpc, client-go's klog)
-// off stderr, where they print by default, several times per failed call:
-// the driver's errors already say what failed, once. Each line goes to
-// slog.Default() at debug level, whatever its level in the library, its
-// message prefixed with the library's name, for whoever wants the detail.
+// Package liblog takes the log lines of the backends' client libraries
+// off stderr. Those are go-redis, go-zookeeper, etcd's zap logger, grpc
+// and client-go's klog. By default they print several lines per failed
+// call, while the driver's error already says what failed, once.
 //
-// slog.Default() is read on every line, so a program that sets its
-// default logger after the backends' init is followed.
+// Each line goes to slog.Default() at debug level, whatever its level in
+// the library. Its message starts with the library's name. slog.Default()
+// is read on every line, so a program that sets its default logger after
+// the backends' init is followed.
 package liblog
 
 import (

@@ -1,12 +1,12 @@
-// Package loadgen is the load generator behind "roster bench": it
-// registers N instances across S services from P simulated processes
-// (separate registry.Registry values, each with its own connections),
-// holds them with heartbeats, watches them from W more processes, and
-// measures what each operation costs.
+// Package loadgen is the load generator behind "roster bench". It
+// registers N instances across S services from P simulated processes.
+// Each process is a separate registry.Registry with its own connections.
+// It holds the instances with heartbeats, watches them from W more
+// processes, and measures what each operation costs.
 //
-// Everything it writes lives under services named bench-<run>-sNNNN, a
-// run ID drawn at random, and is deregistered before Run returns, also
-// when it fails; a crashed run leaves instances that expire after their
+// Everything it writes lives under services named bench-<run>-sNNNN, with
+// a run ID drawn at random. Run deregisters it all before it returns, also
+// when it fails. A crashed run leaves instances that expire after their
 // TTL.
 package loadgen
 

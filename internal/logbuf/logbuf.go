@@ -1,5 +1,5 @@
-// Package logbuf is a log destination for tests: a buffer safe to write
-// from many goroutines, with an slog.Logger writing to it.
+// Package logbuf is a log destination for tests. It is a buffer safe to
+// write from many goroutines, with an slog.Logger writing to it.
 package logbuf
 
 import (

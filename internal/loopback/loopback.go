@@ -1,6 +1,6 @@
-// Package loopback holds the networking pieces backend tests share: free
-// loopback ports and a TCP proxy that can cut a client off from its server
-// (the conformance suite's partition hook).
+// Package loopback holds the networking pieces backend tests share. It
+// finds free loopback ports, and its TCP proxy can cut a client off from
+// its server, the conformance suite's partition hook.
 package loopback
 
 import (

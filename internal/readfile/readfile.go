@@ -1,7 +1,7 @@
-// Package readfile reads files whose size the reader does not control —
-// a path in a URL option, a file left on disk — up to a bound: /dev/zero
-// or a mistaken log file must be an error, not a read that fills the
-// memory.
+// Package readfile reads files whose size the reader does not control, up
+// to a bound. Such a file may be a path in a URL option, or a file left on
+// disk. /dev/zero or a mistaken log file must be an error, not a read that
+// fills the memory.
 package readfile
 
 import (

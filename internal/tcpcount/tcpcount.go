@@ -1,7 +1,7 @@
 // Package tcpcount counts this machine's established TCP connections to
-// given server ports, from /proc/net/tcp and /proc/net/tcp6 (Linux only):
-// tests and "roster bench" use it to see how many connections a client
-// holds, whatever the client library.
+// given server ports. It reads /proc/net/tcp and /proc/net/tcp6, so it
+// works on Linux only. Tests and "roster bench" use it to see how many
+// connections a client holds, whatever the client library.
 package tcpcount
 
 import (

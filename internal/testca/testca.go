@@ -1,8 +1,8 @@
 // Package testca makes throwaway certificate authorities for tests that
-// run real servers over TLS: a CA and certificates it signs, good for a
-// server and a client on 127.0.0.1 (and any names given), written as PEM
-// files. Besides the good case it makes the bad ones a TLS test needs: an
-// expired certificate and a second, unrelated CA.
+// run real servers over TLS. It makes a CA and certificates it signs, as
+// PEM files. They are good for a server and a client on 127.0.0.1 and any
+// names given. It also makes the bad cases a TLS test needs, an expired
+// certificate and a second, unrelated CA.
 package testca
 
 import (

@@ -1,17 +1,17 @@
-// Package testserver holds what the test-server packages (consultest,
-// kubetest, redistest, zktest) share: a child Process whose output goes
-// to a log file, killed with the test's process if that dies (childproc),
-// and the tail of such a log for error messages; where a server's binary
-// is (Binary) and its data directory (Dir).
+// Package testserver holds what the test-server packages share. Those are
+// consultest, kubetest, redistest and zktest.
 //
-// A Process is one run of a server: Start it with an *exec.Cmd, watch
-// Done to learn that it exited, Kill it (as a crash would) or Stop it
-// (SIGTERM, then a kill after a grace period) to end it. Both are safe to
-// call twice and on a Process never started, so cleanup code needs no
+// A [Process] is one run of a server. Start it with an *exec.Cmd. Its
+// output goes to a log file, and it dies with the test's process
+// (childproc). Done tells that it exited. Kill ends it as a crash would,
+// and Stop sends SIGTERM, then kills after a grace period. Both are safe
+// to call twice, and on a Process never started. So cleanup code needs no
 // state of its own.
 //
-// Proxies is the OpenLinked of a conformance harness on a one-address
-// server: a loopback TCP proxy per registry, all closed together.
+// [LogTail] gives the tail of such a log, for error messages. [Binary]
+// says where a server's binary is, and [Dir] is its data directory.
+// [Proxies] is the OpenLinked of a conformance harness on a one-address
+// server, with a loopback TCP proxy per registry, all closed together.
 package testserver
 
 import (

@@ -1,5 +1,6 @@
-// Package urlfuzz is the fuzz body the backends' URL parsers share: any
-// input either parses or is driver.ErrInvalid, and none panics.
+// Package urlfuzz is the fuzz body the backends' URL parsers share. Any
+// input either parses or is an error wrapping driver.ErrInvalid, and none
+// panics.
 package urlfuzz
 
 import (

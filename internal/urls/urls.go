@@ -1,6 +1,6 @@
-// Package urls holds the URL schemes that backends register and prints
-// registry URLs without their secrets. Package driver fills the table;
-// package registry and the shared backend helpers read it.
+// Package urls holds the URL schemes that backends register, and prints
+// registry URLs without their secrets. Package driver fills the table.
+// Package registry and the shared backend helpers read it.
 package urls
 
 import (

@@ -8,11 +8,12 @@ import (
 	"time"
 )
 
-// Instance is one registered endpoint of a service. Its JSON form (the
+// Instance is one registered process of a service. Its JSON form (the
 // lower-case names below) is the one backends store, so that other tools
-// can read it and Go field renames never change stored data.
+// can read it and Go field renames never change stored data. The limits
+// of each field are in docs/backends/limits.md.
 type Instance struct {
-	ID       string            `json:"id"`                 // unique per registration; see NewID
+	ID       string            `json:"id"`                 // unique per registration; Register sets <service>-<host>-<port>-<random> when empty
 	Service  string            `json:"service"`            // [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?
 	Address  string            `json:"address"`            // host:port
 	Version  string            `json:"version,omitempty"`  // free form, e.g. "1.2.0"; used by version filters

@@ -1,9 +1,10 @@
-// Command plot draws the cost curves of "roster bench" runs as an SVG: it
-// reads the JSON reports, one per line (scripts/scale-bench.sh writes
-// them, each with a "backend" field added), and plots a few figures
-// against the number of instances, one line per backend, on log–log axes.
+// Command plot draws the cost curves of "roster bench" runs as an SVG:
 //
 //	go run ./tools/plot -in docs/bench/scale.jsonl -out docs/scale.svg
+//
+// It reads the JSON reports, one per line. scripts/scale-bench.sh writes
+// them, each with a "backend" field added. It plots a few figures against
+// the number of instances, one line per backend, on log–log axes.
 package main
 
 import (

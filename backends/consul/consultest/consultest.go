@@ -1,16 +1,17 @@
-// Package consultest starts private Consul agents for tests: one
-// `consul agent -dev` per call, on free loopback ports, with its data and
-// log in a temporary directory. It never skips: a missing binary is an
-// error that says how to get one.
-//
-// NewHarness is the Consul backend's conformance harness on such an
-// agent, so that a conformance test is one line:
+// Package consultest starts private Consul agents for tests. Call [Start]
+// for an agent and [NewHarness] for the Consul backend's conformance
+// harness on it:
 //
 //	conformance.Run(t, consultest.NewHarness(t, consultest.Start(t)))
 //
-// The binary (Consul 1.13.9, MPL-2.0) is $ROSTER_CONSUL_BIN if set, else
-// ~/.cache/roster/consul-1.13.9, where scripts/test.sh builds it from the
-// Go module proxy (tools/consul), else consul on PATH.
+// Each agent is one "consul agent -dev" on free loopback ports, with its
+// data and log in a temporary directory. [StartACL] starts one that
+// denies by default.
+//
+// The binary is Consul 1.13.9, MPL-2.0. It is $ROSTER_CONSUL_BIN if set,
+// else ~/.cache/roster/consul-1.13.9, else consul on PATH. scripts/test.sh
+// builds the cached one from the Go module proxy (tools/consul). It never
+// skips. A missing binary is an error that says how to get one.
 package consultest
 
 import (

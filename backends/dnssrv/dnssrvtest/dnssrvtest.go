@@ -1,10 +1,11 @@
 // Package dnssrvtest is the conformance harness of the read-only dns+srv
-// backend on a real Consul agent's DNS interface
-// (backends/consul/consultest): instances are published through the
-// agent's HTTP API, and read back through DNS.
+// backend. Call [NewHarness] with a Consul agent from consultest:
 //
 //	a := consultest.Start(t)
 //	conformance.Run(t, dnssrvtest.NewHarness(t, a))
+//
+// The suite publishes instances through the agent's HTTP API, and reads
+// them back through the agent's DNS interface.
 package dnssrvtest
 
 import (

@@ -1,27 +1,30 @@
 // Package etcdlocal runs a single-member etcd server inside the calling
-// process, for development and single-node local registries: "roster dev",
-// "roster demo" and the examples run on it. It is not a way to run etcd in
-// production: one member has no redundancy, and a production registry
-// wants an etcd cluster of its own, reached with etcd://host1,host2,host3.
-//
-// Start listens on Config.Addr (127.0.0.1:2379 by default; port 0 picks a
-// free port) and keeps its data in Config.Dir, so that keys and leases
-// survive a restart on the same directory; without a Dir the data lives in
-// a temporary directory that Close removes. URL returns the address in
-// Roster's registry form, for registry.Open:
+// process. Call [Start], then open a registry on its [Server.URL]:
 //
 //	srv, err := etcdlocal.Start(ctx, etcdlocal.Config{Dir: dir})
 //	...
 //	defer srv.Close()
 //	reg, err := registry.Open(ctx, srv.URL()) // etcd://127.0.0.1:2379
 //
-// A busy address fails with ErrAddrInUse, a directory held by another
-// server (in this process or another) with ErrDirInUse, and a malformed
-// address with registry.ErrInvalid; Start never waits for the other server
-// to go away. The server logs nothing unless Config.Logger is set.
+// It is for development and single-node local registries. "roster dev",
+// "roster demo" and the examples run on it. It is not a way to run etcd
+// in production, since one member has no redundancy. A production
+// registry wants an etcd cluster of its own, reached with
+// etcd://host1,host2,host3.
 //
-// The server has no authentication and no TLS: bind it to loopback (the
-// default) unless every host that can reach the address may read and
+// Start listens on Config.Addr, 127.0.0.1:2379 by default. Port 0 picks a
+// free port. The data lives in Config.Dir, so keys and leases survive a
+// restart on the same directory. Without a Dir, the data lives in a
+// temporary directory that Close removes.
+//
+// A busy address fails with [ErrAddrInUse]. A directory held by another
+// server, in this process or another, fails with [ErrDirInUse]. A
+// malformed address fails with registry.ErrInvalid. Start never waits for
+// the other server to go away. The server logs nothing unless
+// Config.Logger is set.
+//
+// The server has no authentication and no TLS. Bind it to loopback, the
+// default, unless every host that can reach the address may read and
 // write the registry.
 package etcdlocal
 

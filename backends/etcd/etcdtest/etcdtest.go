@@ -1,26 +1,27 @@
-// Package etcdtest runs real etcd servers in-process, on
-// go.etcd.io/etcd/server/v3/embed: one member or a cluster of several, on
-// free loopback ports, with data in a temporary directory. The conformance
-// tests of backends/etcd run on it.
+// Package etcdtest runs real etcd servers in-process for tests, on
+// go.etcd.io/etcd/server/v3/embed. Call [NewHarness] to run the
+// conformance suite on a fresh cluster:
 //
-// A Cluster offers the faults a registry must survive: stopping and
-// restarting one member (the leader too), restarting the whole cluster
-// with or without its data (Wipe), an outage of chosen length (Kill, then
-// Start), compacting the history, and cutting one client off through a
-// TCP proxy (Link).
+//	conformance.Run(t, etcdtest.NewHarness(t, etcdtest.Config{Members: 3}))
+//
+// [Start] gives the [Cluster] itself. It runs one member or several, on
+// free loopback ports, with data in a temporary directory. The
+// conformance tests of backends/etcd run on it.
+//
+// A Cluster offers the faults a registry must survive. It stops and
+// restarts one member, the leader too. It restarts the whole cluster with
+// or without its data (Wipe). Kill, then Start, makes an outage of chosen
+// length. It compacts the history, and Link cuts one client off through a
+// TCP proxy.
 //
 // Clients reach each member through a small proxy of the Cluster's own
 // (Endpoints), unless Config.DirectClients is set. Stopping a member first
-// drops the proxied connections, so that to clients it looks like a crash.
+// drops the proxied connections, so to clients it looks like a crash.
 // Close clients before closing the Cluster all the same.
 //
-// NewHarness starts a Cluster for a test and returns the
-// conformance.Harness that runs the shared suite on it, fault hooks
-// included.
-//
-// The server logs nothing unless Config.Logger is set. Members are started
-// and stopped by the same code as backends/etcd/etcdlocal, the package for
-// a development etcd outside tests.
+// The server logs nothing unless Config.Logger is set. Members start and
+// stop through the same code as backends/etcd/etcdlocal, the package for a
+// development etcd outside tests.
 package etcdtest
 
 import (

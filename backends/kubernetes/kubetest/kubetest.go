@@ -1,19 +1,26 @@
-// Package kubetest starts a real kube-apiserver for tests, over an etcd
-// embedded in the test process (etcdtest), on free loopback ports with
-// throwaway keys and static bearer tokens: an administrator's (Token) and
-// a user's with no rights until a test binds a Role to it (LimitedToken);
-// the apiserver authorizes with RBAC.
+// Package kubetest starts a real kube-apiserver for tests. Call [Start]
+// for a [Server], and [NewHarness] for the Kubernetes backend's
+// conformance harness on it:
 //
-// The binary (kube-apiserver v1.34.2, Apache-2.0) is $ROSTER_KUBE_APISERVER
-// if set, else ~/.cache/roster/kube-apiserver-v1.34.2, which scripts/test.sh
-// builds once from the Go module proxy (tools/kube). A missing binary is an
-// error, never a skip.
+//	s, err := kubetest.Start(ctx)
+//	defer s.Close()
+//	conformance.Run(t, kubetest.NewHarness(s))
 //
-// There is no controller-manager: nothing derives EndpointSlices from Pods,
-// garbage-collects owner references or deletes namespaces. Tests write
-// slices themselves and use fresh names instead of deleting namespaces.
-// Start takes about 3 s and 260 MB, so a test package shares one Server
-// (TestMain) and starts private ones only for faults.
+// The apiserver runs over an etcd embedded in the test process (etcdtest),
+// on free loopback ports, with throwaway keys. It authorizes with RBAC.
+// [Token] is an administrator's static bearer token. [LimitedToken] has no
+// rights until a test binds a Role to it.
+//
+// The binary is kube-apiserver v1.34.2, Apache-2.0. It is
+// $ROSTER_KUBE_APISERVER if set, else ~/.cache/roster/kube-apiserver-v1.34.2,
+// which scripts/test.sh builds once from the Go module proxy (tools/kube).
+// A missing binary is an error, never a skip.
+//
+// There is no controller-manager. Nothing derives EndpointSlices from
+// Pods, garbage-collects owner references or deletes namespaces. So tests
+// write slices themselves, and use fresh names instead of deleting
+// namespaces. Start takes about 3s and 260 MB. A test package therefore
+// shares one Server (TestMain), and starts private ones only for faults.
 package kubetest
 
 import (

@@ -1,17 +1,19 @@
-// Package redistest starts private redis-server processes for tests: one
-// per call, on a free loopback port, in a temporary directory, stopped at
-// test cleanup. It never skips: a missing redis-server fails the test with
-// a message saying how to install it.
-//
-// Each deployment — a Server (Start, StartTLS), a Cluster (StartCluster), a
-// Sentinel failover group (StartFailover) — gives the conformance harness
-// of the Redis backend on it (Harness), so that a conformance test is one
-// line per topology:
+// Package redistest starts private redis-server processes for tests. Call
+// [Start] for one server, then run the conformance suite on it with its
+// [Server.Harness]:
 //
 //	conformance.Run(t, redistest.Start(t).Harness(t, "layout=keys", cfg))
 //
-// The binary is $ROSTER_REDIS_SERVER if set, else redis-server on PATH
-// (Debian: apt-get install -y redis-server; scripts/test.sh does that).
+// [StartTLS] serves TLS, and [StartACL] requires a user. [StartCluster]
+// starts a Redis Cluster and [StartFailover] a Sentinel failover group.
+// Each deployment gives its own Harness, so a conformance test is one line
+// per topology.
+//
+// Each server runs on a free loopback port, in a temporary directory, and
+// stops at test cleanup. The binary is $ROSTER_REDIS_SERVER if set, else
+// redis-server on PATH. On Debian, apt-get install -y redis-server, as
+// scripts/test.sh does. It never skips. A missing redis-server fails the
+// test with a message saying how to install it.
 package redistest
 
 import (

@@ -1,20 +1,20 @@
-// Package zktest starts private ZooKeeper servers for tests: Debian's
-// zookeeper package (ZooKeeper 3.8, Apache-2.0) run as a standalone server
-// or as an ensemble, on free loopback ports, with its configuration, data
-// and log in a temporary directory. It never skips: a missing server is an
-// error that says how to get one.
-//
-// NewHarness is the ZooKeeper backend's conformance harness on such a
-// server, so that a conformance test is one line:
+// Package zktest starts private ZooKeeper servers for tests. Call [Start]
+// for a server and [NewHarness] for the ZooKeeper backend's conformance
+// harness on it:
 //
 //	conformance.Run(t, zktest.NewHarness(t, zktest.Start(t)))
 //
-// The server runs on the JVM found as $JAVA_HOME/bin/java or java on PATH,
-// with the class path $ROSTER_ZOOKEEPER_CLASSPATH if set, else Debian's
-// /usr/share/java/zookeeper.jar (whose manifest names its dependencies),
-// slf4j-simple for its log and netty-codec (of libnetty-java, which the
-// package depends on) for the TLS port. scripts/test.sh installs the
-// package. StartTLS runs a server that also serves TLS.
+// [StartEnsemble] starts an ensemble, and [StartTLS] a server that also
+// serves TLS. Each runs Debian's zookeeper package, ZooKeeper 3.8 under
+// Apache-2.0, on free loopback ports. Its configuration, data and log sit
+// in a temporary directory.
+//
+// The JVM is $JAVA_HOME/bin/java, else java on PATH. The class path is
+// $ROSTER_ZOOKEEPER_CLASSPATH if set. Else it is Debian's
+// /usr/share/java/zookeeper.jar, whose manifest names its dependencies,
+// plus slf4j-simple for the log. netty-codec, from libnetty-java, serves
+// the TLS port. scripts/test.sh installs the package. It never skips. A
+// missing server is an error that says how to get one.
 package zktest
 
 import (

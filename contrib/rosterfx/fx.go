@@ -1,0 +1,170 @@
+// Package rosterfx plugs Roster into go.uber.org/fx applications: a
+// Registry opened from configuration, a middleware.Client, and the
+// announcement of the service being built, registered and deregistered
+// in the order that loses no request.
+//
+//	fx.New(
+//		rosterfx.Module,       // *registry.Registry from Config or $ROSTER_REGISTRY
+//		rosterfx.ClientModule, // *middleware.Client
+//		fx.Provide(NewHTTPServer),
+//		rosterfx.Announce(func(s *HTTPServer) rosterfx.Announcement {
+//			return rosterfx.Announcement{
+//				Instance:    registry.Instance{Service: "greeter"},
+//				Addr:        s.Addr, // known once the server listens
+//				HealthPath:  "/healthz",
+//			}
+//		}),
+//	).Run()
+//
+// # Lifecycle
+//
+// fx runs OnStart hooks in the order they were appended and OnStop hooks
+// in reverse. An announcement's constructor that takes the server as a
+// parameter is built after it, so its hooks come after the server's:
+//
+//   - start: the server listens (its own OnStart), then the announcement
+//     waits for the health check to pass, then registers. A request routed
+//     to the instance never meets a closed port.
+//   - stop: the announcement deregisters (or, with Drain, sets weight 0),
+//     waits until its own registry watch shows the change (the backend has
+//     it, and every watcher is being told), then waits DrainWindow for the
+//     other processes' watchers; only then does the server's OnStop run
+//     and stop accepting. Requests in flight finish during the window.
+//
+// If the announcement does not depend on the server, fx may order them
+// the other way round, which is exactly the failure the PHP/Consul
+// article warns about (process gone, registration still there): make the
+// dependency explicit.
+//
+// The registry is closed after everything that uses it has stopped; a
+// Registry.Close also deregisters any lease still alive.
+//
+// # Registry down at start
+//
+// If the registry cannot be reached when the announcement registers, the
+// app starts all the same and the registration is retried in the
+// background, as roster register does: backoff from 200ms to 10s, each
+// failure logged (Announcement.Logger, slog). The instance gets traffic
+// once registered. On stop the retries end; an instance that was never
+// registered is not deregistered, and no drain window is waited.
+// Announcement.WaitRegistered makes the start fail instead. The registry
+// itself must open: Redis opens without a server, etcd dials at Open.
+//
+// Start errors (invalid instance, an unspecified address such as
+// [::]:8080, a health check that never passes, a registry that does not
+// open, an unreachable one with WaitRegistered) fail fx's Start with a
+// message naming the service and address; fx.App.Run then exits
+// non-zero.
+package rosterfx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+)
+
+// EnvURL is the environment variable read when Config.URL is empty.
+const EnvURL = "ROSTER_REGISTRY"
+
+// Config configures the Registry that Module provides. Supply it with
+// fx.Supply(rosterfx.Config{...}) or a constructor; without one, the URL
+// comes from $ROSTER_REGISTRY.
+type Config struct {
+	// URL is the registry URL ("etcd://10.0.0.1:2379", "mem://", …).
+	// Empty: $ROSTER_REGISTRY.
+	URL string
+	// OpenTimeout bounds opening the registry (default 10s).
+	OpenTimeout time.Duration
+}
+
+// Module provides a *registry.Registry opened from Config (or
+// $ROSTER_REGISTRY), with any registry.Option values supplied in the
+// "roster.registry_options" group, and closes it on stop. Import the
+// backend packages whose schemes you use.
+var Module = fx.Module("roster", fx.Provide(newRegistry))
+
+// ClientModule provides a *middleware.Client over the Registry, with any
+// middleware.Option values supplied in the "roster.client_options" group,
+// and closes it on stop (before the Registry).
+var ClientModule = fx.Module("roster.client", fx.Provide(newClient))
+
+// registryParams are newRegistry's parameters.
+type registryParams struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Config    Config            `optional:"true"`
+	Options   []registry.Option `group:"roster.registry_options"`
+}
+
+// newRegistry opens the registry and closes it when the app stops.
+func newRegistry(p registryParams) (*registry.Registry, error) {
+	url := p.Config.URL
+	if url == "" {
+		url = os.Getenv(EnvURL)
+	}
+	if url == "" {
+		return nil, fmt.Errorf("rosterfx: no registry URL: set rosterfx.Config.URL or $%s", EnvURL)
+	}
+	timeout := p.Config.OpenTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	reg, err := registry.Open(ctx, url, p.Options...)
+	if err != nil {
+		return nil, fmt.Errorf("rosterfx: open registry: %w", err) // Open redacts credentials
+	}
+	p.Lifecycle.Append(fx.StopHook(func(ctx context.Context) error {
+		// Within fx's stop deadline: leases it leaves expire at their TTL.
+		if err := reg.Shutdown(ctx); err != nil && !errors.Is(err, registry.ErrClosed) {
+			return fmt.Errorf("rosterfx: close %s: %w", reg, err)
+		}
+		return nil
+	}))
+	return reg, nil
+}
+
+// RegistryOptions supplies registry options to Module's Registry.
+func RegistryOptions(opts ...registry.Option) fx.Option {
+	return group(`group:"roster.registry_options"`, opts)
+}
+
+// group provides each of values into the fx value group named by tag.
+func group[T any](tag string, values []T) fx.Option {
+	out := make([]fx.Option, 0, len(values))
+	for _, v := range values {
+		out = append(out, fx.Provide(fx.Annotate(func() T { return v }, fx.ResultTags(tag))))
+	}
+	return fx.Options(out...)
+}
+
+// clientParams are newClient's parameters.
+type clientParams struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Registry  *registry.Registry
+	Options   []middleware.Option `group:"roster.client_options"`
+}
+
+// newClient returns a middleware.Client over the registry, closed on stop.
+func newClient(p clientParams) (*middleware.Client, error) {
+	c, err := middleware.NewClient(p.Registry, p.Options...)
+	if err != nil {
+		return nil, fmt.Errorf("rosterfx: client: %w", err)
+	}
+	p.Lifecycle.Append(fx.StopHook(c.Close))
+	return c, nil
+}
+
+// ClientOptions supplies middleware options to ClientModule's Client.
+func ClientOptions(opts ...middleware.Option) fx.Option {
+	return group(`group:"roster.client_options"`, opts)
+}

@@ -1,0 +1,381 @@
+package rostergrpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/roster-go/roster/internal/backend"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/serviceconfig"
+	"google.golang.org/grpc/status"
+
+	"github.com/roster-go/roster/internal/mwhook"
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// balancerName is the name of the Roster load-balancing policy, for
+// service configs: {"loadBalancingConfig":[{"roster":{"strategy":"p2c_ewma"}}]}.
+const balancerName = "roster"
+
+func init() { balancer.Register(builder{}) }
+
+// lbConfig is the policy's JSON configuration.
+type lbConfig struct {
+	serviceconfig.LoadBalancingConfig `json:"-"`
+
+	// Strategy is a selector strategy name (selector.ParseStrategy);
+	// empty means selector.DefaultStrategy.
+	Strategy string `json:"strategy,omitempty"`
+}
+
+type builder struct{}
+
+func (builder) Name() string { return balancerName }
+
+func (builder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+	var c lbConfig
+	if err := json.Unmarshal(js, &c); err != nil {
+		return nil, fmt.Errorf("rostergrpc: balancer config: %w", err)
+	}
+	if c.Strategy != "" {
+		if _, err := selector.ParseStrategy(c.Strategy); err != nil {
+			return nil, fmt.Errorf("rostergrpc: balancer config: %w", err)
+		}
+	}
+	return &c, nil
+}
+
+func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	return &rosterBalancer{
+		cc:      cc,
+		service: opts.Target.Endpoint(),
+		conns:   map[string]*subConn{},
+		state:   connectivity.Connecting,
+	}
+}
+
+// settings are what a dial's Options give the balancer, through the
+// resolver state's attributes (a balancer is built by name, globally).
+type settings struct {
+	quarantine *middleware.Quarantine
+	classify   middleware.Classifier
+}
+
+type settingsKey struct{}
+
+// rosterBalancer keeps one SubConn per instance address and, on every
+// change (addresses, weights, connectivity), publishes an immutable picker
+// over the READY ones, backed by a Roster selector. gRPC calls its methods
+// (and the SubConn state listeners) one at a time; only the pickers run
+// concurrently.
+type rosterBalancer struct {
+	cc      balancer.ClientConn
+	service string
+
+	strategy selector.Strategy
+	sel      *selector.Selector
+	set      *settings
+
+	conns       map[string]*subConn // by address
+	state       connectivity.State
+	resolverErr error
+	connErr     error
+	closed      bool
+}
+
+type subConn struct {
+	sc    balancer.SubConn
+	inst  registry.Instance
+	state connectivity.State
+}
+
+func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	if b.closed {
+		return nil
+	}
+	if err := b.configure(s); err != nil {
+		return err
+	}
+	b.syncConns(s.ResolverState)
+	b.baseline()
+	if len(b.conns) == 0 {
+		b.resolverErr = fmt.Errorf("rostergrpc: service %s has no instances", b.service)
+		b.publish()
+		return balancer.ErrBadResolverState
+	}
+	b.resolverErr = nil
+	b.publish()
+	return nil
+}
+
+// configure takes the service, the dial's settings and the strategy from
+// a new state; a new strategy gets a new selector.
+func (b *rosterBalancer) configure(s balancer.ClientConnState) error {
+	if svc, ok := s.ResolverState.Attributes.Value(serviceKey{}).(string); ok {
+		b.service = svc
+	}
+	if set, ok := s.ResolverState.Attributes.Value(settingsKey{}).(*settings); ok {
+		b.set = set
+	}
+	if b.set == nil {
+		b.set = &settings{quarantine: middleware.NewQuarantine(middleware.QuarantineConfig{}), classify: defaultClassify}
+	}
+	strategy := selector.DefaultStrategy
+	if c, ok := s.BalancerConfig.(*lbConfig); ok && c.Strategy != "" {
+		strategy = selector.Strategy(c.Strategy)
+	}
+	if b.sel == nil || strategy != b.strategy {
+		sel, err := selector.New(selector.WithStrategy(strategy))
+		if err != nil {
+			return fmt.Errorf("rostergrpc: %w", err) // validated by ParseConfig: not reached
+		}
+		b.sel, b.strategy = sel, strategy
+	}
+	return nil
+}
+
+// syncConns keeps one SubConn per address of the resolver state: new
+// addresses connect, gone ones shut down, and an instance that changed
+// (a new weight when draining, metadata) is updated without reconnecting.
+func (b *rosterBalancer) syncConns(rs resolver.State) {
+	seen := map[string]bool{}
+	for _, ep := range endpointsOf(rs) {
+		if len(ep.Addresses) == 0 {
+			continue
+		}
+		addr := ep.Addresses[0].Addr
+		inst, ok := InstanceOf(ep.Attributes)
+		if !ok {
+			// Not from the Roster resolver: an anonymous instance.
+			inst = registry.Instance{ID: addr, Service: b.service, Address: addr, Weight: registry.DefaultWeight}
+		}
+		if seen[addr] {
+			continue // two registrations of one address: one connection
+		}
+		seen[addr] = true
+		if c := b.conns[addr]; c != nil {
+			c.inst = inst
+			continue
+		}
+		c := &subConn{inst: inst, state: connectivity.Idle}
+		sc, err := b.cc.NewSubConn([]resolver.Address{{Addr: addr}}, balancer.NewSubConnOptions{
+			StateListener: func(st balancer.SubConnState) { b.updateSubConnState(c, st) },
+		})
+		if err != nil {
+			continue
+		}
+		c.sc = sc
+		b.conns[addr] = c
+		sc.Connect()
+	}
+	for addr, c := range b.conns {
+		if !seen[addr] {
+			c.sc.Shutdown()
+			delete(b.conns, addr)
+		}
+	}
+}
+
+// baseline gives the selector the instances the service has when the
+// balancer first hears of them: their connections become ready one by
+// one, and they must not be slow-started as if they had just joined.
+func (b *rosterBalancer) baseline() {
+	snap := registry.Snapshot{Service: b.service}
+	for _, c := range b.conns {
+		snap.Instances = append(snap.Instances, c.inst)
+	}
+	b.sel.Baseline(snap)
+}
+
+func endpointsOf(s resolver.State) []resolver.Endpoint {
+	if len(s.Endpoints) > 0 {
+		return s.Endpoints
+	}
+	eps := make([]resolver.Endpoint, 0, len(s.Addresses))
+	for _, a := range s.Addresses {
+		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{a}, Attributes: a.BalancerAttributes})
+	}
+	return eps
+}
+
+func (b *rosterBalancer) ResolverError(err error) {
+	if b.closed {
+		return
+	}
+	b.resolverErr = err
+	if len(b.conns) == 0 {
+		b.publish()
+	}
+	// With connections, keep using them: an error never empties the list.
+}
+
+// UpdateSubConnState is unused: every SubConn has a StateListener.
+func (b *rosterBalancer) UpdateSubConnState(balancer.SubConn, balancer.SubConnState) {}
+
+func (b *rosterBalancer) updateSubConnState(c *subConn, st balancer.SubConnState) {
+	if b.closed || b.conns[c.inst.Address] != c {
+		return // shut down already
+	}
+	old := c.state
+	switch st.ConnectivityState {
+	case connectivity.Idle:
+		// Reconnect at once: we keep every instance connected, as the
+		// selector needs them all to choose from.
+		c.sc.Connect()
+		if old == connectivity.TransientFailure {
+			return // stay failed until it is READY again
+		}
+	case connectivity.Connecting:
+		if old == connectivity.TransientFailure {
+			return
+		}
+	case connectivity.TransientFailure:
+		b.connErr = st.ConnectionError
+	case connectivity.Shutdown:
+		return
+	}
+	c.state = st.ConnectivityState
+	if (old == connectivity.Ready) != (c.state == connectivity.Ready) || c.state == connectivity.TransientFailure {
+		b.publish()
+	}
+}
+
+func (b *rosterBalancer) Close() {
+	b.closed = true
+	for addr, c := range b.conns {
+		c.sc.Shutdown()
+		delete(b.conns, addr)
+	}
+}
+
+func (b *rosterBalancer) ExitIdle() {
+	for _, c := range b.conns {
+		if c.state == connectivity.Idle {
+			c.sc.Connect()
+		}
+	}
+}
+
+// publish computes the aggregate state and a new picker.
+func (b *rosterBalancer) publish() {
+	var ready []*subConn
+	connecting := false
+	for _, c := range b.conns {
+		switch c.state {
+		case connectivity.Ready:
+			ready = append(ready, c)
+		case connectivity.Idle, connectivity.Connecting:
+			connecting = true
+		}
+	}
+	switch {
+	case len(ready) > 0:
+		insts := make([]registry.Instance, 0, len(ready))
+		byID := make(map[string]balancer.SubConn, len(ready))
+		for _, c := range ready {
+			insts = append(insts, c.inst)
+			byID[c.inst.ID] = c.sc
+		}
+		backend.SortInstances(insts)
+		// The selector keeps per-instance state (in flight, latency) by
+		// ID across updates; the picker captures the immutable view this
+		// update built, so it never picks from a later set.
+		b.sel.Update(registry.Snapshot{Service: b.service, Instances: insts, At: time.Now()})
+		b.state = connectivity.Ready
+		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: &picker{
+			service: b.service, view: b.sel.Picker(), byID: byID, set: b.set, total: len(ready),
+			connecting: connecting,
+		}})
+	case connecting:
+		b.state = connectivity.Connecting
+		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Connecting, Picker: queuePicker{}})
+	default:
+		b.state = connectivity.TransientFailure
+		err := b.connErr
+		switch {
+		case err == nil && b.resolverErr != nil:
+			err = b.resolverErr
+		case err == nil:
+			err = errors.New("no instance reachable")
+		case b.resolverErr != nil:
+			err = fmt.Errorf("last connection error: %w; last resolver error: %v", err, b.resolverErr)
+		}
+		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
+			Picker: errPicker{status.Errorf(codes.Unavailable, "rostergrpc: %s: %v", b.service, err)}})
+	}
+}
+
+type queuePicker struct{}
+
+func (queuePicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
+	return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+}
+
+type errPicker struct{ err error }
+
+func (p errPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
+	return balancer.PickResult{}, p.err
+}
+
+// picker is immutable: the READY connections by instance ID, and the
+// selector's view built from exactly those instances (grpc-go's pickers
+// are snapshots too: an old one keeps picking from its own set).
+type picker struct {
+	service string
+	view    *selector.Picker
+	byID    map[string]balancer.SubConn
+	set     *settings
+	total   int
+	// connecting: some instances are still connecting, so an RPC routed
+	// to instances none of which is ready waits for the next picker.
+	connecting bool
+}
+
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	ctx := info.Ctx
+	tr := triedFrom(ctx)
+	q := p.set.quarantine
+	// The fallback order is the selector's, as in middleware.Client: an
+	// instance this RPC has not tried that the quarantine admits, then a
+	// tried one it admits, then any.
+	in, done, err := p.view.Pick(ctx, selector.PickOptions{
+		Key:   keyFrom(ctx),
+		Route: routeFrom(ctx),
+		Tried: func(in *registry.Instance) bool { return tr.has(in.ID) },
+		Avoid: func(in *registry.Instance) bool { return !mwhook.Admit(q, p.service, in.ID, p.total) },
+	})
+	if err != nil {
+		if p.connecting && errors.Is(err, selector.ErrNoInstances) {
+			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+		}
+		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "rostergrpc: %s: %v", p.service, err)
+	}
+	sc, ok := p.byID[in.ID]
+	if !ok { // the view was built from byID's instances: not reached
+		done.Done(context.Canceled, 0)
+		return balancer.PickResult{}, status.Errorf(codes.Internal, "rostergrpc: %s: picked %s, which has no connection", p.service, in.ID)
+	}
+	start := time.Now()
+	id, classify, service, total := in.ID, p.set.classify, p.service, p.total
+	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
+		err := di.Err
+		if status.Code(err) == codes.Canceled {
+			err = context.Canceled // the selector leaves latency alone then
+		}
+		done.Done(err, time.Since(start))
+		c := classify(ctx, di.Err)
+		mwhook.Outcome(q, service, id, int(c), total)
+		if di.Err != nil {
+			tr.add(id)
+		}
+	}}, nil
+}

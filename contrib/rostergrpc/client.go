@@ -1,0 +1,288 @@
+package rostergrpc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
+
+	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
+)
+
+// defaultClassify classifies gRPC status codes:
+//   - OK → Success;
+//   - the caller's context done, or Canceled → Abort;
+//   - Unavailable → Retryable (the instance is down, restarting or
+//     overloaded; another may serve);
+//   - Internal, Unknown, DataLoss → Fatal (counted, not retried);
+//   - any other code → Business: the instance answered, the answer is an
+//     application error (NotFound, InvalidArgument, …), which says nothing
+//     about its health. DeadlineExceeded is the caller's budget.
+func defaultClassify(ctx context.Context, err error) middleware.Class {
+	if err == nil {
+		return middleware.Success
+	}
+	if ctx.Err() != nil {
+		return middleware.Abort
+	}
+	switch status.Code(err) {
+	case codes.OK:
+		return middleware.Success
+	case codes.Canceled, codes.DeadlineExceeded:
+		return middleware.Abort
+	case codes.Unavailable:
+		return middleware.Retryable
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		return middleware.Fatal
+	}
+	return middleware.Business
+}
+
+// Option configures DialOptions.
+type Option func(*dialConfig)
+
+type dialConfig struct {
+	strategy    selector.Strategy
+	retries     int
+	retryCodes  []string
+	quarantine  *middleware.Quarantine
+	classify    middleware.Classifier
+	serviceConf string
+}
+
+// WithStrategy sets the selector strategy (default selector.DefaultStrategy,
+// p2c_ewma). For ConsistentHash and Maglev, give each RPC a key with
+// WithKey.
+func WithStrategy(s selector.Strategy) Option { return func(c *dialConfig) { c.strategy = s } }
+
+// WithRetry sets the gRPC retry policy's maximum attempts (first one
+// included; default 3, gRPC caps it at 5) for the status codes given
+// (default UNAVAILABLE). Each retry avoids the instances this RPC already
+// tried while others are left. 1 disables retries.
+func WithRetry(maxAttempts int, retryOn ...codes.Code) Option {
+	return func(c *dialConfig) {
+		c.retries = maxAttempts
+		c.retryCodes = nil
+		for _, code := range retryOn {
+			c.retryCodes = append(c.retryCodes, codeName(code))
+		}
+	}
+}
+
+// WithQuarantine sets the quarantine the balancer consults and feeds (the
+// default is a new middleware.Quarantine with default settings per
+// channel). Share one with a middleware.Client to share the evidence.
+func WithQuarantine(q *middleware.Quarantine) Option { return func(c *dialConfig) { c.quarantine = q } }
+
+// WithClassifier replaces the default classification of status codes:
+// OK is Success, the caller's context done or Canceled is Abort,
+// Unavailable is Retryable, Internal, Unknown and DataLoss are Fatal, and
+// any other code is Business (the instance answered).
+func WithClassifier(f middleware.Classifier) Option { return func(c *dialConfig) { c.classify = f } }
+
+// WithServiceConfig replaces the generated default service config (JSON)
+// entirely: use it to add per-method timeouts, keeping a
+// loadBalancingConfig that names "roster".
+func WithServiceConfig(js string) Option { return func(c *dialConfig) { c.serviceConf = js } }
+
+// serviceConfig returns the default service config DialOptions installs:
+// the roster balancer with the strategy, and a retry policy for every
+// method when maxAttempts > 1.
+func serviceConfig(strategy selector.Strategy, maxAttempts int, retryCodes ...string) string {
+	lb := map[string]any{}
+	if strategy != "" {
+		lb["strategy"] = string(strategy)
+	}
+	sc := map[string]any{"loadBalancingConfig": []any{map[string]any{balancerName: lb}}}
+	if maxAttempts > 1 {
+		if len(retryCodes) == 0 {
+			retryCodes = []string{"UNAVAILABLE"}
+		}
+		sc["methodConfig"] = []any{map[string]any{
+			"name": []any{map[string]any{}},
+			"retryPolicy": map[string]any{
+				"maxAttempts":          min(maxAttempts, 5),
+				"initialBackoff":       "0.01s",
+				"maxBackoff":           "0.1s",
+				"backoffMultiplier":    2.0,
+				"retryableStatusCodes": retryCodes,
+			},
+		}}
+	}
+	js, _ := json.Marshal(sc)
+	return string(js)
+}
+
+func codeName(c codes.Code) string {
+	// The service config uses the canonical upper-case names.
+	names := map[codes.Code]string{
+		codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN", codes.InvalidArgument: "INVALID_ARGUMENT",
+		codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
+		codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
+		codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
+		codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
+		codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
+	}
+	if n, ok := names[c]; ok {
+		return n
+	}
+	return fmt.Sprintf("%d", c)
+}
+
+// DialOptions returns the options that route a grpc.ClientConn for
+// Target(service) through Roster: the resolver over reg, a default service
+// config selecting the roster balancer (strategy, retry policy), and
+// interceptors that let each retry avoid the instances its RPC already
+// tried. Options given to grpc.NewClient after these win.
+func DialOptions(reg *registry.Registry, opts ...Option) []grpc.DialOption {
+	c := dialConfig{retries: 3}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.classify == nil {
+		c.classify = defaultClassify
+	}
+	if c.quarantine == nil {
+		c.quarantine = middleware.NewQuarantine(middleware.QuarantineConfig{})
+	}
+	js := c.serviceConf
+	if js == "" {
+		js = serviceConfig(c.strategy, c.retries, c.retryCodes...)
+	}
+	set := &settings{quarantine: c.quarantine, classify: c.classify}
+	st := &starts{}
+	return []grpc.DialOption{
+		grpc.WithResolvers(&settingsResolver{b: newResolverBuilder(reg), set: set, starts: st}),
+		grpc.WithDefaultServiceConfig(js),
+		grpc.WithChainUnaryInterceptor(st.unary, unaryTried),
+		grpc.WithChainStreamInterceptor(st.stream, streamTried),
+	}
+}
+
+// NewClient is grpc.NewClient(Target(service), DialOptions(reg, opts...)...,
+// extra...). Transport credentials are not chosen for you: pass
+// grpc.WithTransportCredentials in extra.
+func NewClient(reg *registry.Registry, service string, opts []Option, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.NewClient(Target(service), append(DialOptions(reg, opts...), extra...)...)
+}
+
+// settingsResolver hands the dial's settings to the balancer through the
+// resolver state (a balancer is built by name, with no dial options).
+type settingsResolver struct {
+	b      resolver.Builder
+	set    *settings
+	starts *starts
+}
+
+func (s *settingsResolver) Scheme() string { return s.b.Scheme() }
+
+func (s *settingsResolver) Build(t resolver.Target, cc resolver.ClientConn, o resolver.BuildOptions) (resolver.Resolver, error) {
+	r, err := s.b.Build(t, &settingsCC{ClientConn: cc, set: s.set}, o)
+	if err != nil {
+		return nil, err
+	}
+	return s.starts.track(t.String(), r), nil
+}
+
+type settingsCC struct {
+	resolver.ClientConn
+	set *settings
+}
+
+func (c *settingsCC) UpdateState(st resolver.State) error {
+	st.Attributes = st.Attributes.WithValue(settingsKey{}, c.set)
+	return c.ClientConn.UpdateState(st)
+}
+
+type keyCtx struct{}
+
+// WithKey returns a context whose RPCs carry an affinity key for the
+// ConsistentHash and Maglev strategies: RPCs with equal keys go to the
+// same instance while the set of instances is stable.
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, keyCtx{}, key)
+}
+
+// The outgoing metadata keys that route one RPC (see the package doc).
+const (
+	metadataVersion = "x-roster-version"
+	metadataZone    = "x-roster-zone"
+	metadataHashKey = "x-roster-hash-key"
+)
+
+// keyFrom returns the RPC's affinity key: WithKey's, else the
+// x-roster-hash-key metadata.
+func keyFrom(ctx context.Context) string {
+	if k, ok := ctx.Value(keyCtx{}).(string); ok {
+		return k
+	}
+	return firstValue(ctx, metadataHashKey)
+}
+
+// routeFrom returns the Route of the RPC's x-roster-version and
+// x-roster-zone metadata; a selector.WithRoute in the context applies
+// when they are absent.
+func routeFrom(ctx context.Context) selector.Route {
+	return selector.Route{Version: firstValue(ctx, metadataVersion), Zone: firstValue(ctx, metadataZone)}
+}
+
+func firstValue(ctx context.Context, key string) string {
+	if v := metadata.ValueFromOutgoingContext(ctx, key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// tried is the set of instances the attempts of one RPC failed on; the
+// interceptors put one in the RPC's context, the picker reads and fills
+// it (gRPC finishes an attempt before it picks for the next one).
+type tried struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+type triedCtx struct{}
+
+func triedFrom(ctx context.Context) *tried {
+	t, _ := ctx.Value(triedCtx{}).(*tried)
+	return t
+}
+
+func (t *tried) has(id string) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, x := range t.ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *tried) add(id string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.ids = append(t.ids, id)
+	t.mu.Unlock()
+}
+
+func unaryTried(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(context.WithValue(ctx, triedCtx{}, &tried{}), method, req, reply, cc, opts...)
+}
+
+func streamTried(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return streamer(context.WithValue(ctx, triedCtx{}, &tried{}), desc, cc, method, opts...)
+}
