@@ -101,8 +101,9 @@ func New(opts Options) (*Driver, error) {
 		nopts = append(nopts, natsio.Secure(opts.TLS))
 	}
 	urls := "nats://" + strings.Join(opts.Servers, ",nats://")
+	// The first try, short, finds a refusal; then the client keeps trying.
 	var err error
-	d.nc, err = natsio.Connect(urls, nopts...)
+	d.nc, err = natsio.Connect(urls, append(nopts, natsio.Timeout(min(opts.RequestTimeout, time.Second)))...)
 	if err != nil && d.ErrorKind(err) != driver.ErrInvalid {
 		d.nc, err = natsio.Connect(urls, append(nopts, natsio.RetryOnFailedConnect(true))...)
 	}
