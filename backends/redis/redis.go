@@ -87,9 +87,6 @@ func boundRetries(c *goredis.UniversalOptions) {
 // Client returns the driver's client, for code that needs raw access.
 func (d *Driver) Client() goredis.UniversalClient { return d.c }
 
-// Options returns the effective options.
-func (d *Driver) Options() Options { return d.o }
-
 // Limits implements driver.Driver: hash has millisecond TTLs (min 10ms);
 // keys has whole seconds (SET EX / EXPIRE, min 1s).
 func (d *Driver) Limits() driver.Limits { return d.layout.limits() }
