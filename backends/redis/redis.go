@@ -138,18 +138,21 @@ func (d *conn) watchClient() goredis.UniversalClient {
 	return goredis.NewUniversalClient(&cp)
 }
 
-// wrap names the server and the operation, and hides the password:
+// wrap names the server and the operation, and hides the passwords:
 // go-redis never prints it, but a proxy or a server error might echo
 // it. ErrorKind classifies the result. A failure that is not a refusal
 // may be a TLS setting that does not match the port: then the PortCheck
 // diagnosis, an ErrInvalid naming the address, replaces it.
 func (d *conn) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
 	if !refused(err) && !errors.Is(err, goredis.ErrClosed) && !errors.Is(err, context.Canceled) {
 		if perr := d.ports.Diagnose(); perr != nil {
 			return fmt.Errorf("redis: %s: %w", op, perr)
 		}
 	}
-	return fmt.Errorf("redis %s: %s: %w", d.name, op, backend.Redacted(explain(err), d.copts.Password))
+	return fmt.Errorf("redis %s: %s: %w", d.name, op, backend.Redacted(explain(err), d.copts.Password, d.copts.SentinelPassword))
 }
 
 // Register implements driver.Driver.
