@@ -1,62 +1,50 @@
-// Package agent is the local process behind `roster agent`: it keeps the
-// registry's lists for every program on the host and serves discovery,
-// picks, outcome reports and local registrations as JSON over HTTP on
-// loopback (or a Unix socket), so PHP, Python, Node or a shell script get
-// the same strategies, quarantine and stale-cache fallback as a Go
-// middleware.Client — and all the short-lived workers of a host (PHP-FPM)
-// share one list and one view of which instances fail.
+// Package agent serves the registry to every program of one host, in any
+// language. It is the process behind `roster agent`. Call [New] with a
+// registry, then serve the [Agent] on loopback or a Unix socket. An Agent is
+// an [http.Handler].
 //
-// # API
+//	a, err := agent.New(agent.Config{Registry: reg})
+//	if err != nil {
+//		return err
+//	}
+//	defer a.Close()
+//	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
+//	go srv.Serve(ln) // ln listens on 127.0.0.1 or a Unix socket
 //
-//	GET    /v1/services                      the registry's services
-//	GET    /v1/services/{service}            its instances, index, revision, stale flag
-//	GET    /v1/services/{service}?index=N&wait=30s   long poll: answers when the index is not N
-//	POST   /v1/pick     {"service","strategy","key","version","zone","tags"} → {"token","instance","stale"}
-//	POST   /v1/report   {"token","outcome","latency_ms"} → 204
-//	POST   /v1/register {instance fields, "ttl", "check_url", "check_interval"} → the instance
-//	GET    /v1/register                      the local registrations and their lease states
+// A program picks an instance, calls it, and reports the outcome by token.
+// The reports of all workers feed one selector and one quarantine, as in a
+// Go middleware.Client. So short-lived workers, such as PHP-FPM's, share one
+// list and one view of which instances fail.
+//
+//	GET    /v1/services               the registry's services
+//	GET    /v1/services/{service}     its instances (?index=N&wait=30s long-polls)
+//	POST   /v1/pick                   {"service", filters} → {"token","instance","stale"}
+//	POST   /v1/report                 {"token","outcome","latency_ms"} → 204
+//	POST   /v1/register               a local registration, held as a lease
+//	GET    /v1/register               the local registrations
 //	DELETE /v1/register/{id}
-//	GET    /v1/state, /v1/events             the dashboard's state (JSON, server-sent events)
-//	GET    /metrics                          Prometheus, through OpenTelemetry
-//	GET    /                                 the dashboard
+//	GET    /v1/state, /v1/events      the dashboard's state
+//	GET    /metrics                   Prometheus, through OpenTelemetry
+//	GET    /                          the dashboard
 //
-// # Contract
+// Routing filters (version, zone, tags) are hard. A pick never returns an
+// instance they reject, and fails with 503 when none is left. A token is
+// reported once. Its pick counts in flight for at most
+// selector.DefaultInflightBound, so a worker that died mid-call does not
+// starve the instance. A token left unreported expires after
+// Config.TokenTTL and counts as an aborted call.
 //
-//   - A pick is a middleware.Client pick, without the call: one Client per
-//     strategy in use, each with its own quarantine. Routing filters
-//     (version, zone, tags) are hard: a pick never returns an instance
-//     they reject, and fails with 503 "no_instances" when none is left.
-//   - Every pick returns a token; reporting it feeds the call's outcome
-//     and latency to the selector (in-flight count, latency EWMA) and to
-//     the quarantine, exactly as an attempt through Client.Do does. A
-//     token is reported once. A pick counts in flight for at most the
-//     selector's in-flight bound (selector.DefaultInflightBound, about
-//     8.6 s), reported or not, so a client that died mid-call does not
-//     starve the instance; a later report still feeds latency and
-//     quarantine. An unreported token expires after Config.TokenTTL
-//     (default 1 minute) and counts as an aborted call; at most
-//     Config.MaxTokens wait, past that the oldest expires early.
-//   - While the registry fails, picks go on from the last good list
-//     (flagged "stale"), for the whole outage unless Config.MaxStaleness
-//     bounds it; the instances endpoint flags the list stale too.
-//   - The index of the instances endpoint counts the changes this agent
-//     saw (instances or stale flag); a long poll with ?index=N answers as
-//     soon as the index differs from N, or after ?wait (default 5m, at
-//     most 10m) with the unchanged state. An index from an earlier run of
-//     the agent differs, so the poll answers at once.
-//   - Errors are JSON {"error","code"}: 400 invalid, 403 forbidden (a
-//     request of a web page: see below), 404 not_found (an unknown token
-//     or registration), 429 too_many, 503 no_instances, stale,
-//     unavailable or closed.
-//   - The API has no authentication, so it serves programs of its host
-//     only: a request with an Origin other than the agent's own (a
-//     cross-site form or fetch from a browser on the host) is refused,
-//     and over TCP so is a Host other than a loopback address or
-//     localhost (DNS rebinding). Listen on loopback or a Unix socket.
-//   - Local registrations are leases the agent holds: they live while
-//     the agent does and are deregistered by Close. With check_url the
-//     instance is withdrawn while its process's HTTP check fails.
-//   - The agent follows at most Config.MaxServices services.
+// While the registry fails, picks go on from the last good list. Answers
+// flag it stale. Config.MaxStaleness bounds how long this lasts.
 //
-// See docs/agent.md for examples in PHP, Python and the shell.
+// The API has no authentication, so it serves the programs of its host
+// only. It refuses a request whose Origin is not its own. Over TCP it also
+// refuses a Host other than a loopback address or localhost, against DNS
+// rebinding.
+//
+// The agent holds local registrations while it runs. [Agent.Close]
+// deregisters them. [Agent.RunTemplates] renders text/template files after
+// every change, as consul-template does.
+//
+// See docs/agent.md for the full API and clients in PHP, Python and the shell.
 package agent

@@ -49,7 +49,7 @@ func New(d driver.Driver, opts ...Option) *Registry {
 		o.name = fmt.Sprintf("%T", d)
 	}
 	return &Registry{
-		drv: checked{Driver: newGuard(d), rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
+		drv: checked{Driver: backend.Guard(d), rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
 		lookupTimeout: DefaultLookupTimeout, leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }

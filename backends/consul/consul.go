@@ -55,8 +55,8 @@ import (
 
 // Schemes of this backend: plain HTTP and HTTPS.
 const (
-	Scheme    = "consul"
-	SchemeTLS = "consuls"
+	scheme    = "consul"
+	schemeTLS = "consuls"
 )
 
 func init() {
@@ -67,8 +67,8 @@ func init() {
 		}
 		return NewDriver(o)
 	}
-	driver.Register(Scheme, open, publicOptions...)
-	driver.Register(SchemeTLS, open, publicOptions...)
+	driver.Register(scheme, open, publicOptions...)
+	driver.Register(schemeTLS, open, publicOptions...)
 }
 
 // Driver is a driver.Driver talking to one Consul agent.
@@ -91,9 +91,6 @@ type Driver struct {
 	life     context.Context
 	stop     context.CancelFunc
 	inflight sync.WaitGroup
-
-	mu     sync.Mutex
-	closed bool
 
 	ports backend.PortCheck // TLS to the agent: checked after a failure (wrap)
 }
@@ -173,7 +170,7 @@ func (d *Driver) newClient(conns int) (*api.Client, error) {
 	cfg.Transport = tr
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("consul: %w: %s", driver.ErrInvalid, redact(err.Error(), cfg.Token))
+		return nil, fmt.Errorf("consul: %w: %w", driver.ErrInvalid, backend.Redacted(err, cfg.Token))
 	}
 	// NewClient filled cfg.Token from the environment if the URL had none.
 	d.secret = cfg.Token
@@ -186,9 +183,6 @@ func (d *Driver) newClient(conns int) (*api.Client, error) {
 // (max_conns) but not their gate: its requests queue in the transport.
 func (d *Driver) Client() *api.Client { return d.client }
 
-// Options returns the driver's options (with the token).
-func (d *Driver) Options() Options { return d.o }
-
 // Limits implements driver.Driver: TTLs from 1s, millisecond
 // granularity. See the package doc for what the TTL means.
 func (d *Driver) Limits() driver.Limits {
@@ -200,26 +194,11 @@ func (d *Driver) Limits() driver.Limits {
 // connections are closed. The agent keeps what was registered
 // (Registry.Close deregisters its leases before closing the driver).
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	d.closed = true
-	d.mu.Unlock()
 	d.stop()
 	d.hub.wait()
 	d.inflight.Wait()
 	for _, tr := range d.transports {
 		tr.CloseIdleConnections()
-	}
-	return nil
-}
-
-func (d *Driver) enter(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return fmt.Errorf("consul: %w", driver.ErrClosed)
 	}
 	return nil
 }
@@ -311,40 +290,50 @@ func (d *Driver) query(ctx context.Context) *api.QueryOptions {
 	return q.WithContext(ctx)
 }
 
-// wrap maps a client error to the registry's sentinels: 404 is
-// ErrNotFound, 400 and 413 ErrInvalid, 403 ErrInvalid (a token that lacks the
-// right will not gain it by retrying), a TLS misconfiguration
-// (backend.TLSCause) ErrInvalid, anything else — refused
-// connections, timeouts, 5xx — ErrUnavailable. A context error of the
-// caller is returned as is. The token never appears in the text.
+// wrap names the operation and hides the token. ErrorKind classifies
+// the result. A failure below HTTP may be TLS to the agent that does not
+// match its port: then the PortCheck diagnosis, an ErrInvalid naming the
+// address, replaces it. An error that wraps a sentinel already (the
+// driver's own knowledge) is returned as is.
 func (d *Driver) wrap(ctx context.Context, op string, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("consul: %s: %w", op, ctx.Err())
-	}
 	if isRegistryError(err) {
-		return err // classified already
-	}
-	msg := redact(redact(err.Error(), d.o.Token), d.secret)
-	if cause, ok := backend.TLSCause(err); ok {
-		return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, redact(redact(cause, d.o.Token), d.secret))
+		return err
 	}
 	var se api.StatusError
-	if !errors.As(err, &se) {
+	cause, tlsFailed := backend.TLSCause(err)
+	switch {
+	case tlsFailed:
+		err = explained{cause, err}
+	case errors.As(err, &se) && se.Code == http.StatusForbidden:
+		err = fmt.Errorf("permission denied (check the ACL token): %w", err)
+	case !errors.As(err, &se) && ctx.Err() == nil:
 		if terr := d.ports.Diagnose(); terr != nil {
 			return fmt.Errorf("consul: %s: %w", op, terr)
 		}
 	}
+	return fmt.Errorf("consul: %s: %w", op, backend.Redacted(err, d.o.Token, d.secret))
+}
+
+// ErrorKind implements driver.Driver. 404 is ErrNotFound, as is the 500
+// by which old agents say a check is unknown (lostCheck). 400, 413 and 403
+// are ErrInvalid: a request the agent rejects, or a token that lacks the
+// right, will not pass by retrying. So is a TLS misconfiguration
+// (backend.TLSCause). Anything else (refused connections, timeouts, 429,
+// 5xx) is ErrUnavailable.
+func (d *Driver) ErrorKind(err error) error {
+	if _, ok := backend.TLSCause(err); ok {
+		return driver.ErrInvalid
+	}
+	var se api.StatusError
 	if errors.As(err, &se) {
 		switch {
 		case se.Code == http.StatusNotFound || lostCheck(se):
-			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrNotFound, msg)
-		case se.Code == http.StatusBadRequest, se.Code == http.StatusRequestEntityTooLarge:
-			return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrInvalid, msg)
-		case se.Code == http.StatusForbidden:
-			return fmt.Errorf("consul: %s: %w: permission denied (check the ACL token): %s", op, driver.ErrInvalid, msg)
+			return driver.ErrNotFound
+		case se.Code == http.StatusBadRequest, se.Code == http.StatusRequestEntityTooLarge, se.Code == http.StatusForbidden:
+			return driver.ErrInvalid
 		}
 	}
-	return fmt.Errorf("consul: %s: %w: %s", op, driver.ErrUnavailable, msg)
+	return driver.ErrUnavailable
 }
 
 func isRegistryError(err error) bool {
@@ -362,14 +351,11 @@ func lostCheck(se api.StatusError) bool {
 	return se.Code == http.StatusInternalServerError && strings.Contains(se.Body, "does not have associated TTL")
 }
 
-func redact(s, token string) string {
-	if token == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, token, "xxxxx")
+// explained is an error with a clearer text than its cause's.
+type explained struct {
+	msg string
+	err error
 }
 
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }
+func (e explained) Error() string { return e.msg }
+func (e explained) Unwrap() error { return e.err }

@@ -166,9 +166,6 @@ func decodeFields(s string) (weight uint32, version, zone string, ok bool) {
 // ReplaceExistingChecks, so that a re-registration replaces the check
 // rather than adding one. It is retried as the package doc describes.
 func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
 	reg := &registration{d: d, id: inst.ID, service: inst.Service, ttl: ttl}
 	if err := reg.write(ctx, inst); err != nil {
 		return nil, err
@@ -227,9 +224,6 @@ func (r *registration) write(ctx context.Context, inst driver.Instance) error {
 // the check; with an HTTP check it confirms that the agent still holds
 // the service. Either way ErrNotFound means the agent lost it.
 func (r *registration) Heartbeat(ctx context.Context) error {
-	if err := r.d.enter(ctx); err != nil {
-		return err
-	}
 	op := "heartbeat " + r.id
 	if r.d.o.Check == CheckHTTP {
 		return r.d.write(ctx, op, renewal, func(ctx context.Context) error {
@@ -261,9 +255,6 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 // Update implements driver.Registration: the same registration, written
 // again with the new fields (the TTL check is re-created passing).
 func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
-	if err := r.d.enter(ctx); err != nil {
-		return err
-	}
 	return r.write(ctx, inst)
 }
 
@@ -271,13 +262,10 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 // retries until it succeeds or ctx ends: a lost deregistration would leave
 // the instance behind, critical, until DeregisterCriticalServiceAfter.
 func (r *registration) Deregister(ctx context.Context) error {
-	if err := r.d.enter(ctx); err != nil {
-		return err
-	}
 	err := r.d.write(ctx, "deregister "+r.id, removal, func(ctx context.Context) error {
 		return r.d.client.Agent().ServiceDeregisterOpts(r.id, (&api.QueryOptions{}).WithContext(ctx))
 	})
-	if isNotFound(err) {
+	if r.d.ErrorKind(err) == driver.ErrNotFound {
 		return nil // already gone: not an error
 	}
 	return err

@@ -66,6 +66,15 @@ var (
 	badRequest = scriptStep{http.StatusBadRequest, "Invalid service address"}
 )
 
+// mapped is err as Registry returns it: with the sentinel ErrorKind
+// gives, unless it wraps one already.
+func mapped(d *Driver, err error) error {
+	if err == nil || isRegistryError(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, d.ErrorKind(err))
+}
+
 var inst = registry.Instance{ID: "svc-1", Service: "svc", Address: "127.0.0.1:80", Weight: 1}
 
 // 429 and 5xx are retried within the call; 404, the old agents' lost-check
@@ -82,7 +91,7 @@ func TestWritesRetryBusyAgent(t *testing.T) {
 	})
 	t.Run("register 400", func(t *testing.T) {
 		d, s := scriptedDriver(t, badRequest, ok)
-		if _, err := d.Register(t.Context(), inst, 3*time.Second); !errors.Is(err, registry.ErrInvalid) {
+		if _, err := d.Register(t.Context(), inst, 3*time.Second); !errors.Is(mapped(d, err), registry.ErrInvalid) {
 			t.Fatalf("Register = %v, want ErrInvalid", err)
 		}
 		if n := s.requests(); n != 1 {
@@ -99,7 +108,7 @@ func TestWritesRetryBusyAgent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := reg.Heartbeat(t.Context()); !errors.Is(err, registry.ErrNotFound) {
+			if err := reg.Heartbeat(t.Context()); !errors.Is(mapped(d, err), registry.ErrNotFound) {
 				t.Fatalf("Heartbeat = %v, want ErrNotFound", err)
 			}
 			if n := s.requests(); n != 2 {
@@ -140,7 +149,7 @@ func TestPersistent429IsUnavailable(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := d.Register(ctx, inst, 3*time.Second)
-	if !errors.Is(err, registry.ErrUnavailable) || !strings.Contains(err.Error(), "429") {
+	if !errors.Is(mapped(d, err), registry.ErrUnavailable) || !strings.Contains(err.Error(), "429") {
 		t.Fatalf("Register = %v, want ErrUnavailable saying 429", err)
 	}
 	if took := time.Since(start); took > 700*time.Millisecond+500*time.Millisecond {

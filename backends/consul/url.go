@@ -32,13 +32,13 @@ const (
 // concurrent connections per client IP a Consul agent accepts by default
 // (limits.http_max_conns_per_client). See the package doc.
 const (
-	DefaultMaxConns      = 64
-	DefaultMaxWatchConns = 64
+	defaultMaxConns      = 64
+	defaultMaxWatchConns = 64
 )
 
-// MinDeregisterAfter is Consul's floor for DeregisterCriticalServiceAfter:
+// minDeregisterAfter is Consul's floor for DeregisterCriticalServiceAfter:
 // lower values are silently raised by the agent, so they are rejected here.
-const MinDeregisterAfter = time.Minute
+const minDeregisterAfter = time.Minute
 
 // Options configure a Driver. ParseURL fills them from a URL.
 type Options struct {
@@ -48,7 +48,7 @@ type Options struct {
 	Datacenter string
 
 	Check           string        // CheckTTL (default) or CheckHTTP
-	DeregisterAfter time.Duration // ≥ MinDeregisterAfter; default 1m
+	DeregisterAfter time.Duration // ≥ 1m (Consul's floor); default 1m
 	HTTPPath        string        // default /healthz
 	HTTPInterval    time.Duration // default 10s
 	HTTPTimeout     time.Duration // default 2s
@@ -57,8 +57,8 @@ type Options struct {
 	Timeout    time.Duration // one request other than a blocking query; default 10s
 	AllowStale bool
 
-	MaxConns      int // connections for calls other than blocking queries; default DefaultMaxConns
-	MaxWatchConns int // connections for blocking queries; default DefaultMaxWatchConns
+	MaxConns      int // connections for calls other than blocking queries; default 64
+	MaxWatchConns int // connections for blocking queries; default 64
 
 	// TLSConfig is the HTTPS client configuration; ParseURL fills it from
 	// the URL's TLS options. When set it implies TLS and the file fields
@@ -74,14 +74,14 @@ type Options struct {
 func (o *Options) defaults() {
 	o.TLS = o.TLS || o.TLSConfig != nil
 	o.Check = cmp.Or(o.Check, CheckTTL)
-	o.DeregisterAfter = cmp.Or(o.DeregisterAfter, MinDeregisterAfter)
+	o.DeregisterAfter = cmp.Or(o.DeregisterAfter, minDeregisterAfter)
 	o.HTTPPath = cmp.Or(o.HTTPPath, "/healthz")
 	o.HTTPInterval = cmp.Or(o.HTTPInterval, 10*time.Second)
 	o.HTTPTimeout = cmp.Or(o.HTTPTimeout, 2*time.Second)
 	o.Wait = cmp.Or(o.Wait, 30*time.Second)
 	o.Timeout = cmp.Or(o.Timeout, 10*time.Second)
-	o.MaxConns = cmp.Or(o.MaxConns, DefaultMaxConns)
-	o.MaxWatchConns = cmp.Or(o.MaxWatchConns, DefaultMaxWatchConns)
+	o.MaxConns = cmp.Or(o.MaxConns, defaultMaxConns)
+	o.MaxWatchConns = cmp.Or(o.MaxWatchConns, defaultMaxWatchConns)
 }
 
 func (o *Options) validate() error {
@@ -96,7 +96,7 @@ func (o *Options) validate() error {
 	default:
 		return bad("check=%q: want ttl or http", o.Check)
 	}
-	if o.DeregisterAfter < MinDeregisterAfter {
+	if o.DeregisterAfter < minDeregisterAfter {
 		return bad("deregister_after=%v: Consul's minimum is 1m (lower values are raised by the agent, and its reaper runs every 30s)", o.DeregisterAfter)
 	}
 	if !strings.HasPrefix(o.HTTPPath, "/") {
@@ -136,7 +136,7 @@ func (o Options) String() string {
 // backend (see the package doc for the list). A missing host is
 // 127.0.0.1; a missing port is 8500, or 8501 with TLS.
 func ParseURL(u *url.URL) (Options, error) {
-	q, err := backend.ParseSchemeQuery("consul", u, Scheme, SchemeTLS)
+	q, err := backend.ParseSchemeQuery("consul", u, scheme, schemeTLS)
 	if err != nil {
 		return Options{}, err
 	}
@@ -182,7 +182,7 @@ func readTLS(q *backend.Query, u *url.URL) (*tls.Config, error) {
 	var skip bool
 	q.String("tls_server_name", &name)
 	q.Bool("tls_skip_verify", &skip)
-	cfg := q.TLS(strings.EqualFold(u.Scheme, SchemeTLS))
+	cfg := q.TLS(strings.EqualFold(u.Scheme, schemeTLS))
 	switch {
 	case cfg == nil && (name != "" || skip):
 		return nil, backend.InvalidURL("consul", "tls_server_name or tls_skip_verify given but TLS is off (use consuls:// or tls=true)")

@@ -2,7 +2,6 @@ package consul
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/roster-go/roster/registry/driver"
 )
-
-func isNotFound(err error) bool { return errors.Is(err, driver.ErrNotFound) }
 
 // health reads the passing instances of service, through gates.
 func (d *Driver) health(ctx context.Context, service string, gates []gate) (driver.Snapshot, uint64, error) {
@@ -36,7 +33,6 @@ func (d *Driver) health(ctx context.Context, service string, gates []gate) (driv
 		}
 		snap.Instances = append(snap.Instances, fromConsul(e))
 	}
-	backend.SortInstances(snap.Instances)
 	snap.Revision = meta.LastIndex
 	return snap, meta.LastIndex, nil
 }
@@ -45,9 +41,6 @@ func (d *Driver) health(ctx context.Context, service string, gates []gate) (driv
 // /v1/health/service/<name>?passing (never the catalog, which has no
 // health).
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
-	if err := d.enter(ctx); err != nil {
-		return driver.Snapshot{}, err
-	}
 	s, _, err := d.health(ctx, service, []gate{d.bulk, d.calls})
 	if err != nil {
 		return driver.Snapshot{}, d.wrap(ctx, "list "+service, err)
@@ -60,9 +53,6 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 // passing instance. Names whose every check passes need no further
 // query; only names with a failing check are confirmed one by one.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
 	var names map[string][]string
 	var checks api.HealthChecks
 	_, err := d.call(ctx, func(ctx context.Context) (err error) {
@@ -154,9 +144,6 @@ func (d *Driver) block(ctx context.Context, req func(ctx context.Context) error)
 // catalog with two blocking queries and wakes the stream when its service
 // may have changed; the stream then reads the service.
 func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
 	st := &stream{d: d, service: service, closed: make(chan struct{}), wake: make(chan struct{}, 1), bucket: newBucket(watchBurst, watchEvery)}
 	d.hub.add(st)
 	return st, nil
@@ -187,9 +174,8 @@ type stream struct {
 }
 
 // Next implements driver.Stream: the first call returns the current
-// state at once; later calls wait for the hub to wake the stream, read
-// the service, and return when the passing set differs from the last one
-// returned.
+// state at once; later calls wait for the hub to wake the stream, then
+// read the service. The state may be the last one again.
 func (st *stream) Next(outer context.Context) (driver.Snapshot, error) {
 	// Close (of the stream or the driver) must release a pending read at
 	// once: it cancels the read's context.
@@ -227,10 +213,7 @@ func (st *stream) Next(outer context.Context) (driver.Snapshot, error) {
 			st.poke() // a stale server answered (allow_stale): read again
 			continue
 		}
-		if st.last != nil && st.last.SameInstances(snap) {
-			continue // woken without a change of the passing set
-		}
-		st.last = &snap
+		st.last = &snap // changed or not: Registry drops repeats
 		return snap, nil
 	}
 }

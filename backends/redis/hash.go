@@ -233,7 +233,7 @@ return out
 // encodeRecord and decodeRecord use driver.Instance's JSON form, the
 // stored form of every backend that keeps instances as JSON.
 func encodeRecord(in driver.Instance) (string, error) {
-	b, err := json.Marshal(in)
+	b, err := backend.Encode(in)
 	if err != nil {
 		return "", fmt.Errorf("%w: redis: encode %s: %v", driver.ErrInvalid, in.ID, err)
 	}
@@ -313,9 +313,6 @@ func (r *hashReg) put(ctx context.Context, op string) (existed bool, err error) 
 // the lease registers again at once, so the instance is back within one
 // heartbeat.
 func (r *hashReg) Heartbeat(ctx context.Context) error {
-	if err := r.h.enter(ctx); err != nil {
-		return err
-	}
 	existed, err := r.put(ctx, "heartbeat")
 	if err == nil && !existed {
 		err = fmt.Errorf("redis %s: heartbeat %s/%s: record is gone: %w", r.h.name, r.svc, r.id, driver.ErrNotFound)
@@ -324,9 +321,6 @@ func (r *hashReg) Heartbeat(ctx context.Context) error {
 }
 
 func (r *hashReg) Update(ctx context.Context, inst driver.Instance) error {
-	if err := r.h.enter(ctx); err != nil {
-		return err
-	}
 	data, err := encodeRecord(inst)
 	if err != nil {
 		return err
@@ -337,9 +331,6 @@ func (r *hashReg) Update(ctx context.Context, inst driver.Instance) error {
 }
 
 func (r *hashReg) Deregister(ctx context.Context) error {
-	if err := r.h.enter(ctx); err != nil {
-		return err
-	}
 	k := r.keys
 	err := delScript.Run(ctx, r.h.c, []string{k.inst + r.id, k.idx, k.rev, k.log}, r.id, r.h.o.MaxLen, r.h.o.Linger.Milliseconds()).Err()
 	if err != nil {
@@ -368,7 +359,6 @@ func (h *hashLayout) snapshot(ctx context.Context, c goredis.Scripter, service s
 		}
 		s.Instances = append(s.Instances, in)
 	}
-	backend.SortInstances(s.Instances)
 	return s, res[1], nil
 }
 

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/roster-go/roster/internal/backend"
-
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -29,8 +27,8 @@ type hashStream struct {
 	insts   map[string]driver.Instance
 	rev     uint64
 	lastID  string
-	last    driver.Snapshot // last delivered
-	pending bool            // last not yet delivered (the first snapshot)
+	listed  driver.Snapshot // the last relist: the first state delivered
+	pending bool            // listed not yet delivered (the first Next)
 
 	lastActive time.Time // last log entry or relist
 	readFailed bool      // the last XREAD failed
@@ -75,18 +73,17 @@ func (st *hashStream) relist(ctx context.Context) error {
 		st.insts[in.ID] = in
 	}
 	st.rev, st.lastID = s.Revision, lastID
-	st.last = s
+	st.listed = s
 	st.lastActive = time.Now()
 	return nil
 }
 
-// current builds a sorted snapshot of the stream's state.
+// current builds a snapshot of the stream's state.
 func (st *hashStream) current() driver.Snapshot {
 	s := driver.Snapshot{Service: st.svc, Revision: st.rev, At: time.Now(), Instances: make([]driver.Instance, 0, len(st.insts))}
 	for _, in := range st.insts {
 		s.Instances = append(s.Instances, in)
 	}
-	backend.SortInstances(s.Instances)
 	return s
 }
 
@@ -106,7 +103,7 @@ func opening(svc string, closed <-chan struct{}, pending *bool, first driver.Sna
 }
 
 func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
-	if s, ok, err := opening(st.svc, st.closed, &st.pending, st.last); ok {
+	if s, ok, err := opening(st.svc, st.closed, &st.pending, st.listed); ok {
 		return s, err
 	}
 	for {
@@ -172,8 +169,8 @@ func (st *hashStream) readFailure(ctx context.Context, err error) (driver.Snapsh
 	return st.resync(ctx)
 }
 
-// applyAll applies entries read from the log; ok reports a changed state
-// to deliver.
+// applyAll applies entries read from the log; ok reports a state to
+// deliver, changed or not (Registry drops repeats).
 func (st *hashStream) applyAll(ctx context.Context, msgs []goredis.XMessage) (driver.Snapshot, bool, error) {
 	st.readFailed = false
 	st.lastActive = time.Now()
@@ -186,11 +183,7 @@ func (st *hashStream) applyAll(ctx context.Context, msgs []goredis.XMessage) (dr
 			return st.resync(ctx)
 		}
 	}
-	if s := st.current(); !s.SameInstances(st.last) {
-		st.last = s
-		return s, true, nil
-	}
-	return driver.Snapshot{}, false, nil
+	return st.current(), true, nil
 }
 
 // apply applies one log entry; false when its revision does not follow.
@@ -219,17 +212,13 @@ func (st *hashStream) apply(m goredis.XMessage) bool {
 	return true
 }
 
-// resync relists; ok reports a changed state to deliver.
+// resync relists; ok is always true: the state is delivered, changed or
+// not (Registry drops repeats).
 func (st *hashStream) resync(ctx context.Context) (driver.Snapshot, bool, error) {
-	prev := st.last
 	if err := st.relist(ctx); err != nil {
 		return driver.Snapshot{}, false, st.fail(ctx, err)
 	}
-	if st.last.SameInstances(prev) {
-		st.last = prev
-		return driver.Snapshot{}, false, nil
-	}
-	return st.last, true, nil
+	return st.listed, true, nil
 }
 
 func (st *hashStream) fail(ctx context.Context, err error) error {
@@ -244,10 +233,7 @@ func (st *hashStream) fail(ctx context.Context, err error) error {
 		return fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
 	default:
 	}
-	if errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed) {
-		return err
-	}
-	return st.h.wrap("watch "+st.svc, err)
+	return err // wrapped where it was made
 }
 
 func (st *hashStream) Close() error {

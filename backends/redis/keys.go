@@ -306,9 +306,6 @@ func (r *keysReg) write(ctx context.Context, inst driver.Instance, op string) er
 }
 
 func (r *keysReg) Heartbeat(ctx context.Context) error {
-	if err := r.ks.enter(ctx); err != nil {
-		return err
-	}
 	n, err := expireScript.Run(ctx, r.ks.c, []string{r.key}, r.id, ttlSeconds(r.ttl)).Int()
 	if err != nil {
 		return r.ks.wrap("heartbeat "+r.svc+"/"+r.id, err)
@@ -320,16 +317,10 @@ func (r *keysReg) Heartbeat(ctx context.Context) error {
 }
 
 func (r *keysReg) Update(ctx context.Context, inst driver.Instance) error {
-	if err := r.ks.enter(ctx); err != nil {
-		return err
-	}
 	return r.write(ctx, inst, "update")
 }
 
 func (r *keysReg) Deregister(ctx context.Context) error {
-	if err := r.ks.enter(ctx); err != nil {
-		return err
-	}
 	if err := delOwnScript.Run(ctx, r.ks.c, []string{r.key}, r.id).Err(); err != nil {
 		return r.ks.wrap("deregister "+r.svc+"/"+r.id, err)
 	}
@@ -421,7 +412,6 @@ func (ks *keysLayout) list(ctx context.Context, service string) (driver.Snapshot
 	if s.Instances == nil {
 		s.Instances = []driver.Instance{}
 	}
-	backend.SortInstances(s.Instances)
 	return s, nil
 }
 

@@ -187,40 +187,32 @@ func (st *keysStream) Next(ctx context.Context) (driver.Snapshot, error) {
 	}
 	t := time.NewTimer(st.ks.o.Poll)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return driver.Snapshot{}, ctx.Err()
-		case <-st.closed:
-			return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
-		case <-st.hints:
-		case <-t.C:
-		}
-		s, err := st.ks.list(ctx, st.svc)
-		if err != nil {
-			if ctx.Err() != nil {
-				return driver.Snapshot{}, ctx.Err()
-			}
-			return driver.Snapshot{}, err
-		}
-		t.Reset(st.ks.o.Poll)
-		if lost(st.last, s) {
-			// A restart (the pool re-dialled without an error) or a wipe
-			// looks like instances leaving: say so, so that the registry
-			// holds those whose leases have not yet written themselves back.
-			restarted, wiped := st.restarted(ctx), st.wiped(ctx)
-			if restarted || wiped {
-				st.last = s
-				return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w: %s", st.svc, driver.ErrUnavailable, fault(restarted))
-			}
-		} else {
-			st.keepEpoch(ctx)
-		}
-		if !s.SameInstances(st.last) {
-			st.last = s
-			return s, nil
-		}
+	select {
+	case <-ctx.Done():
+		return driver.Snapshot{}, ctx.Err()
+	case <-st.closed:
+		return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
+	case <-st.hints:
+	case <-t.C:
 	}
+	s, err := st.ks.list(ctx, st.svc)
+	if err != nil {
+		return driver.Snapshot{}, err
+	}
+	if lost(st.last, s) {
+		// A restart (the pool re-dialled without an error) or a wipe
+		// looks like instances leaving: say so, so that the registry
+		// holds those whose leases have not yet written themselves back.
+		restarted, wiped := st.restarted(ctx), st.wiped(ctx)
+		if restarted || wiped {
+			st.last = s
+			return driver.Snapshot{}, fmt.Errorf("redis %s: watch %s: %s", st.ks.name, st.svc, fault(restarted))
+		}
+	} else {
+		st.keepEpoch(ctx)
+	}
+	st.last = s // changed or not: Registry drops repeats
+	return s, nil
 }
 
 // lost reports whether an instance of prev is missing from cur.

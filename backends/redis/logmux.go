@@ -266,7 +266,7 @@ func (s *muxShard) loop() {
 		default:
 		}
 		if err != nil && !errors.Is(err, goredis.Nil) {
-			s.broadcast(err)
+			s.broadcast(s.m.h.wrap("watch", err))
 			backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
 			select {
 			case <-s.stop:

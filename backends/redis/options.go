@@ -27,9 +27,9 @@ const (
 	NotifyOff  Notify = "off"  // poll only
 )
 
-// MaxLinger bounds Options.Linger: longer would keep the keys of services
+// maxLinger bounds Options.Linger: longer would keep the keys of services
 // that are long gone, and the scripts compute in float64 milliseconds.
-const MaxLinger = 7 * 24 * time.Hour
+const maxLinger = 7 * 24 * time.Hour
 
 // Options configure a Driver. The zero value means the defaults.
 type Options struct {
@@ -46,7 +46,7 @@ type Options struct {
 	MaxLen int64         // hash: approximate cap of each service's change log (default 1000)
 	// Linger (hash) is how long a service's keys outlive its last
 	// instance, and how long its change log keeps an entry (default 5m,
-	// at most MaxLinger).
+	// at most 7 days).
 	Linger time.Duration
 
 	Poll   time.Duration // keys: relist period of a watch (default 1s)
@@ -101,8 +101,8 @@ func (o *Options) defaults() error {
 	switch {
 	case o.Sweep < 0 || o.Quiet < 0 || o.Poll < 0 || o.MaxLen < 0:
 		return fmt.Errorf("%w: redis: negative sweep, quiet, poll or maxlen", driver.ErrInvalid)
-	case o.Linger < time.Millisecond || o.Linger > MaxLinger:
-		return fmt.Errorf("%w: redis: linger %v (want 1ms to %v)", driver.ErrInvalid, o.Linger, MaxLinger)
+	case o.Linger < time.Millisecond || o.Linger > maxLinger:
+		return fmt.Errorf("%w: redis: linger %v (want 1ms to %v)", driver.ErrInvalid, o.Linger, maxLinger)
 	case o.Notify != NotifyAuto && o.Notify != NotifyOn && o.Notify != NotifyOff:
 		return fmt.Errorf("%w: redis: notify %q (want auto, on or off)", driver.ErrInvalid, o.Notify)
 	}

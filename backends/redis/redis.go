@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/roster-go/roster/internal/backend"
@@ -16,15 +15,14 @@ import (
 )
 
 // Driver is a driver.Driver on Redis. Wrap it with registry.New, or open
-// it through registry.Open with a redis URL. It checks that it is open
-// and hands every operation to its layout.
+// it through registry.Open with a redis URL. It hands every operation to
+// its layout.
 type Driver struct {
 	*conn
 	layout layout
 }
 
-// layout is how instances are stored: hashLayout or keysLayout. Each is a
-// whole driver but for the checks Driver makes once.
+// layout is how instances are stored: hashLayout or keysLayout.
 type layout interface {
 	register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error)
 	list(ctx context.Context, service string) (driver.Snapshot, error)
@@ -34,8 +32,7 @@ type layout interface {
 	notes(ctx context.Context) []string
 }
 
-// conn is what both layouts share: the client, the options, and whether
-// the driver is closed (registrations check it too).
+// conn is what both layouts share: the client and the options.
 type conn struct {
 	copts *goredis.UniversalOptions // to open dedicated watch connections
 	c     goredis.UniversalClient
@@ -43,9 +40,6 @@ type conn struct {
 	name  string // redacted, for errors
 
 	ports backend.PortCheck // TLS to a plain port, or plain to a TLS one
-
-	mu     sync.Mutex
-	closed bool
 }
 
 // New returns a driver over a client built from copts (go-redis rules:
@@ -93,9 +87,6 @@ func boundRetries(c *goredis.UniversalOptions) {
 // Client returns the driver's client, for code that needs raw access.
 func (d *Driver) Client() goredis.UniversalClient { return d.c }
 
-// Options returns the effective options.
-func (d *Driver) Options() Options { return d.o }
-
 // Limits implements driver.Driver: hash has millisecond TTLs (min 10ms);
 // keys has whole seconds (SET EX / EXPIRE, min 1s).
 func (d *Driver) Limits() driver.Limits { return d.layout.limits() }
@@ -110,13 +101,6 @@ func (d *Driver) Notes(ctx context.Context) []string { return d.layout.notes(ctx
 
 // Close implements driver.Driver.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return nil
-	}
-	d.closed = true
-	d.mu.Unlock()
 	if h, ok := d.layout.(*hashLayout); ok {
 		h.sweeps.close()
 		h.mux.close()
@@ -127,15 +111,9 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-func (d *conn) enter(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return fmt.Errorf("redis: %w", driver.ErrClosed)
-	}
+// known returns the port mix-up found in the last few seconds, so that
+// calls fail at once instead of after another dial timeout each.
+func (d *conn) known() error {
 	if err := d.ports.Known(); err != nil {
 		return fmt.Errorf("redis: %w", err) // the error names the address
 	}
@@ -160,46 +138,26 @@ func (d *conn) watchClient() goredis.UniversalClient {
 	return goredis.NewUniversalClient(&cp)
 }
 
-// wrap maps a client error to the registry's sentinels. A refusal no
-// retry can cure — an ACL that lacks a command or key (NOPERM), a wrong
-// password, a TLS certificate that does not verify — is ErrInvalid, with
-// the server's or handshake's own words. Other server replies and network
-// errors are ErrUnavailable: transient from the caller's view.
+// wrap names the server and the operation, and hides the passwords:
+// go-redis never prints it, but a proxy or a server error might echo
+// it. ErrorKind classifies the result. A failure that is not a refusal
+// may be a TLS setting that does not match the port: then the PortCheck
+// diagnosis, an ErrInvalid naming the address, replaces it.
 func (d *conn) wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if !refused(err) && !errors.Is(err, goredis.ErrClosed) && !errors.Is(err, context.Canceled) {
 		if perr := d.ports.Diagnose(); perr != nil {
-			return fmt.Errorf("redis: %s: %w", op, perr) // perr names the address
+			return fmt.Errorf("redis: %s: %w", op, perr)
 		}
 	}
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("redis %s: %s: %w", d.name, op, err)
-	case errors.Is(err, goredis.ErrClosed):
-		return fmt.Errorf("redis %s: %s: %w", d.name, op, driver.ErrClosed)
-	}
-	kind := driver.ErrUnavailable
-	if refused(err) {
-		kind = driver.ErrInvalid
-	}
-	return fmt.Errorf("redis %s: %s: %w: %s", d.name, op, kind, redactErr(explain(err), d.copts.Password))
-}
-
-// redactErr returns err's text with the password (if any) removed; go-redis
-// never prints it, but a proxy or a server error might echo it.
-func redactErr(err error, pass string) string {
-	s := err.Error()
-	if pass != "" {
-		s = strings.ReplaceAll(s, pass, "xxxxx")
-	}
-	return s
+	return fmt.Errorf("redis %s: %s: %w", d.name, op, backend.Redacted(explain(err), d.copts.Password, d.copts.SentinelPassword))
 }
 
 // Register implements driver.Driver.
 func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
-	if err := d.enter(ctx); err != nil {
+	if err := d.known(); err != nil {
 		return nil, err
 	}
 	return d.layout.register(ctx, inst, ttl)
@@ -207,7 +165,7 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 
 // List implements driver.Driver.
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
-	if err := d.enter(ctx); err != nil {
+	if err := d.known(); err != nil {
 		return driver.Snapshot{}, err
 	}
 	return d.layout.list(ctx, service)
@@ -215,7 +173,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 
 // Services implements driver.Driver.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
-	if err := d.enter(ctx); err != nil {
+	if err := d.known(); err != nil {
 		return nil, err
 	}
 	return d.layout.services(ctx)
@@ -223,13 +181,8 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 
 // Watch implements driver.Driver.
 func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
-	if err := d.enter(ctx); err != nil {
+	if err := d.known(); err != nil {
 		return nil, err
 	}
 	return d.layout.watch(ctx, service)
 }
-
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

@@ -10,6 +10,8 @@ import (
 	"github.com/roster-go/roster/internal/backend"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // scriptSources maps each Lua script's SHA1 to its source, so that an ACL
@@ -24,24 +26,43 @@ func luaScript(src string) *goredis.Script {
 	return s
 }
 
-// aclCodes are the reply prefixes of refusals no retry can cure: missing
-// ACL permissions, a wrong user or password, a key of ours holding
-// another type (WRONGTYPE: foreign data at our key).
-var aclCodes = []string{"NOPERM", "WRONGPASS", "NOAUTH", "WRONGTYPE"}
+// ErrorKind implements driver.Driver. A refusal no retry can cure is
+// ErrInvalid: an ACL that lacks a command or key (NOPERM), a wrong user
+// or password (WRONGPASS, NOAUTH), a key of ours holding foreign data of
+// another type (WRONGTYPE), a TLS handshake that fails for good
+// (backend.TLSCause). Other replies and network errors are
+// ErrUnavailable.
+func (d *Driver) ErrorKind(err error) error {
+	if refused(err) {
+		return driver.ErrInvalid
+	}
+	return driver.ErrUnavailable
+}
 
-// refused reports whether err is a refusal of the server (ACL, password)
-// or a TLS handshake failure that retrying cannot cure.
+// scriptRefusal is how Redis 7.0 words an ACL refusal inside a script.
+const scriptRefusal = "The user executing the script can't"
+
+// refused reports whether err is a refusal of the server (ACL, password,
+// foreign data) or a TLS handshake failure that retrying cannot cure.
 func refused(err error) bool {
 	if _, ok := backend.TLSCause(err); ok {
 		return true
 	}
-	msg := err.Error()
-	for _, code := range aclCodes {
-		if strings.HasPrefix(msg, code+" ") || strings.Contains(msg, ": "+code+" ") {
+	if goredis.IsPermissionError(err) || goredis.IsAuthError(err) || goredis.HasErrorPrefix(err, "WRONGTYPE ") {
+		return true
+	}
+	// Older servers quote a refusal inside a script in an ERR reply.
+	var reply goredis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := reply.Error()
+	for _, code := range []string{"NOPERM", "WRONGPASS", "NOAUTH", "WRONGTYPE"} {
+		if strings.Contains(msg, ": "+code+" ") {
 			return true
 		}
 	}
-	return strings.Contains(msg, "The user executing the script can't")
+	return strings.Contains(msg, scriptRefusal)
 }
 
 // scriptRef finds "script: <sha>, on @user_script:<line>" in a script error.
@@ -53,13 +74,13 @@ var callOn = regexp.MustCompile(`redis\.call\('(\w+)'`)
 // explain returns err with what a reader needs to act: the TLS cause, or
 // for an ACL refusal in a script the command refused, as Redis 7.0 names
 // only the script's line ("NOPERM … 'xadd'" then, as Redis does outside
-// scripts).
+// scripts). The chain is kept, for ErrorKind.
 func explain(err error) error {
 	if cause, ok := backend.TLSCause(err); ok {
-		return errors.New(cause)
+		return explained{cause, err}
 	}
 	msg := err.Error()
-	if !strings.Contains(msg, "The user executing the script can't run") {
+	if !strings.Contains(msg, scriptRefusal+" run") {
 		return err
 	}
 	m := scriptRef.FindStringSubmatch(msg)
@@ -77,3 +98,12 @@ func explain(err error) error {
 	}
 	return fmt.Errorf("NOPERM the ACL user has no permission to run the '%s' command (grant +%[1]s): %w", strings.ToLower(c[1]), err)
 }
+
+// explained is an error with a clearer text than its cause's.
+type explained struct {
+	msg string
+	err error
+}
+
+func (e explained) Error() string { return e.msg }
+func (e explained) Unwrap() error { return e.err }

@@ -17,11 +17,11 @@ import (
 	"github.com/roster-go/roster/registry/driver"
 )
 
-// Schemes registered with registry.Open.
-var Schemes = []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}
+// schemes are registered with registry.Open.
+var schemes = []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}
 
 func init() {
-	for _, s := range Schemes {
+	for _, s := range schemes {
 		driver.Register(s, func(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			return OpenURL(ctx, u)
 		}, publicOptions...)

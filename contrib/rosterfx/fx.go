@@ -1,7 +1,6 @@
-// Package rosterfx plugs Roster into go.uber.org/fx applications: a
-// Registry opened from configuration, a middleware.Client, and the
-// announcement of the service being built, registered and deregistered
-// in the order that loses no request.
+// Package rosterfx plugs Roster into go.uber.org/fx applications. Use
+// [Module] for a Registry, [ClientModule] for a middleware.Client, and
+// [Announce] to register the service being built.
 //
 //	fx.New(
 //		rosterfx.Module,       // *registry.Registry from Config or $ROSTER_REGISTRY
@@ -9,52 +8,32 @@
 //		fx.Provide(NewHTTPServer),
 //		rosterfx.Announce(func(s *HTTPServer) rosterfx.Announcement {
 //			return rosterfx.Announcement{
-//				Instance:    registry.Instance{Service: "greeter"},
-//				Addr:        s.Addr, // known once the server listens
-//				HealthPath:  "/healthz",
+//				Instance:   registry.Instance{Service: "greeter"},
+//				Addr:       s.Addr, // known once the server listens
+//				HealthPath: "/healthz",
 //			}
 //		}),
 //	).Run()
 //
-// # Lifecycle
+// Announce registers and deregisters in the order that loses no request.
+// At start the server listens first. The announcement then waits for the
+// health check to pass, and registers. At stop the announcement
+// deregisters first, or sets weight 0 with Drain. It waits until its own
+// watch shows the change, then waits DrainWindow for other watchers. Only
+// then does the server stop accepting.
 //
-// fx runs OnStart hooks in the order they were appended and OnStop hooks
-// in reverse. An announcement's constructor that takes the server as a
-// parameter is built after it, so its hooks come after the server's:
+// That order holds only if the announcement's constructor takes the server
+// as a parameter. fx then builds the server first, starts it first and
+// stops it last. Without the dependency fx may reverse the order.
 //
-//   - start: the server listens (its own OnStart), then the announcement
-//     waits for the health check to pass, then registers. A request routed
-//     to the instance never meets a closed port.
-//   - stop: the announcement deregisters (or, with Drain, sets weight 0),
-//     waits until its own registry watch shows the change (the backend has
-//     it, and every watcher is being told), then waits DrainWindow for the
-//     other processes' watchers; only then does the server's OnStop run
-//     and stop accepting. Requests in flight finish during the window.
+// If the registry cannot be reached at start, the app starts all the same.
+// The registration is retried in the background, each failure logged, and
+// the instance gets traffic once registered. Set
+// Announcement.WaitRegistered to make the start fail instead. Other start
+// errors fail fx's Start with the service and address named.
 //
-// If the announcement does not depend on the server, fx may order them
-// the other way round, which is exactly the failure the PHP/Consul
-// article warns about (process gone, registration still there): make the
-// dependency explicit.
-//
-// The registry is closed after everything that uses it has stopped; a
-// Registry.Close also deregisters any lease still alive.
-//
-// # Registry down at start
-//
-// If the registry cannot be reached when the announcement registers, the
-// app starts all the same and the registration is retried in the
-// background, as roster register does: backoff from 200ms to 10s, each
-// failure logged (Announcement.Logger, slog). The instance gets traffic
-// once registered. On stop the retries end; an instance that was never
-// registered is not deregistered, and no drain window is waited.
-// Announcement.WaitRegistered makes the start fail instead. The registry
-// itself must open: Redis opens without a server, etcd dials at Open.
-//
-// Start errors (invalid instance, an unspecified address such as
-// [::]:8080, a health check that never passes, a registry that does not
-// open, an unreachable one with WaitRegistered) fail fx's Start with a
-// message naming the service and address; fx.App.Run then exits
-// non-zero.
+// See docs/integration.md for the measured shutdown order and every start
+// error.
 package rosterfx
 
 import (

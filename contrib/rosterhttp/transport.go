@@ -1,65 +1,39 @@
-// Package rosterhttp routes net/http requests through Roster: an
-// http.RoundTripper that sends http://<service>/path to an instance of the
-// service picked by a middleware.Client (selector strategy, quarantine,
-// retry on another instance, stale-aware discovery), and feeds every
-// attempt's outcome back.
+// Package rosterhttp routes net/http requests through Roster. Call [New]
+// with a middleware.Client and use the [Transport] in an http.Client. A
+// request to http://<service>/path then goes to an instance of the service.
 //
 //	client, _ := middleware.NewClient(reg)
 //	hc := &http.Client{Transport: rosterhttp.New(client)}
 //	resp, err := hc.Get("http://user-svc/users/42")
 //
-// # Routing
+// The URL's host is the service name, without a port; any other host
+// fails with [ErrNotService]. The request goes to
+// the picked instance's address with the URL's scheme, path and query. The
+// Host header stays as the request had it, as through a reverse proxy. For
+// https, set tls.Config.ServerName on the base transport.
 //
-// The URL's host is the service name (no port): the request is sent to
-// the picked instance's address, with the URL's scheme, path and query.
-// The Host header stays what the request had (the service name, unless
-// set), as through a reverse proxy. For https, the base transport must
-// verify the service's certificate name (tls.Config.ServerName), since the
-// connection goes to an address.
+// Each attempt goes through the client's chain, which picks, quarantines
+// and retries. Its outcome is fed back. Three request headers route one
+// request. X-Roster-Version and X-Roster-Zone keep it to that version or
+// zone. X-Roster-Hash-Key is its affinity key.
 //
-// Three request headers route one request (they are sent on unchanged,
-// so the next hop can route by them too):
-//   - X-Roster-Version: only instances of this version (selector.Route;
-//     none deployed: the request fails with selector.ErrNoInstances);
-//   - X-Roster-Zone: only instances of this zone;
-//   - X-Roster-Hash-Key: the affinity key, for the consistent-hash
-//     strategies and to keep a user on one side of a canary split
-//     (selector.WithSplit).
+// An attempt fails on a transport error or on a status RetryOn accepts
+// (502, 503 or 504 by default). It is retried on another instance only
+// when that is safe. The method must be idempotent, or the request must
+// carry an Idempotency-Key header. The body must be replayable, that is
+// absent or with Request.GetBody set. A request whose connection was
+// refused never left, so it is always retried. When the last attempt got a
+// retryable status, that response is returned as it came.
 //
-// # Retries
+// With middleware.Hedge in the chain, a safe request may be in flight on
+// two instances at once. The first success wins, and the other attempt is
+// cancelled.
 //
-// An attempt fails on a transport error (refused, reset, timeout) or on a
-// status the Transport's RetryOn accepts (default 502, 503, 504). Failed
-// attempts count towards the instance's quarantine and are retried on
-// another instance by the client's middleware.Retry when the request is
-// safe to send again:
-//   - its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) or
-//     it carries an Idempotency-Key or X-Idempotency-Key header (as
-//     net/http itself decides); any request is retried when it never
-//     left (the connection was refused);
-//   - and its body can be replayed: no body, or Request.GetBody set
-//     (http.NewRequest sets it for bytes, strings and bytes.Buffer
-//     bodies). A request with a one-shot body is sent once.
+// The returned body stays readable until it is closed or read to the end,
+// or the request's context ends. Closing it releases the attempt, as with
+// net/http.
 //
-// When every attempt got a retryable status, the last response is
-// returned as it came (the caller sees the 503 and its body); the
-// responses of earlier attempts are drained and closed.
-//
-// # Hedging
-//
-// With middleware.Hedge in the client's chain, a safe request may be in
-// flight on two instances at once; the first success is returned and the
-// other attempt is cancelled and its response closed. A request that is
-// not safe to send again is never hedged (middleware.NoHedge). GetBody
-// must then be safe for concurrent use (those http.NewRequest sets are).
-//
-// # Response lifetime
-//
-// The returned body stays readable until it is closed or read to the
-// end, or the request's context ends, whatever the client's chain does
-// with the contexts of its attempts (Hedge cancels them all when the call
-// returns). Closing or reading the body to EOF releases what the attempt
-// holds, as with net/http.
+// See docs/integration.md for the details.
 package rosterhttp
 
 import (

@@ -20,12 +20,6 @@ const maxDocLines = 50
 // average 11 to 14 words. The bound leaves room for a doc of few sentences.
 const maxWordsPerSentence = 20
 
-// exempt lists directories whose docs are being rewritten elsewhere.
-//
-// TODO: remove middleware, selector, contrib and agent once their
-// rewrites merge.
-var exempt = []string{"middleware", "selector", "contrib", "agent"}
-
 // TestPackageDocs checks every non-internal package in the module. Its doc
 // must exist, open with "Package name" or "Command name", and stay within
 // maxDocLines. Its sentences must average at most maxWordsPerSentence
@@ -65,15 +59,7 @@ func skipDir(rel, name string) bool {
 	if rel == "." {
 		return false
 	}
-	if name == "testdata" || name == "internal" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
-		return true
-	}
-	for _, e := range exempt {
-		if rel == e || strings.HasPrefix(rel, e+"/") {
-			return true
-		}
-	}
-	return false
+	return name == "testdata" || name == "internal" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")
 }
 
 // nestedModule reports whether a directory below the root holds a module

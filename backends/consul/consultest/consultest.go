@@ -36,17 +36,17 @@ import (
 	"github.com/roster-go/roster/internal/testserver"
 )
 
-// EnvBin names the environment variable that points at the consul binary.
-const EnvBin = "ROSTER_CONSUL_BIN"
+// envBin names the environment variable that points at the consul binary.
+const envBin = "ROSTER_CONSUL_BIN"
 
-// Version is the Consul release scripts/test.sh builds.
-const Version = "1.13.9"
+// version is the Consul release scripts/test.sh builds.
+const version = "1.13.9"
 
-// FindBinary returns the path of the consul binary: $ROSTER_CONSUL_BIN,
+// findBinary returns the path of the consul binary: $ROSTER_CONSUL_BIN,
 // then ~/.cache/roster/consul-1.13.9, then consul on PATH.
-func FindBinary() (string, error) {
-	return testserver.Binary{Pkg: "consultest", Name: "Consul", Version: Version,
-		Env: EnvBin, Cached: "consul-" + Version, PATH: "consul"}.Find()
+func findBinary() (string, error) {
+	return testserver.Binary{Pkg: "consultest", Name: "Consul", Version: version,
+		Env: envBin, Cached: "consul-" + version, PATH: "consul"}.Find()
 }
 
 // Agent is one `consul agent -dev` on free loopback ports. Its data dir
@@ -94,7 +94,7 @@ func Start(tb testing.TB, args ...string) *Agent {
 func NewAgent(dir string, args ...string) (*Agent, error) { return newAgent(dir, "", args) }
 
 func newAgent(dir, token string, args []string) (*Agent, error) {
-	bin, err := FindBinary()
+	bin, err := findBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -134,9 +134,6 @@ func (a *Agent) DNSAddr() string { return net.JoinHostPort("127.0.0.1", strconv.
 func (a *Agent) URL(query string) string {
 	return testserver.URL("consul://"+a.addr, query)
 }
-
-// Dir is the agent's directory: its data dir ("data") and log (LogPath).
-func (a *Agent) Dir() string { return a.dir.Path }
 
 // LogPath is the file the agent writes its log to (level warn).
 func (a *Agent) LogPath() string { return filepath.Join(a.dir.Path, "agent.log") }

@@ -34,7 +34,7 @@ func (c *Cluster) Addrs() []string {
 // every node reports cluster_state:ok. The nodes stop at test cleanup.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	bin, err := FindServer()
+	bin, err := findServer()
 	if err != nil {
 		t.Fatal(err)
 	}

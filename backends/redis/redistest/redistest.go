@@ -35,20 +35,20 @@ import (
 	"github.com/roster-go/roster/internal/testserver"
 )
 
-// EnvServer names the environment variable that points at redis-server.
-const EnvServer = "ROSTER_REDIS_SERVER"
+// envServer names the environment variable that points at redis-server.
+const envServer = "ROSTER_REDIS_SERVER"
 
-// FindServer returns the path of the redis-server binary.
-func FindServer() (string, error) {
-	if p := os.Getenv(EnvServer); p != "" {
+// findServer returns the path of the redis-server binary.
+func findServer() (string, error) {
+	if p := os.Getenv(envServer); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("redistest: %s=%s: %w", EnvServer, p, err)
+			return "", fmt.Errorf("redistest: %s=%s: %w", envServer, p, err)
 		}
 		return p, nil
 	}
 	p, err := exec.LookPath("redis-server")
 	if err != nil {
-		return "", fmt.Errorf("redistest: redis-server not found: set %s or install it (apt-get install -y redis-server; scripts/test.sh does this): %w", EnvServer, err)
+		return "", fmt.Errorf("redistest: redis-server not found: set %s or install it (apt-get install -y redis-server; scripts/test.sh does this): %w", envServer, err)
 	}
 	return p, nil
 }
@@ -99,7 +99,7 @@ func Start(t testing.TB, args ...string) *Server {
 // NewServer starts a redis-server in dir (for benchmarks and programs
 // without a testing.TB). The caller stops it with Stop.
 func NewServer(dir string, args ...string) (*Server, error) {
-	bin, err := FindServer()
+	bin, err := findServer()
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func StartFailoverWith(t testing.TB, o FailoverOptions) *Failover {
 }
 
 func startSentinel(t testing.TB, name string, masterPort int, o FailoverOptions) *Server {
-	bin, err := FindServer()
+	bin, err := findServer()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ type TLSFiles struct {
 // Server's own clients.
 func StartTLS(t testing.TB, f TLSFiles, args ...string) *Server {
 	t.Helper()
-	bin, err := FindServer()
+	bin, err := findServer()
 	if err != nil {
 		t.Fatal(err)
 	}

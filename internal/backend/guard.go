@@ -1,4 +1,4 @@
-package registry
+package backend
 
 import (
 	"context"
@@ -10,10 +10,16 @@ import (
 	"github.com/roster-go/roster/registry/driver"
 )
 
-// guard wraps a driver with the chores every driver method would repeat:
+// Guard wraps a driver with the chores every driver method would repeat:
 // a context that has ended never reaches the driver, no call starts after
 // Close and none is in flight when the driver's Close runs, and every
 // error is mapped to a sentinel once, through the driver's ErrorKind.
+// Registry guards its driver; dual:// guards each of its sides.
+func Guard(d driver.Driver) driver.Driver { return newGuard(d) }
+
+// closeGrace bounds how long Close waits for calls in flight.
+const closeGrace = 5 * time.Second
+
 type guard struct {
 	d driver.Driver
 
@@ -49,7 +55,7 @@ func (g *guard) admit(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return ErrClosed
+		return driver.ErrClosed
 	}
 	g.calls.Add(1)
 	return nil
@@ -67,18 +73,18 @@ func (g *guard) mapErr(ctx context.Context, err error) error {
 		}
 		return fmt.Errorf("%w: %w", err, ctx.Err())
 	case g.stop.Err() != nil:
-		return fmt.Errorf("%w: %w", err, ErrClosed)
+		return fmt.Errorf("%w: %w", err, driver.ErrClosed)
 	}
 	kind := g.d.ErrorKind(err)
-	if kind != ErrNotFound && kind != ErrInvalid {
-		kind = ErrUnavailable
+	if kind != driver.ErrNotFound && kind != driver.ErrInvalid {
+		kind = driver.ErrUnavailable
 	}
 	return fmt.Errorf("%w: %w", err, kind)
 }
 
 func isSentinel(err error) bool {
-	return errors.Is(err, ErrInvalid) || errors.Is(err, ErrNotFound) ||
-		errors.Is(err, ErrUnavailable) || errors.Is(err, ErrClosed)
+	return errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrNotFound) ||
+		errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed)
 }
 
 // close ends the calls in flight, waits for them (at most closeGrace: a
@@ -88,7 +94,7 @@ func (g *guard) close() error {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		return ErrClosed
+		return driver.ErrClosed
 	}
 	g.closed = true
 	g.mu.Unlock()
@@ -127,7 +133,7 @@ func open[T any](g *guard, ctx context.Context, f func(context.Context) (T, erro
 	return v, g.mapErr(ctx, err)
 }
 
-func (g *guard) Register(ctx context.Context, inst Instance, ttl time.Duration) (driver.Registration, error) {
+func (g *guard) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	reg, err := open(g, ctx, func(ctx context.Context) (driver.Registration, error) { return g.d.Register(ctx, inst, ttl) })
 	if err != nil {
 		return nil, err
@@ -135,8 +141,8 @@ func (g *guard) Register(ctx context.Context, inst Instance, ttl time.Duration) 
 	return guardedReg{g: g, reg: reg}, nil
 }
 
-func (g *guard) List(ctx context.Context, service string) (Snapshot, error) {
-	return call(g, ctx, func(ctx context.Context) (Snapshot, error) { return g.d.List(ctx, service) })
+func (g *guard) List(ctx context.Context, service string) (driver.Snapshot, error) {
+	return call(g, ctx, func(ctx context.Context) (driver.Snapshot, error) { return g.d.List(ctx, service) })
 }
 
 func (g *guard) Watch(ctx context.Context, service string) (driver.Stream, error) {
@@ -151,7 +157,7 @@ func (g *guard) Services(ctx context.Context) ([]string, error) {
 	return call(g, ctx, g.d.Services)
 }
 
-func (g *guard) Limits() Limits            { return g.d.Limits() }
+func (g *guard) Limits() driver.Limits     { return g.d.Limits() }
 func (g *guard) ErrorKind(err error) error { return g.d.ErrorKind(err) }
 func (g *guard) Close() error              { return g.close() }
 
@@ -165,7 +171,7 @@ func (r guardedReg) Heartbeat(ctx context.Context) error {
 	return err
 }
 
-func (r guardedReg) Update(ctx context.Context, inst Instance) error {
+func (r guardedReg) Update(ctx context.Context, inst driver.Instance) error {
 	_, err := call(r.g, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, r.reg.Update(ctx, inst) })
 	return err
 }
@@ -180,7 +186,7 @@ type guardedStream struct {
 	st driver.Stream
 }
 
-func (s guardedStream) Next(ctx context.Context) (Snapshot, error) {
+func (s guardedStream) Next(ctx context.Context) (driver.Snapshot, error) {
 	return call(s.g, ctx, s.st.Next)
 }
 
