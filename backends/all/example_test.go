@@ -10,5 +10,5 @@ import (
 // Importing the package registers every scheme.
 func Example() {
 	fmt.Println(registry.Schemes())
-	// Output: [consul consuls dns+srv dual etcd etcds k8s mem redis redis+cluster redis+sentinel rediss rediss+cluster rediss+sentinel zk]
+	// Output: [consul consuls dns+srv dual etcd etcds k8s mem nats nats+tls redis redis+cluster redis+sentinel rediss rediss+cluster rediss+sentinel zk]
 }
