@@ -71,7 +71,7 @@ var checks = []check{
 
 func roundTrip(t TB, s *suite) {
 	r := s.open(t)
-	obs := s.open(t)
+	obs := s.observer(t)
 	svc := service("rt")
 	in := registry.Instance{
 		ID: "rt-1", Service: svc, Address: addr(), Version: "1.2.0-rc.1+build.5", Zone: "hz-1",
@@ -687,7 +687,7 @@ func watchCloseUnblocks(t TB, s *suite) {
 func registryClose(t TB, s *suite) {
 	obs := s.open(t)
 	ctx := t.Context()
-	r, err := s.h.Open(ctx)
+	r, err := s.newRegistry(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -805,9 +805,9 @@ func manyLeases(t TB, s *suite) {
 	n := s.cfg.ManyLeases
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := s.h.Open(ctx)
+	r, err := s.newRegistry(ctx)
 	if err != nil {
-		t.Fatalf("Harness.Open: %v", err)
+		t.Fatal(err)
 	}
 	closed := false
 	t.Cleanup(func() {
@@ -907,10 +907,11 @@ func externalDelete(t TB, s *suite) {
 // openLinked opens a registry whose link to the backend the check can
 // cut; the link is healed and the registry closed at cleanup.
 func (s *suite) openLinked(t TB) (*registry.Registry, Link) {
-	r, link, err := s.h.(Partitioner).OpenLinked(t.Context())
+	d, link, err := s.h.(Partitioner).MakeLinkedDriver(t.Context())
 	if err != nil {
-		t.Fatalf("OpenLinked: %v", err)
+		t.Fatalf("Partitioner.MakeLinkedDriver: %v", err)
 	}
+	r, _ := s.wrap(d, nil)
 	t.Cleanup(func() { _ = link.SetConnected(context.Background(), true); _ = r.Close() })
 	return r, link
 }

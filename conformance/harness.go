@@ -5,13 +5,18 @@
 //		conformance.Run(t, myHarness{...})
 //	}
 //
-// A Harness opens fresh registries on the backend under test and declares
-// its timings (Config). Fault hooks — partitioning one client, restarting
-// or wiping the backend, deleting an instance behind its owner's back — are
-// optional interfaces; a check that needs a hook the harness lacks is
-// skipped with a reason saying so. Crashes need no hook: Lease.Abandon
-// stops heartbeats without deregistering. Tenants, also optional, opens
-// registries of other tenants for TenantIsolation.
+// A Harness makes fresh drivers on the backend under test and declares
+// its timings and Registry options (Config). The suite wraps each driver
+// with registry.New itself. A harness whose backend opens by URL says so
+// with URLOpener; the suite then opens the observing registry of its
+// checks with registry.Open, so that the URL path stays tested.
+//
+// Fault hooks (partitioning one client, restarting or wiping the backend,
+// deleting an instance behind its owner's back) are optional interfaces.
+// A check that needs a hook the harness lacks is skipped with a reason
+// saying so. Crashes need no hook: Lease.Abandon stops heartbeats without
+// deregistering. Tenants, also optional, makes drivers of other tenants
+// for TenantIsolation.
 //
 // Every check uses services named "conf-<random>-…", so the suite never
 // touches other data in a shared deployment, and deregisters what it
@@ -25,15 +30,23 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Harness gives the suite access to one backend.
 type Harness interface {
-	// Open returns a new Registry on the backend, as a new process would
-	// get. The suite closes it.
-	Open(ctx context.Context) (*registry.Registry, error)
+	// MakeDriver returns a new driver on the backend, as a new process
+	// would open. The suite wraps it with registry.New and closes it.
+	MakeDriver(ctx context.Context) (driver.Driver, error)
 	// Config declares the backend's timings and known gaps.
 	Config() Config
+}
+
+// URLOpener is implemented by harnesses whose backend opens by URL. The
+// suite then opens the observing registry of most checks with
+// registry.Open(ctx, URL()), and the acting one with MakeDriver.
+type URLOpener interface {
+	URL() string
 }
 
 // Config is what a harness declares about its backend.
@@ -55,6 +68,9 @@ type Config struct {
 	// ROSTER_MANY_LEASES, when set, overrides it (to measure a backend's
 	// ceiling).
 	ManyLeases int
+	// ResyncInterval is the registries' resync interval
+	// (registry.WithResyncInterval). Zero keeps the Registry's default.
+	ResyncInterval time.Duration
 	// Skip names checks this backend cannot pass, with the reason, e.g.
 	// {"CrashRemovedFromCatalog": "Consul reaps critical services after ≥1m"}.
 	Skip map[string]string
@@ -114,9 +130,9 @@ func (c Config) withDefaults() Config {
 // from the backend while others keep access (a TCP proxy in front of the
 // server, say).
 type Partitioner interface {
-	// OpenLinked opens a Registry whose connection to the backend can be
-	// cut and restored with the returned Link.
-	OpenLinked(ctx context.Context) (*registry.Registry, Link, error)
+	// MakeLinkedDriver returns a driver whose connection to the backend
+	// can be cut and restored with the returned Link.
+	MakeLinkedDriver(ctx context.Context) (driver.Driver, Link, error)
 }
 
 // Link is one client's connection to the backend.
@@ -161,16 +177,16 @@ type ReadOnly interface {
 	Unpublish(ctx context.Context, in registry.Instance) error
 }
 
-// Tenants is implemented by harnesses that can open registries for other
+// Tenants is implemented by harnesses that can make drivers for other
 // tenants of the same deployment — another key prefix (Redis, etcd),
 // another server (memory), another ACL token (Consul) — so that
 // TenantIsolation can check that tenants never see or touch each other's
 // instances.
 type Tenants interface {
-	// OpenTenant returns a new Registry of tenant ("tenanta", "tenantb":
-	// lowercase letters). Two calls with the same tenant share a
-	// namespace. The suite closes it.
-	OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error)
+	// MakeTenantDriver returns a new driver of tenant ("tenanta",
+	// "tenantb": lowercase letters). Two calls with the same tenant share
+	// a namespace. The suite wraps it and closes it.
+	MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error)
 	// TenantsShareNames is true when each tenant has a namespace of its
 	// own, where a service name may exist in both (a key prefix); false
 	// when tenants split one catalog by name, tenant t owning the services

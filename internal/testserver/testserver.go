@@ -10,8 +10,8 @@
 // call twice and on a Process never started, so cleanup code needs no
 // state of its own.
 //
-// Proxies is the OpenLinked of a conformance harness on a one-address
-// server: a loopback TCP proxy per registry, all closed together.
+// Proxies is the MakeLinkedDriver of a conformance harness on a
+// one-address server: a loopback TCP proxy per driver, closed together.
 package testserver
 
 import (
