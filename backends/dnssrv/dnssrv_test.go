@@ -305,7 +305,7 @@ func TestReadOnly(t *testing.T) {
 	if _, err := r.Services(t.Context()); !errors.Is(err, registry.ErrInvalid) {
 		t.Fatalf("Services: %v", err)
 	}
-	if got := d.NameOf("api"); got != "api.test." {
+	if got := dnssrv.NameOf(d, "api"); got != "api.test." {
 		t.Fatalf("NameOf = %q", got)
 	}
 }
