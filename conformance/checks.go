@@ -20,6 +20,7 @@ func has1[T any](h Harness) bool { _, ok := h.(T); return ok }
 // checks is the suite, in run order.
 var checks = []check{
 	{name: "RoundTripEveryField", run: roundTrip},
+	{name: "OpenedByURL", run: openedByURL, needs: "URLOpener", needsOK: has1[URLOpener]},
 	{name: "DefaultIDAndWeight", run: defaultIDAndWeight},
 	{name: "SameAddressNeverOverwrites", run: sameAddress},
 	{name: "RegisterIsUpsert", run: registerUpsert},
@@ -98,6 +99,33 @@ func roundTrip(t TB, s *suite) {
 		}
 		return snap.Service == svc, "snapshot service " + snap.Service
 	})
+}
+
+// openedByURL: a registry opened by the harness's URL and one wrapped
+// around its driver see each other's instances, every field intact.
+func openedByURL(t TB, s *suite) {
+	byDriver, byURL := s.open(t), s.observer(t)
+	svc := service("url")
+	var want []registry.Instance
+	for _, r := range []*registry.Registry{byDriver, byURL} {
+		in := registry.Instance{Service: svc, Address: addr(), Version: "1.0.0", Zone: "z", Tags: []string{"t"},
+			Metadata: map[string]string{"via": fmt.Sprint(r == byURL)}}
+		want = append(want, s.register(t, r, in).Instance())
+	}
+	for name, r := range map[string]*registry.Registry{"made by driver": byDriver, "opened by URL": byURL} {
+		eventually(t, s.cfg.Propagation, "both instances seen by the registry "+name, func() (bool, string) {
+			snap, err := r.Lookup(t.Context(), svc)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, w := range want {
+				if got, ok := snap.Find(w.ID); !ok || !got.Equal(w) {
+					return false, fmt.Sprintf("got %+v, want %+v among them", snap.Instances, w)
+				}
+			}
+			return true, ""
+		})
+	}
 }
 
 var idPattern = regexp.MustCompile(`^([a-z0-9._-]+)-127\.0\.0\.1-(\d+)-[0-9a-f]{16}$`)
@@ -911,7 +939,7 @@ func (s *suite) openLinked(t TB) (*registry.Registry, Link) {
 	if err != nil {
 		t.Fatalf("Partitioner.MakeLinkedDriver: %v", err)
 	}
-	r, _ := s.wrap(d, nil)
+	r := registry.New(d, s.options()...)
 	t.Cleanup(func() { _ = link.SetConnected(context.Background(), true); _ = r.Close() })
 	return r, link
 }

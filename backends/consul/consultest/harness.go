@@ -87,6 +87,16 @@ type harness struct {
 
 func (h *harness) MakeDriver(context.Context) (driver.Driver, error) { return h.open(h.a.Addr()) }
 
+// URL is the consul:// URL of what MakeDriver makes: the suite opens its
+// observers with it.
+func (h *harness) URL() string {
+	u := "consul://" + h.a.Addr() + "?wait=5s"
+	if h.token != "" {
+		u += "&token=" + url.QueryEscape(h.token)
+	}
+	return u
+}
+
 // open makes a driver on the agent API at addr. The call timeout is the
 // default (10s): the agent registers one service at a time, each a Raft
 // apply, so a hundred concurrent registrations on a loaded 2-core machine
