@@ -7,7 +7,7 @@
 // server shared by every registry in the process that uses that name.
 //
 // A Server also offers the fault hooks the conformance suite uses:
-// SetReachable, Wipe and Delete.
+// SetReachable, Wipe and Delete. Package memorytest is its harness.
 package memory
 
 import (
