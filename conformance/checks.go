@@ -20,6 +20,7 @@ func has1[T any](h Harness) bool { _, ok := h.(T); return ok }
 // checks is the suite, in run order.
 var checks = []check{
 	{name: "RoundTripEveryField", run: roundTrip},
+	{name: "OpenedByURL", run: openedByURL, needs: "URLOpener", needsOK: has1[URLOpener]},
 	{name: "DefaultIDAndWeight", run: defaultIDAndWeight},
 	{name: "SameAddressNeverOverwrites", run: sameAddress},
 	{name: "RegisterIsUpsert", run: registerUpsert},
@@ -71,7 +72,7 @@ var checks = []check{
 
 func roundTrip(t TB, s *suite) {
 	r := s.open(t)
-	obs := s.open(t)
+	obs := s.observer(t)
 	svc := service("rt")
 	in := registry.Instance{
 		ID: "rt-1", Service: svc, Address: addr(), Version: "1.2.0-rc.1+build.5", Zone: "hz-1",
@@ -98,6 +99,33 @@ func roundTrip(t TB, s *suite) {
 		}
 		return snap.Service == svc, "snapshot service " + snap.Service
 	})
+}
+
+// openedByURL: a registry opened by the harness's URL and one wrapped
+// around its driver see each other's instances, every field intact.
+func openedByURL(t TB, s *suite) {
+	byDriver, byURL := s.open(t), s.observer(t)
+	svc := service("url")
+	var want []registry.Instance
+	for _, r := range []*registry.Registry{byDriver, byURL} {
+		in := registry.Instance{Service: svc, Address: addr(), Version: "1.0.0", Zone: "z", Tags: []string{"t"},
+			Metadata: map[string]string{"via": fmt.Sprint(r == byURL)}}
+		want = append(want, s.register(t, r, in).Instance())
+	}
+	for name, r := range map[string]*registry.Registry{"made by driver": byDriver, "opened by URL": byURL} {
+		eventually(t, s.cfg.Propagation, "both instances seen by the registry "+name, func() (bool, string) {
+			snap, err := r.Lookup(t.Context(), svc)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, w := range want {
+				if got, ok := snap.Find(w.ID); !ok || !got.Equal(w) {
+					return false, fmt.Sprintf("got %+v, want %+v among them", snap.Instances, w)
+				}
+			}
+			return true, ""
+		})
+	}
 }
 
 var idPattern = regexp.MustCompile(`^([a-z0-9._-]+)-127\.0\.0\.1-(\d+)-[0-9a-f]{16}$`)
@@ -687,7 +715,7 @@ func watchCloseUnblocks(t TB, s *suite) {
 func registryClose(t TB, s *suite) {
 	obs := s.open(t)
 	ctx := t.Context()
-	r, err := s.h.Open(ctx)
+	r, err := s.newRegistry(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -805,9 +833,9 @@ func manyLeases(t TB, s *suite) {
 	n := s.cfg.ManyLeases
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := s.h.Open(ctx)
+	r, err := s.newRegistry(ctx)
 	if err != nil {
-		t.Fatalf("Harness.Open: %v", err)
+		t.Fatal(err)
 	}
 	closed := false
 	t.Cleanup(func() {
@@ -907,10 +935,11 @@ func externalDelete(t TB, s *suite) {
 // openLinked opens a registry whose link to the backend the check can
 // cut; the link is healed and the registry closed at cleanup.
 func (s *suite) openLinked(t TB) (*registry.Registry, Link) {
-	r, link, err := s.h.(Partitioner).OpenLinked(t.Context())
+	d, link, err := s.h.(Partitioner).MakeLinkedDriver(t.Context())
 	if err != nil {
-		t.Fatalf("OpenLinked: %v", err)
+		t.Fatalf("Partitioner.MakeLinkedDriver: %v", err)
 	}
+	r := registry.New(d, s.options()...)
 	t.Cleanup(func() { _ = link.SetConnected(context.Background(), true); _ = r.Close() })
 	return r, link
 }

@@ -7,15 +7,15 @@ import (
 
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/conformance"
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // memHarness gives the suite the in-process backend. It has no fault
 // hooks, so the checks that need one are skipped, saying which hook.
 type memHarness struct{ srv *memory.Server }
 
-func (h memHarness) Open(context.Context) (*registry.Registry, error) {
-	return registry.New(memory.NewDriver(h.srv)), nil
+func (h memHarness) MakeDriver(context.Context) (driver.Driver, error) {
+	return memory.NewDriver(h.srv), nil
 }
 
 func (h memHarness) Config() conformance.Config {

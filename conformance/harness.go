@@ -5,11 +5,14 @@
 //		conformance.Run(t, myHarness{...})
 //	}
 //
-// A Harness opens fresh registries on the backend under test, and its
-// [Config] declares the backend's timings. Each backend's test-server
-// package gives a ready harness, such as etcdtest.NewHarness.
-// [RunChecks] runs the same checks outside go test, as "roster
-// conformance URL" does.
+// A Harness makes fresh drivers on the backend under test, and its
+// [Config] declares the backend's timings and Registry options. The suite
+// wraps each driver with registry.New itself. A harness whose backend
+// opens by URL says so with [URLOpener]: the suite then opens its
+// observing registries with registry.Open, so the URL path stays tested.
+// Each backend's test-server package gives a ready harness, such as
+// etcdtest.NewHarness. [RunChecks] runs the same checks outside go test,
+// as "roster conformance URL" does.
 //
 // Fault hooks are optional interfaces. They partition one client, restart
 // or wipe the backend, or delete an instance behind its owner's back. A
@@ -30,15 +33,23 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Harness gives the suite access to one backend.
 type Harness interface {
-	// Open returns a new Registry on the backend, as a new process would
-	// get. The suite closes it.
-	Open(ctx context.Context) (*registry.Registry, error)
+	// MakeDriver returns a new driver on the backend, as a new process
+	// would open. The suite wraps it with registry.New and closes it.
+	MakeDriver(ctx context.Context) (driver.Driver, error)
 	// Config declares the backend's timings and known gaps.
 	Config() Config
+}
+
+// URLOpener is implemented by harnesses whose backend opens by URL. The
+// suite then opens the observing registry of most checks with
+// registry.Open(ctx, URL()), and the acting one with MakeDriver.
+type URLOpener interface {
+	URL() string
 }
 
 // Config is what a harness declares about its backend.
@@ -60,6 +71,9 @@ type Config struct {
 	// ROSTER_MANY_LEASES, when set, overrides it (to measure a backend's
 	// ceiling).
 	ManyLeases int
+	// ResyncInterval is the registries' resync interval
+	// (registry.WithResyncInterval). Zero keeps the Registry's default.
+	ResyncInterval time.Duration
 	// Skip names checks this backend cannot pass, with the reason, e.g.
 	// {"CrashRemovedFromCatalog": "Consul reaps critical services after ≥1m"}.
 	Skip map[string]string
@@ -119,9 +133,9 @@ func (c Config) withDefaults() Config {
 // from the backend while others keep access (a TCP proxy in front of the
 // server, say).
 type Partitioner interface {
-	// OpenLinked opens a Registry whose connection to the backend can be
-	// cut and restored with the returned Link.
-	OpenLinked(ctx context.Context) (*registry.Registry, Link, error)
+	// MakeLinkedDriver returns a driver whose connection to the backend
+	// can be cut and restored with the returned Link.
+	MakeLinkedDriver(ctx context.Context) (driver.Driver, Link, error)
 }
 
 // Link is one client's connection to the backend.
@@ -166,16 +180,16 @@ type ReadOnly interface {
 	Unpublish(ctx context.Context, in registry.Instance) error
 }
 
-// Tenants is implemented by harnesses that can open registries for other
+// Tenants is implemented by harnesses that can make drivers for other
 // tenants of the same deployment — another key prefix (Redis, etcd),
 // another server (memory), another ACL token (Consul) — so that
 // TenantIsolation can check that tenants never see or touch each other's
 // instances.
 type Tenants interface {
-	// OpenTenant returns a new Registry of tenant ("tenanta", "tenantb":
-	// lowercase letters). Two calls with the same tenant share a
-	// namespace. The suite closes it.
-	OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error)
+	// MakeTenantDriver returns a new driver of tenant ("tenanta",
+	// "tenantb": lowercase letters). Two calls with the same tenant share
+	// a namespace. The suite wraps it and closes it.
+	MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error)
 	// TenantsShareNames is true when each tenant has a namespace of its
 	// own, where a service name may exist in both (a key prefix); false
 	// when tenants split one catalog by name, tenant t owning the services

@@ -61,9 +61,9 @@ func (s *suite) openTenants(t TB) tenantPair {
 	open := func(tenant string) *registry.Registry {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
-		r, err := h.OpenTenant(ctx, tenant)
+		r, err := s.wrap(h.MakeTenantDriver(ctx, tenant))
 		if err != nil {
-			t.Fatalf("Tenants.OpenTenant(%s): %v", tenant, err)
+			t.Fatalf("Tenants.MakeTenantDriver(%s): %v", tenant, err)
 		}
 		t.Cleanup(func() { _ = r.Close() })
 		return r

@@ -107,7 +107,7 @@ func roWatchInitial(t TB, s *suite, ro ReadOnly) {
 		want = append(want, publish(t, ro, s.inst(svc)))
 	}
 	s.waitCount(t, r, svc, 3, "published")
-	w := s.watch(t, s.open(t), svc)
+	w := s.watch(t, s.observer(t), svc)
 	sn, err := next(t, w, s.cfg.Propagation)
 	if err != nil {
 		t.Fatalf("first Next: %v", err)
@@ -119,7 +119,7 @@ func roWatchInitial(t TB, s *suite, ro ReadOnly) {
 
 func roWatchInitialEmpty(t TB, s *suite, ro ReadOnly) {
 	svc := service("wempty")
-	w := s.watch(t, s.open(t), svc)
+	w := s.watch(t, s.observer(t), svc)
 	sn, err := next(t, w, s.cfg.Propagation)
 	if err != nil || len(sn.Instances) != 0 {
 		t.Fatalf("first Next on a service with no instances = %v, %v; want an empty snapshot", ids(sn), err)
@@ -130,7 +130,7 @@ func roWatchInitialEmpty(t TB, s *suite, ro ReadOnly) {
 
 func roWatchAddUpdateRemove(t TB, s *suite, ro ReadOnly) {
 	svc := service("waur")
-	w := s.watch(t, s.open(t), svc)
+	w := s.watch(t, s.observer(t), svc)
 	if _, err := next(t, w, s.cfg.Propagation); err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func roWatchAddUpdateRemove(t TB, s *suite, ro ReadOnly) {
 func roWatchSeveral(t TB, s *suite, ro ReadOnly) {
 	svc := service("wmany")
 	keep := publish(t, ro, s.inst(svc))
-	w := s.watch(t, s.open(t), svc)
+	w := s.watch(t, s.observer(t), svc)
 	const n = 10
 	ins := make([]registry.Instance, n)
 	want := []string{keep}
@@ -198,7 +198,7 @@ func roWatchLastRemoval(t TB, s *suite, ro ReadOnly) {
 	svc := service("wlast")
 	in := s.inst(svc)
 	id := publish(t, ro, in)
-	w := s.watch(t, s.open(t), svc)
+	w := s.watch(t, s.observer(t), svc)
 	waitWatch(t, w, s.cfg.Propagation, "the only instance", func(sn registry.Snapshot) bool { return has(sn, id) })
 	unpublish(t, ro, in)
 	sn := waitWatch(t, w, s.cfg.Propagation, "removal of the last instance (an empty snapshot)",
@@ -211,7 +211,7 @@ func roWatchLastRemoval(t TB, s *suite, ro ReadOnly) {
 func roWatchOtherServices(t TB, s *suite, ro ReadOnly) {
 	svc, other := service("wquiet"), service("wnoisy")
 	id := publish(t, ro, s.inst(svc))
-	w := s.watch(t, s.open(t), svc)
+	w := s.watch(t, s.observer(t), svc)
 	waitWatch(t, w, s.cfg.Propagation, "instance", func(sn registry.Snapshot) bool { return has(sn, id) })
 	for range 5 {
 		publish(t, ro, s.inst(other))

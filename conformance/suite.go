@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // TB is the part of testing.TB the checks use, so that the suite also
@@ -195,14 +196,57 @@ func (t *standaloneT) runCleanups() {
 
 // ---- helpers shared by the checks ----
 
-// open opens a registry and closes it at cleanup.
+// options are the Registry options the harness declared.
+func (s *suite) options() []registry.Option {
+	if s.cfg.ResyncInterval == 0 {
+		return nil
+	}
+	return []registry.Option{registry.WithResyncInterval(s.cfg.ResyncInterval)}
+}
+
+// wrap makes a Registry of a driver the harness made, as a user would.
+func (s *suite) wrap(d driver.Driver, err error) (*registry.Registry, error) {
+	if err != nil {
+		return nil, err
+	}
+	return registry.New(d, s.options()...), nil
+}
+
+// newRegistry wraps a new driver of the harness.
+func (s *suite) newRegistry(ctx context.Context) (*registry.Registry, error) {
+	r, err := s.wrap(s.h.MakeDriver(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("Harness.MakeDriver: %w", err)
+	}
+	return r, nil
+}
+
+// open makes a registry and closes it at cleanup.
 func (s *suite) open(t TB) *registry.Registry {
+	t.Helper()
+	return s.openWith(t, s.newRegistry)
+}
+
+// observer is open, but by URL when the harness has one: the registry
+// that watches and looks up in most checks.
+func (s *suite) observer(t TB) *registry.Registry {
+	t.Helper()
+	u, ok := s.h.(URLOpener)
+	if !ok {
+		return s.open(t)
+	}
+	return s.openWith(t, func(ctx context.Context) (*registry.Registry, error) {
+		return registry.Open(ctx, u.URL(), s.options()...)
+	})
+}
+
+func (s *suite) openWith(t TB, open func(context.Context) (*registry.Registry, error)) *registry.Registry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	r, err := s.h.Open(ctx)
+	r, err := open(ctx)
 	if err != nil {
-		t.Fatalf("Harness.Open: %v", err)
+		t.Fatalf("open a registry: %v", err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
 	return r
@@ -381,7 +425,7 @@ func eventually(t TB, d time.Duration, what string, cond func() (bool, string)) 
 // pair opens a registry to act on and one to observe with, and names a
 // new service after name: the setup of most checks.
 func (s *suite) pair(t TB, name string) (r, obs *registry.Registry, svc string) {
-	return s.open(t), s.open(t), service(name)
+	return s.open(t), s.observer(t), service(name)
 }
 
 // wantReleased waits up to 2s for the error of a Next that was blocked

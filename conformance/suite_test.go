@@ -7,7 +7,7 @@ import (
 
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/conformance"
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // seamless is a backend whose faults heal before any watcher can notice:
@@ -16,12 +16,13 @@ import (
 // so the fault checks must pass without a new delivery.
 type seamless struct{ srv *memory.Server }
 
-func (h seamless) Open(context.Context) (*registry.Registry, error) {
-	return registry.New(memory.NewDriver(h.srv), registry.WithResyncInterval(time.Second)), nil
+func (h seamless) MakeDriver(context.Context) (driver.Driver, error) {
+	return memory.NewDriver(h.srv), nil
 }
 
 func (h seamless) Config() conformance.Config {
-	return conformance.Config{TTL: 300 * time.Millisecond, ExpirySlack: 100 * time.Millisecond, Propagation: 500 * time.Millisecond}
+	return conformance.Config{TTL: 300 * time.Millisecond, ExpirySlack: 100 * time.Millisecond,
+		Propagation: 500 * time.Millisecond, ResyncInterval: time.Second}
 }
 
 func (h seamless) Restart(context.Context, bool) error { return nil }

@@ -53,9 +53,14 @@ func sharedAgent(tb testing.TB) *consultest.Agent {
 	return shared.a
 }
 
-// openRegistry opens a registry on a as the conformance harness does.
+// openRegistry opens a registry on a as the conformance suite does.
 func openRegistry(tb testing.TB, a *consultest.Agent) (*registry.Registry, error) {
-	return consultest.NewHarness(tb, a).Open(context.Background())
+	h := consultest.NewHarness(tb, a)
+	d, err := h.MakeDriver(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	return registry.New(d, registry.WithResyncInterval(h.Config().ResyncInterval)), nil
 }
 
 func (s *sharedT) stop() {

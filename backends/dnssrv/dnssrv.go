@@ -42,6 +42,7 @@ package dnssrv
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -64,45 +65,47 @@ const Scheme = "dns+srv"
 
 // Defaults of Options.
 const (
-	DefaultMinPoll = time.Second
-	DefaultMaxPoll = 30 * time.Second
-	DefaultTimeout = 2 * time.Second
+	defaultMinPoll = time.Second
+	defaultMaxPoll = 30 * time.Second
+	defaultTimeout = 2 * time.Second
 )
 
 func init() {
 	driver.Register(Scheme, openURL, publicOptions...)
 }
 
-// Options configure a Driver opened with New.
+// Options configure a driver made with New.
 type Options struct {
 	Resolver string // host:port of the DNS server
 	// Name is the SRV name of a service, with {service} standing for the
 	// service's name.
-	Name             string
-	MinPoll, MaxPoll time.Duration // bounds of the wait between queries
-	Timeout          time.Duration // bound on one query
+	Name string
+	// MinPoll and MaxPoll bound the wait between queries (default 1s and
+	// 30s).
+	MinPoll, MaxPoll time.Duration
+	Timeout          time.Duration // bound on one query (default 2s)
 	UDP              bool          // query over UDP instead of TCP
 }
 
-// Driver is a read-only driver.Driver on DNS SRV records.
-type Driver struct {
-	opts   Options
-	udp    *dns.Client
-	tcp    *dns.Client
-	rev    atomic.Uint64 // orders the snapshots of every query
-	closed atomic.Bool
-	warn   struct { // the last left-out warning (leftOut)
+// srvDriver is a read-only driver.Driver on DNS SRV records.
+type srvDriver struct {
+	opts Options
+	udp  *dns.Client
+	tcp  *dns.Client
+	rev  atomic.Uint64 // orders the snapshots of every query
+	warn struct {      // the last left-out warning (leftOut)
 		sync.Mutex
 		at      time.Time
 		skipped int
 	}
 }
 
-// ErrReadOnly is the error of Register: it wraps driver.ErrInvalid.
-var ErrReadOnly = fmt.Errorf("%w: dns+srv is read-only: register through the server that owns the SRV records (Consul agent, Kubernetes Service)", driver.ErrInvalid)
+// errReadOnly is the error of Register: the driver knows it is invalid.
+var errReadOnly = fmt.Errorf("%w: dns+srv is read-only: register through the server that owns the SRV records (Consul agent, Kubernetes Service)", driver.ErrInvalid)
 
-// New returns a Driver. Nothing is asked until the first List or Watch.
-func New(opts Options) (*Driver, error) {
+// New returns a read-only driver. Nothing is asked until the first List
+// or Watch. Wrap it with registry.New.
+func New(opts Options) (driver.Driver, error) {
 	if _, _, err := net.SplitHostPort(opts.Resolver); err != nil {
 		return nil, backend.Invalid("resolver", "%q: want host:port", opts.Resolver)
 	}
@@ -110,63 +113,57 @@ func New(opts Options) (*Driver, error) {
 		return nil, backend.Invalid("name", "%q has no {service}", opts.Name)
 	}
 	if opts.MinPoll <= 0 {
-		opts.MinPoll = DefaultMinPoll
+		opts.MinPoll = defaultMinPoll
 	}
 	if opts.MaxPoll <= 0 {
-		opts.MaxPoll = max(DefaultMaxPoll, opts.MinPoll)
+		opts.MaxPoll = max(defaultMaxPoll, opts.MinPoll)
 	}
 	if opts.MaxPoll < opts.MinPoll {
 		return nil, backend.Invalid("max_poll", "%v is below min_poll %v", opts.MaxPoll, opts.MinPoll)
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
+		opts.Timeout = defaultTimeout
 	}
-	return &Driver{opts: opts,
+	return &srvDriver{opts: opts,
 		udp: &dns.Client{Net: "udp", Timeout: opts.Timeout, UDPSize: dns.DefaultMsgSize},
 		tcp: &dns.Client{Net: "tcp", Timeout: opts.Timeout}}, nil
 }
 
-// NameOf returns the SRV name asked for service.
-func (d *Driver) NameOf(service string) string {
+// nameOf returns the SRV name asked for service.
+func (d *srvDriver) nameOf(service string) string {
 	return dns.Fqdn(strings.ReplaceAll(d.opts.Name, "{service}", service))
 }
 
-// Register implements driver.Driver: always ErrReadOnly.
-func (d *Driver) Register(context.Context, driver.Instance, time.Duration) (driver.Registration, error) {
-	return nil, ErrReadOnly
+// Register implements driver.Driver: always errReadOnly.
+func (d *srvDriver) Register(context.Context, driver.Instance, time.Duration) (driver.Registration, error) {
+	return nil, errReadOnly
 }
 
 // Services implements driver.Driver: DNS cannot list a zone's services.
-func (d *Driver) Services(context.Context) ([]string, error) {
+func (d *srvDriver) Services(context.Context) ([]string, error) {
 	return nil, fmt.Errorf("%w: dns+srv cannot list services: DNS has no such query", driver.ErrInvalid)
 }
 
 // Limits implements driver.Driver. Nothing registers here; the values
 // only keep the registry's TTL checks meaningful.
-func (d *Driver) Limits() driver.Limits {
+func (d *srvDriver) Limits() driver.Limits {
 	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
 }
 
-// Close implements driver.Driver. Streams end at their next wait.
-func (d *Driver) Close() error {
-	d.closed.Store(true)
-	return nil
-}
+// Close implements driver.Driver: there is no connection to release.
+func (d *srvDriver) Close() error { return nil }
 
 // List implements driver.Driver with one SRV query (and address queries
 // for targets the answer did not resolve).
-func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
+func (d *srvDriver) List(ctx context.Context, service string) (driver.Snapshot, error) {
 	snap, _, err := d.lookup(ctx, service)
 	return snap, err
 }
 
 // lookup asks for the service's records and returns the snapshot of its
 // lowest priority that resolves, and the smallest TTL of the records used.
-func (d *Driver) lookup(ctx context.Context, service string) (driver.Snapshot, time.Duration, error) {
-	if d.closed.Load() {
-		return driver.Snapshot{}, 0, fmt.Errorf("dnssrv: %w", driver.ErrClosed)
-	}
-	resp, err := d.exchange(ctx, d.NameOf(service), dns.TypeSRV)
+func (d *srvDriver) lookup(ctx context.Context, service string) (driver.Snapshot, time.Duration, error) {
+	resp, err := d.exchange(ctx, d.nameOf(service), dns.TypeSRV)
 	if err != nil {
 		return driver.Snapshot{}, 0, err
 	}
@@ -196,7 +193,6 @@ func (d *Driver) lookup(ctx context.Context, service string) (driver.Snapshot, t
 	if len(snap.Instances) == 0 && len(failed) > 0 {
 		return driver.Snapshot{}, 0, failed[0]
 	}
-	backend.SortInstances(snap.Instances)
 	snap.Revision, snap.At = d.rev.Add(1), time.Now()
 	return snap, max(ttl, 0), nil
 }
@@ -265,7 +261,7 @@ const warnEvery = 10 * time.Second
 // leftOut reports the targets of the served priority that did not
 // resolve (errs), with a rate-limited warning on slog.Default: they are
 // left out of the snapshot, which holds the targets that did.
-func (d *Driver) leftOut(service string, priority uint16, errs []error) {
+func (d *srvDriver) leftOut(service string, priority uint16, errs []error) {
 	if len(errs) == 0 {
 		return
 	}
@@ -298,7 +294,7 @@ type resolved struct {
 
 // resolve finds the addresses of the records' targets, together, at most
 // maxQuestions questions at a time, under ctx.
-func (d *Driver) resolve(ctx context.Context, resp *dns.Msg, g []*dns.SRV) map[string]resolved {
+func (d *srvDriver) resolve(ctx context.Context, resp *dns.Msg, g []*dns.SRV) map[string]resolved {
 	res := map[string]resolved{}
 	var ask []string
 	for _, srv := range g {
@@ -339,7 +335,7 @@ func known(resp *dns.Msg, target string) ([]string, uint32, bool) {
 // ask puts the target's A and AAAA questions together. A target with an
 // address of either family resolves; one without is an error only if a
 // question failed (a name without addresses is no instance, no error).
-func (d *Driver) ask(ctx context.Context, sem chan struct{}, target string) resolved {
+func (d *srvDriver) ask(ctx context.Context, sem chan struct{}, target string) resolved {
 	var (
 		wg  sync.WaitGroup
 		got [2]resolved
@@ -409,7 +405,7 @@ func addressesIn(rrs []dns.RR, name string) ([]string, uint32) {
 
 // exchange asks one question, over TCP when asked to or when the UDP
 // answer was truncated. A name that does not exist is an empty answer.
-func (d *Driver) exchange(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+func (d *srvDriver) exchange(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(name, qtype)
 	m.SetEdns0(dns.DefaultMsgSize, false)
@@ -426,66 +422,52 @@ func (d *Driver) exchange(ctx context.Context, name string, qtype uint16) (*dns.
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("dnssrv: %s: %w", q, ctx.Err())
 	case err != nil:
-		return nil, fmt.Errorf("dnssrv: %s: %w: %v", q, driver.ErrUnavailable, err)
+		return nil, fmt.Errorf("dnssrv: %s: %w", q, err)
 	case r.Rcode == dns.RcodeNameError:
 		return &dns.Msg{}, nil
 	case r.Rcode != dns.RcodeSuccess:
-		return nil, fmt.Errorf("dnssrv: %s: %w: %s from %s", q, driver.ErrUnavailable, dns.RcodeToString[r.Rcode], d.opts.Resolver)
+		return nil, fmt.Errorf("dnssrv: %s: %w", q, &rcodeError{r.Rcode, d.opts.Resolver})
 	}
 	return r, nil
 }
 
 // Watch implements driver.Driver: a stream that polls.
-func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if d.closed.Load() {
-		return nil, fmt.Errorf("dnssrv: watch: %w", driver.ErrClosed)
-	}
+func (d *srvDriver) Watch(_ context.Context, service string) (driver.Stream, error) {
 	return &stream{d: d, service: service, closed: make(chan struct{})}, nil
 }
 
 type stream struct {
-	d       *Driver
+	d       *srvDriver
 	service string
 	closed  chan struct{}
 	once    sync.Once
-	last    *driver.Snapshot
-	wait    time.Duration
+	polled  bool          // a query was made: the next waits first
+	wait    time.Duration // until the next query
 }
 
 // Next implements driver.Stream: the first call queries at once, later
-// ones after the records' TTL (bounded), until the instances change.
+// ones after the records' TTL (bounded). Each returns what the query
+// found, changed or not: the registry drops repeats.
 func (s *stream) Next(ctx context.Context) (driver.Snapshot, error) {
-	for {
-		if s.last != nil {
-			t := time.NewTimer(s.wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return driver.Snapshot{}, ctx.Err()
-			case <-s.closed:
-				t.Stop()
-				return driver.Snapshot{}, fmt.Errorf("dnssrv: watch %s: %w", s.service, driver.ErrClosed)
-			case <-t.C:
-			}
-		}
-		c, cancel := context.WithTimeout(ctx, 2*s.d.opts.Timeout)
-		snap, ttl, err := s.d.lookup(c, s.service)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return driver.Snapshot{}, ctx.Err()
-			}
-			return driver.Snapshot{}, err
-		}
-		s.wait = min(max(ttl, s.d.opts.MinPoll), s.d.opts.MaxPoll)
-		if s.last == nil || !s.last.SameInstances(snap) {
-			s.last = &snap
-			return snap, nil
+	if s.polled {
+		t := time.NewTimer(s.wait)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return driver.Snapshot{}, ctx.Err()
+		case <-s.closed:
+			return driver.Snapshot{}, fmt.Errorf("dnssrv: watch %s: %w", s.service, driver.ErrClosed)
+		case <-t.C:
 		}
 	}
+	c, cancel := context.WithTimeout(ctx, 2*s.d.opts.Timeout)
+	snap, ttl, err := s.d.lookup(c, s.service)
+	cancel()
+	if err != nil {
+		return driver.Snapshot{}, err
+	}
+	s.polled, s.wait = true, min(max(ttl, s.d.opts.MinPoll), s.d.opts.MaxPoll)
+	return snap, nil
 }
 
 // Close implements driver.Stream.
@@ -494,7 +476,24 @@ func (s *stream) Close() error {
 	return nil
 }
 
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }
+// rcodeError is a DNS server's answer other than success or NXDOMAIN.
+type rcodeError struct {
+	rcode    int
+	resolver string
+}
+
+func (e *rcodeError) Error() string {
+	return dns.RcodeToString[e.rcode] + " from " + e.resolver
+}
+
+// ErrorKind implements driver.Driver. A server that cannot parse or does
+// not implement the question (FORMERR, NOTIMP) will never answer it:
+// ErrInvalid. Every other failure (a refused or timed-out connection,
+// SERVFAIL, REFUSED) may pass: ErrUnavailable.
+func (d *srvDriver) ErrorKind(err error) error {
+	var re *rcodeError
+	if errors.As(err, &re) && (re.rcode == dns.RcodeFormatError || re.rcode == dns.RcodeNotImplemented) {
+		return driver.ErrInvalid
+	}
+	return driver.ErrUnavailable
+}

@@ -291,6 +291,26 @@ func TestUnreachableResolverIsUnavailable(t *testing.T) {
 	}
 }
 
+// TestServerAnswersClassified: an answer the server will never change
+// (FORMERR, NOTIMP) is ErrInvalid; one that may pass is ErrUnavailable.
+// Each error names the answer and the resolver.
+func TestServerAnswersClassified(t *testing.T) {
+	z := startZone(t)
+	r := open(t, z, "")
+	for rcode, want := range map[int]error{
+		dns.RcodeFormatError:    registry.ErrInvalid,
+		dns.RcodeNotImplemented: registry.ErrInvalid,
+		dns.RcodeServerFailure:  registry.ErrUnavailable,
+		dns.RcodeRefused:        registry.ErrUnavailable,
+	} {
+		z.set(func(dns.Question) (int, []dns.RR, []dns.RR) { return rcode, nil, nil })
+		_, err := r.Lookup(t.Context(), "api")
+		if !errors.Is(err, want) || err == nil || !strings.Contains(err.Error(), dns.RcodeToString[rcode]+" from ") {
+			t.Errorf("Lookup answered %s = %v, want %v naming the answer", dns.RcodeToString[rcode], err, want)
+		}
+	}
+}
+
 // TestReadOnly: Register and Services are invalid, saying why.
 func TestReadOnly(t *testing.T) {
 	d, err := dnssrv.New(dnssrv.Options{Resolver: "127.0.0.1:53", Name: "{service}.test"})
@@ -305,7 +325,7 @@ func TestReadOnly(t *testing.T) {
 	if _, err := r.Services(t.Context()); !errors.Is(err, registry.ErrInvalid) {
 		t.Fatalf("Services: %v", err)
 	}
-	if got := d.NameOf("api"); got != "api.test." {
+	if got := dnssrv.NameOf(d, "api"); got != "api.test." {
 		t.Fatalf("NameOf = %q", got)
 	}
 }

@@ -18,12 +18,12 @@ var publicOptions = []string{"min_poll", "max_poll", "timeout", "udp"}
 // names none.
 var resolvConf = "/etc/resolv.conf"
 
-var openURL = backend.OpenWith(ParseURL, New)
+var openURL = backend.OpenWith(parseURL, New)
 
-// ParseURL turns a dns+srv:// URL into Options (see the package
+// parseURL turns a dns+srv:// URL into Options (see the package
 // documentation for the form and options). Errors wrap driver.ErrInvalid
 // and name the option.
-func ParseURL(u *url.URL) (Options, error) {
+func parseURL(u *url.URL) (Options, error) {
 	var o Options
 	q, err := backend.ParseSchemeQuery("dns+srv", u, Scheme)
 	if err != nil {

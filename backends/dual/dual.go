@@ -17,7 +17,8 @@
 //
 // A side that is down fails no write or read while the other side
 // answers. It is written again at the next heartbeat. An operation fails
-// only when both sides fail. When both sides hold an ID, the preferred
+// only when both sides fail. Each side's error is classified by that
+// side's ErrorKind. When both sides hold an ID, the preferred
 // side's record is served. A side that cannot be reached keeps its last
 // state in the union for hold, 15s by default.
 //
@@ -60,7 +61,7 @@ func init() {
 	urls.Nested("old", "new")
 }
 
-// side names, in the order of Driver.sides.
+// side names, in the order of pairDriver.sides.
 var sideNames = [2]string{"old", "new"}
 
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
@@ -143,14 +144,14 @@ func (s side) open(ctx context.Context) (driver.Driver, error) {
 	return d, nil
 }
 
-// Options tune a Driver made with New.
+// Options tune a driver made with New.
 type Options struct {
 	PreferNew bool          // when both sides hold an ID, serve the new side's record
 	Hold      time.Duration // see DefaultHold; 0 means DefaultHold, negative means no hold
 }
 
-// Driver writes to two drivers and reads their union.
-type Driver struct {
+// pairDriver writes to two drivers and reads their union.
+type pairDriver struct {
 	sides   [2]driver.Driver // old, new
 	primary int              // index of the side preferred for reads
 	hold    time.Duration
@@ -164,8 +165,8 @@ type Driver struct {
 
 // New returns a driver over oldSide and newSide; it closes both when
 // closed. Wrap it with registry.New.
-func New(oldSide, newSide driver.Driver, o Options) *Driver {
-	d := &Driver{sides: [2]driver.Driver{oldSide, newSide}, hold: o.Hold, log: slog.Default(),
+func New(oldSide, newSide driver.Driver, o Options) driver.Driver {
+	d := &pairDriver{sides: [2]driver.Driver{oldSide, newSide}, hold: o.Hold, log: slog.Default(),
 		services: map[string]*state{}}
 	if o.PreferNew {
 		d.primary = 1
@@ -177,7 +178,7 @@ func New(oldSide, newSide driver.Driver, o Options) *Driver {
 }
 
 // Limits implements driver.Driver: the stricter of the two sides.
-func (d *Driver) Limits() driver.Limits {
+func (d *pairDriver) Limits() driver.Limits {
 	a, b := d.sides[0].Limits(), d.sides[1].Limits()
 	maxTTL := max(a.MaxTTL, b.MaxTTL) // zero is no maximum
 	if a.MaxTTL > 0 && b.MaxTTL > 0 {
@@ -187,8 +188,28 @@ func (d *Driver) Limits() driver.Limits {
 }
 
 // Close implements driver.Driver.
-func (d *Driver) Close() error {
+func (d *pairDriver) Close() error {
 	return errors.Join(d.sides[0].Close(), d.sides[1].Close())
+}
+
+// classify gives side i's error the kind its driver's ErrorKind says, as
+// Registry does for a driver of its own: each side's sentinel then
+// survives the join of both sides' errors. An error of a call whose ctx
+// ended is the caller's, left as it is.
+func (d *pairDriver) classify(ctx context.Context, i int, err error) error {
+	if err == nil || ctx.Err() != nil || isSentinel(err) {
+		return err
+	}
+	kind := d.sides[i].ErrorKind(err)
+	if kind != driver.ErrNotFound && kind != driver.ErrInvalid {
+		kind = driver.ErrUnavailable
+	}
+	return fmt.Errorf("%w: %w", err, kind)
+}
+
+func isSentinel(err error) bool {
+	return errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrNotFound) ||
+		errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed)
 }
 
 // both runs fn on the two sides at once and returns their errors.
@@ -205,7 +226,7 @@ func both(fn func(i int) error) [2]error {
 
 // outcome records each side's health and returns nil when at least one
 // side succeeded, else both errors joined.
-func (d *Driver) outcome(op string, errs [2]error) error {
+func (d *pairDriver) outcome(op string, errs [2]error) error {
 	d.noteHealth(op, errs, [2]bool{true, true})
 	if errs[0] == nil || errs[1] == nil {
 		return nil
@@ -239,7 +260,7 @@ type health struct {
 // the other side answers — "serving from the other" is then true; while
 // both fail, the operations' errors say so and nothing is logged, so that
 // a command line tool prints one error, not log lines beside it.
-func (d *Driver) noteHealth(op string, errs [2]error, heard [2]bool) {
+func (d *pairDriver) noteHealth(op string, errs [2]error, heard [2]bool) {
 	d.mu.Lock()
 	var recovered [2]bool
 	for i, err := range errs {
@@ -272,9 +293,12 @@ func (d *Driver) noteHealth(op string, errs [2]error, heard [2]bool) {
 }
 
 // Services implements driver.Driver: the union of both sides' names.
-func (d *Driver) Services(ctx context.Context) ([]string, error) {
+func (d *pairDriver) Services(ctx context.Context) ([]string, error) {
 	var names [2][]string
-	errs := both(func(i int) (err error) { names[i], err = d.sides[i].Services(ctx); return err })
+	errs := both(func(i int) (err error) {
+		names[i], err = d.sides[i].Services(ctx)
+		return d.classify(ctx, i, err)
+	})
 	if err := d.outcome("services", errs); err != nil {
 		return nil, err
 	}
@@ -284,14 +308,14 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 }
 
 // noteSide is noteHealth for one side's answer.
-func (d *Driver) noteSide(i int, op string, err error) {
+func (d *pairDriver) noteSide(i int, op string, err error) {
 	var errs [2]error
 	var heard [2]bool
 	errs[i], heard[i] = err, true
 	d.noteHealth(op, errs, heard)
 }
 
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }
+// ErrorKind implements driver.Driver. Each side's errors are classified
+// by that side's ErrorKind when they happen (classify), so only a side's
+// error from an ended context reaches here: transient.
+func (d *pairDriver) ErrorKind(error) error { return driver.ErrUnavailable }

@@ -7,14 +7,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/roster-go/roster/internal/backend"
-
 	"github.com/roster-go/roster/internal/backoff"
 	"github.com/roster-go/roster/registry/driver"
 )
 
 // state is what the driver last heard from each side about one service,
-// shared by List and every stream of the service. Guarded by Driver.mu.
+// shared by List and every stream of the service. Guarded by pairDriver.mu.
 type state struct {
 	sides   [2]sideState
 	changed chan struct{} // closed and replaced on every change
@@ -35,7 +33,7 @@ type sideState struct {
 }
 
 // stateLocked returns the state of service, creating it; d.mu held.
-func (d *Driver) stateLocked(service string) *state {
+func (d *pairDriver) stateLocked(service string) *state {
 	s := d.services[service]
 	if s == nil {
 		s = &state{changed: make(chan struct{})}
@@ -46,7 +44,7 @@ func (d *Driver) stateLocked(service string) *state {
 
 // observe records side i's answer about service: a snapshot, or the
 // error that replaced one.
-func (d *Driver) observe(service string, i int, snap driver.Snapshot, err error) {
+func (d *pairDriver) observe(service string, i int, snap driver.Snapshot, err error) {
 	d.mu.Lock()
 	s := d.stateLocked(service)
 	sd := &s.sides[i]
@@ -72,19 +70,25 @@ func ownIDs(sd, other *sideState) map[string]bool {
 	if !other.have || other.down {
 		return nil
 	}
+	// The sides' snapshots are in any order: no Find (a binary search).
+	held := make(map[string]bool, len(other.snap.Instances))
+	for _, in := range other.snap.Instances {
+		held[in.ID] = true
+	}
 	own := map[string]bool{}
 	for _, in := range sd.snap.Instances {
-		if _, ok := other.snap.Find(in.ID); !ok {
+		if !held[in.ID] {
 			own[in.ID] = true
 		}
 	}
 	return own
 }
 
-// unionLocked returns the union of what the sides hold for service, the
+// unionLocked returns the union of what the sides hold for service (in no
+// order), the
 // time at which a held side's state leaves it (zero: none), and an error
 // when no side can serve; d.mu held.
-func (d *Driver) unionLocked(service string, now time.Time) (driver.Snapshot, time.Time, error) {
+func (d *pairDriver) unionLocked(service string, now time.Time) (driver.Snapshot, time.Time, error) {
 	s := d.stateLocked(service)
 	out := driver.Snapshot{Service: service, Instances: []driver.Instance{}}
 	var expires time.Time
@@ -124,15 +128,15 @@ func (d *Driver) unionLocked(service string, now time.Time) (driver.Snapshot, ti
 	// the union must not take the revision back (Registry would read a
 	// wiped backend and hold what it served).
 	out.Revision = max(s.sides[0].rev, s.sides[1].rev)
-	backend.SortInstances(out.Instances)
 	return out, expires, nil
 }
 
 // List implements driver.Driver: both sides are listed at once; a side
 // that fails is served from its last state for the hold.
-func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
+func (d *pairDriver) List(ctx context.Context, service string) (driver.Snapshot, error) {
 	errs := both(func(i int) error {
 		snap, err := d.sides[i].List(ctx, service)
+		err = d.classify(ctx, i, err)
 		if ctx.Err() == nil {
 			d.observe(service, i, snap, err)
 		}
@@ -149,10 +153,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 
 // Watch implements driver.Driver: one stream per side, each reopened
 // with backoff when it fails, merged as List merges.
-func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+func (d *pairDriver) Watch(_ context.Context, service string) (driver.Stream, error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	st := &stream{d: d, service: service, cancel: cancel, closed: make(chan struct{})}
 	st.wg.Add(2)
@@ -163,7 +164,7 @@ func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, erro
 }
 
 type stream struct {
-	d       *Driver
+	d       *pairDriver
 	service string
 	cancel  context.CancelFunc
 	closed  chan struct{}
@@ -171,6 +172,10 @@ type stream struct {
 	wg      sync.WaitGroup
 	heard   [2]bool          // this stream has an answer from the side; d.mu held
 	last    *driver.Snapshot // last union returned
+	// changed and expires are the wake-ups of the last union returned:
+	// the next Next waits for one of them.
+	changed <-chan struct{}
+	expires time.Time
 }
 
 // follow feeds side i's states for the stream's service into the driver
@@ -205,6 +210,7 @@ func (st *stream) pump(ctx context.Context, i int) error {
 			st.hear(i, snap, nil)
 		}
 	}
+	err = st.d.classify(ctx, i, err)
 	if s != nil {
 		s.Close()
 	}
@@ -229,9 +235,14 @@ func (st *stream) hear(i int, snap driver.Snapshot, err error) {
 	st.d.observe(st.service, i, snap, err)
 }
 
-// Next returns the union once both sides answered (or failed), then each
-// union that differs from the last one returned.
+// Next returns the union once both sides answered (or failed), then the
+// union again after each change of a side or of what the hold keeps.
 func (st *stream) Next(ctx context.Context) (driver.Snapshot, error) {
+	if st.changed != nil {
+		if err := st.wait(ctx, st.changed, st.expires); err != nil {
+			return driver.Snapshot{}, err
+		}
+	}
 	for {
 		d := st.d
 		d.mu.Lock()
@@ -242,13 +253,15 @@ func (st *stream) Next(ctx context.Context) (driver.Snapshot, error) {
 		if ready && err != nil {
 			return driver.Snapshot{}, err
 		}
-		if ready && (st.last == nil || !st.last.SameInstances(snap)) {
-			if st.last != nil && snap.Revision <= st.last.Revision {
+		if ready {
+			// SameInstances compares in order: the same instances in
+			// another order only cost a revision more.
+			if st.last != nil && snap.Revision <= st.last.Revision && !st.last.SameInstances(snap) {
 				// No side changed, a held side's state expired: a new
 				// revision all the same.
 				snap.Revision = d.rev.Add(1)
 			}
-			st.last = &snap
+			st.last, st.changed, st.expires = &snap, ch, expires
 			return snap, nil
 		}
 		if err := st.wait(ctx, ch, expires); err != nil {

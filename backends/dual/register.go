@@ -11,7 +11,7 @@ import (
 
 // Register implements driver.Driver: it writes inst to both sides at once
 // and succeeds when at least one side holds it.
-func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
+func (d *pairDriver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	r := &registration{d: d, inst: inst.Clone(), ttl: ttl}
 	errs := both(func(i int) error { return r.register(ctx, i) })
 	if err := d.outcome("register", errs); err != nil {
@@ -23,7 +23,7 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 // registration holds one side's registration per side, nil for a side
 // that does not hold the instance yet (down when registered, or lost it).
 type registration struct {
-	d    *Driver
+	d    *pairDriver
 	ttl  time.Duration
 	mu   sync.Mutex // serializes operations; sides run in parallel within one
 	inst driver.Instance
@@ -34,7 +34,7 @@ type registration struct {
 func (r *registration) register(ctx context.Context, i int) error {
 	reg, err := r.d.sides[i].Register(ctx, r.inst, r.ttl)
 	if err != nil {
-		return err
+		return r.d.classify(ctx, i, err)
 	}
 	r.regs[i] = reg
 	return nil
@@ -52,7 +52,7 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		if r.regs[i] == nil {
 			return r.register(ctx, i)
 		}
-		return r.regs[i].Heartbeat(ctx)
+		return r.d.classify(ctx, i, r.regs[i].Heartbeat(ctx))
 	})
 	if errs[0] == nil || errs[1] == nil {
 		errs = both(func(i int) error {
@@ -76,7 +76,7 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 		if r.regs[i] == nil {
 			return r.register(ctx, i)
 		}
-		return r.regs[i].Update(ctx, inst)
+		return r.d.classify(ctx, i, r.regs[i].Update(ctx, inst))
 	})
 	return r.d.outcome("update", errs)
 }
@@ -90,7 +90,7 @@ func (r *registration) Deregister(ctx context.Context) error {
 		if r.regs[i] == nil {
 			return nil
 		}
-		return r.regs[i].Deregister(ctx)
+		return r.d.classify(ctx, i, r.regs[i].Deregister(ctx))
 	})
 	for i, err := range errs {
 		r.d.noteSide(i, "deregister", err)

@@ -14,11 +14,13 @@
 // networked backend works.
 //
 // A [Server]'s SetReachable, Wipe and Delete are the fault hooks the
-// conformance suite uses. [Driver.SetReachable] cuts one driver off alone.
+// conformance suite uses. [Driver.SetReachable] cuts one driver off alone. Package memorytest is its
+// conformance harness.
 package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -186,9 +188,16 @@ func (s *Server) expire() {
 	s.sweep(time.Now())
 }
 
+// The driver's errors, classified by ErrorKind.
+var (
+	errDown = errors.New("memory: server unreachable")
+	errCut  = errors.New("memory: connection cut")
+	errGone = errors.New("instance gone")
+)
+
 func (s *Server) unavailable() error {
 	if s.down {
-		return fmt.Errorf("memory: %w: server unreachable", driver.ErrUnavailable)
+		return errDown
 	}
 	return nil
 }
@@ -205,7 +214,7 @@ func (s *Server) put(inst driver.Instance, ttl time.Duration) {
 	s.arm(dl)
 }
 
-// list returns the live instances of service; s.mu held.
+// list returns the live instances of service, in no order; s.mu held.
 func (s *Server) list(service string) driver.Snapshot {
 	now := time.Now()
 	snap := driver.Snapshot{Service: service, Revision: s.rev, At: now, Instances: []driver.Instance{}}
@@ -214,17 +223,15 @@ func (s *Server) list(service string) driver.Snapshot {
 			snap.Instances = append(snap.Instances, r.inst.Clone())
 		}
 	}
-	backend.SortInstances(snap.Instances)
 	return snap
 }
 
 // Driver is a client of a Server.
 type Driver struct {
-	srv    *Server
-	mu     sync.Mutex
-	closed bool
-	cut    bool
-	wake   chan struct{} // closed and replaced when cut changes
+	srv  *Server
+	mu   sync.Mutex
+	cut  bool
+	wake chan struct{} // closed and replaced when cut changes
 }
 
 // NewDriver returns a driver talking to srv. Wrap it with registry.New.
@@ -240,29 +247,21 @@ func (d *Driver) SetReachable(ok bool) {
 	d.wake = make(chan struct{})
 }
 
-// Server returns the server this driver talks to.
-func (d *Driver) Server() *Server { return d.srv }
-
-func (d *Driver) enter(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+// link returns the channel closed when the link next changes, and
+// errCut while the link is cut.
+func (d *Driver) link() (<-chan struct{}, error) {
 	d.mu.Lock()
-	closed, cut := d.closed, d.cut
-	d.mu.Unlock()
-	if closed {
-		return fmt.Errorf("memory: %w", driver.ErrClosed)
+	defer d.mu.Unlock()
+	if d.cut {
+		return d.wake, errCut
 	}
-	if cut {
-		return fmt.Errorf("memory: %w: connection cut", driver.ErrUnavailable)
-	}
-	return nil
+	return d.wake, nil
 }
 
-// begin starts a call: it checks the context, the driver and the link,
-// and returns the server locked. The caller unlocks s.mu.
-func (d *Driver) begin(ctx context.Context) (*Server, error) {
-	if err := d.enter(ctx); err != nil {
+// begin starts a call: it checks the link and the server, and returns
+// the server locked. The caller unlocks s.mu.
+func (d *Driver) begin() (*Server, error) {
+	if _, err := d.link(); err != nil {
 		return nil, err
 	}
 	s := d.srv
@@ -280,8 +279,8 @@ func (d *Driver) Limits() driver.Limits {
 }
 
 // Register implements driver.Driver.
-func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
-	s, err := d.begin(ctx)
+func (d *Driver) Register(_ context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
+	s, err := d.begin()
 	if err != nil {
 		return nil, err
 	}
@@ -296,23 +295,23 @@ type registration struct {
 	ttl         time.Duration
 }
 
-func (r *registration) Heartbeat(ctx context.Context) error {
-	s, err := r.d.begin(ctx)
+func (r *registration) Heartbeat(context.Context) error {
+	s, err := r.d.begin()
 	if err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	rec := s.services[r.service][r.id]
 	if rec == nil || !rec.deadline.After(time.Now()) {
-		return fmt.Errorf("memory: heartbeat %s: %w", r.id, driver.ErrNotFound)
+		return fmt.Errorf("memory: heartbeat %s: %w", r.id, errGone)
 	}
 	rec.deadline = time.Now().Add(r.ttl)
 	s.arm(rec.deadline)
 	return nil
 }
 
-func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
-	s, err := r.d.begin(ctx)
+func (r *registration) Update(_ context.Context, inst driver.Instance) error {
+	s, err := r.d.begin()
 	if err != nil {
 		return err
 	}
@@ -321,8 +320,8 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	return nil
 }
 
-func (r *registration) Deregister(ctx context.Context) error {
-	s, err := r.d.begin(ctx)
+func (r *registration) Deregister(context.Context) error {
+	s, err := r.d.begin()
 	if err != nil {
 		return err
 	}
@@ -338,8 +337,8 @@ func (r *registration) Deregister(ctx context.Context) error {
 }
 
 // List implements driver.Driver.
-func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
-	s, err := d.begin(ctx)
+func (d *Driver) List(_ context.Context, service string) (driver.Snapshot, error) {
+	s, err := d.begin()
 	if err != nil {
 		return driver.Snapshot{}, err
 	}
@@ -348,8 +347,8 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 }
 
 // Services implements driver.Driver.
-func (d *Driver) Services(ctx context.Context) ([]string, error) {
-	s, err := d.begin(ctx)
+func (d *Driver) Services(context.Context) ([]string, error) {
+	s, err := d.begin()
 	if err != nil {
 		return nil, err
 	}
@@ -365,59 +364,52 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 }
 
 // Watch implements driver.Driver.
-func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
-	if err := d.enter(ctx); err != nil {
-		return nil, err
-	}
-	d.srv.mu.Lock()
-	err := d.srv.unavailable()
-	d.srv.mu.Unlock()
+func (d *Driver) Watch(_ context.Context, service string) (driver.Stream, error) {
+	s, err := d.begin()
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Unlock()
 	return &stream{d: d, service: service, closed: make(chan struct{})}, nil
 }
 
 type stream struct {
 	d       *Driver
 	service string
-	last    *driver.Snapshot
+	changed <-chan struct{} // closed at the server's next change; nil before the first Next
+	wake    <-chan struct{} // closed at the link's next change
 	closed  chan struct{}
 	once    sync.Once
 }
 
+// Next returns the current state at once the first time, then after each
+// change of the server or the link. A change of another service returns
+// the same state again: Registry drops repeats.
 func (st *stream) Next(ctx context.Context) (driver.Snapshot, error) {
-	s := st.d.srv
-	for {
-		// Read the wake channel before checking the link, so a cut made
-		// after the check still wakes this Next.
-		st.d.mu.Lock()
-		wake := st.d.wake
-		st.d.mu.Unlock()
-		if err := st.d.enter(ctx); err != nil {
-			return driver.Snapshot{}, err
-		}
-		s.mu.Lock()
-		if err := s.unavailable(); err != nil {
-			s.mu.Unlock()
-			return driver.Snapshot{}, err
-		}
-		snap := s.list(st.service)
-		ch := s.changed
-		s.mu.Unlock()
-		if st.last == nil || !st.last.SameInstances(snap) {
-			st.last = &snap
-			return snap, nil
-		}
+	if st.changed != nil {
 		select {
-		case <-wake:
-		case <-ch:
+		case <-st.changed:
+		case <-st.wake:
 		case <-ctx.Done():
 			return driver.Snapshot{}, ctx.Err()
 		case <-st.closed:
 			return driver.Snapshot{}, fmt.Errorf("memory: watch: %w", driver.ErrClosed)
 		}
 	}
+	// Read the link's channel before checking the link, so a cut made
+	// after the check still wakes the next wait.
+	wake, err := st.d.link()
+	if err != nil {
+		return driver.Snapshot{}, err
+	}
+	s := st.d.srv
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.unavailable(); err != nil {
+		return driver.Snapshot{}, err
+	}
+	st.changed, st.wake = s.changed, wake
+	return s.list(st.service), nil
 }
 
 func (st *stream) Close() error {
@@ -426,14 +418,14 @@ func (st *stream) Close() error {
 }
 
 // Close implements driver.Driver. The server lives on.
-func (d *Driver) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.closed = true
-	return nil
-}
+func (d *Driver) Close() error { return nil }
 
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }
+// ErrorKind implements driver.Driver: a heartbeat of an instance the
+// server no longer holds is ErrNotFound; an unreachable server and a cut
+// link are ErrUnavailable.
+func (d *Driver) ErrorKind(err error) error {
+	if errors.Is(err, errGone) {
+		return driver.ErrNotFound
+	}
+	return driver.ErrUnavailable
+}

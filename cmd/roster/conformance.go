@@ -21,17 +21,20 @@ import (
 	"github.com/roster-go/roster/registry/driver"
 )
 
-// urlHarness runs the conformance suite against a live deployment. It has
-// no fault hooks: checks that need control of the server are reported as
-// not run.
+// urlHarness runs the conformance suite against a live deployment: its
+// drivers are the URL's, and the suite opens its observers by the URL.
+// It has no fault hooks: checks that need control of the server are
+// reported as not run.
 type urlHarness struct {
 	url string
 	cfg conformance.Config
 }
 
-func (h urlHarness) Open(ctx context.Context) (*registry.Registry, error) {
-	return registry.Open(ctx, h.url)
+func (h urlHarness) MakeDriver(ctx context.Context) (driver.Driver, error) {
+	return backend.OpenURL(ctx, h.url)
 }
+
+func (h urlHarness) URL() string { return h.url }
 
 func (h urlHarness) Config() conformance.Config { return h.cfg }
 

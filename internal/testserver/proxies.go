@@ -5,11 +5,11 @@ import (
 
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/loopback"
-	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
-// Proxies implements a conformance harness's OpenLinked for a server with
-// one address: each registry gets a TCP proxy of its own in front of the
+// Proxies implements a conformance harness's MakeLinkedDriver for a server
+// with one address: each driver gets a TCP proxy of its own in front of the
 // server, which is its Link. The zero Proxies is ready; Close closes every
 // proxy it made (register it with tb.Cleanup).
 type Proxies struct {
@@ -17,9 +17,9 @@ type Proxies struct {
 	proxies []*loopback.Proxy
 }
 
-// OpenLinked starts a proxy to addr and opens a registry on the proxy's
-// address with open.
-func (ps *Proxies) OpenLinked(addr string, open func(addr string) (*registry.Registry, error)) (*registry.Registry, conformance.Link, error) {
+// MakeLinkedDriver starts a proxy to addr and makes a driver on the
+// proxy's address with open.
+func (ps *Proxies) MakeLinkedDriver(addr string, open func(addr string) (driver.Driver, error)) (driver.Driver, conformance.Link, error) {
 	p, err := loopback.NewProxy(addr)
 	if err != nil {
 		return nil, nil, err
@@ -27,11 +27,11 @@ func (ps *Proxies) OpenLinked(addr string, open func(addr string) (*registry.Reg
 	ps.mu.Lock()
 	ps.proxies = append(ps.proxies, p)
 	ps.mu.Unlock()
-	r, err := open(p.Addr())
+	d, err := open(p.Addr())
 	if err != nil {
 		return nil, nil, err
 	}
-	return r, p, nil
+	return d, p, nil
 }
 
 // Close closes the proxies made so far.

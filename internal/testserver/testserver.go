@@ -10,8 +10,9 @@
 //
 // [LogTail] gives the tail of such a log, for error messages. [Binary]
 // says where a server's binary is, and [Dir] is its data directory.
-// [Proxies] is the OpenLinked of a conformance harness on a one-address
-// server, with a loopback TCP proxy per registry, all closed together.
+// [Proxies] is the MakeLinkedDriver of a conformance harness on a
+// one-address server, with a loopback TCP proxy per driver, all closed
+// together.
 package testserver
 
 import (

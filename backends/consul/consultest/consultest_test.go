@@ -101,10 +101,11 @@ func TestHarness(t *testing.T) {
 		t.Errorf("hooks: Partitioner %v, Restarter %v, ExternalDeleter %v, Wiper %v (want all but Wiper, "+
 			"and its check declared skipped); Skip %v", p, r, d, w, h.Config().Skip)
 	}
-	reg, link, err := h.(conformance.Partitioner).OpenLinked(t.Context())
+	drv, link, err := h.(conformance.Partitioner).MakeLinkedDriver(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := registry.New(drv)
 	defer reg.Close()
 	if err := link.SetConnected(t.Context(), true); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/testserver"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // NewHarness returns the conformance harness of the Consul backend on
@@ -60,7 +61,7 @@ type aclHarness struct {
 	tokens map[string]string // tenant → token
 }
 
-func (h *aclHarness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+func (h *aclHarness) MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	token, ok := h.tokens[tenant]
@@ -84,20 +85,30 @@ type harness struct {
 	proxies testserver.Proxies
 }
 
-func (h *harness) Open(context.Context) (*registry.Registry, error) { return h.open(h.a.Addr()) }
+func (h *harness) MakeDriver(context.Context) (driver.Driver, error) { return h.open(h.a.Addr()) }
 
-// open opens a registry on the agent API at addr. The call timeout is the
+// URL is the consul:// URL of what MakeDriver makes: the suite opens its
+// observers with it.
+func (h *harness) URL() string {
+	u := "consul://" + h.a.Addr() + "?wait=5s"
+	if h.token != "" {
+		u += "&token=" + url.QueryEscape(h.token)
+	}
+	return u
+}
+
+// open makes a driver on the agent API at addr. The call timeout is the
 // default (10s): the agent registers one service at a time, each a Raft
 // apply, so a hundred concurrent registrations on a loaded 2-core machine
 // take seconds.
-func (h *harness) open(addr string) (*registry.Registry, error) { return h.openAs(addr, h.token) }
+func (h *harness) open(addr string) (driver.Driver, error) { return h.openAs(addr, h.token) }
 
-func (h *harness) openAs(addr, token string) (*registry.Registry, error) {
+func (h *harness) openAs(addr, token string) (driver.Driver, error) {
 	d, err := consul.NewDriver(consul.Options{Address: addr, Wait: 5 * time.Second, Token: token})
 	if err != nil {
-		return nil, err
+		return nil, err // not a typed nil in the interface
 	}
-	return registry.New(d, registry.WithResyncInterval(5*time.Second)), nil
+	return d, nil
 }
 
 func (h *harness) Config() conformance.Config {
@@ -110,6 +121,7 @@ func (h *harness) Config() conformance.Config {
 	// (TestManyLeasesWithinAgentConnLimit runs 1,000 on a RAM disk;
 	// docs/backends/consul.md has the figures), hence ManyLeases 300.
 	c := conformance.LoadedMachine()
+	c.ResyncInterval = 5 * time.Second
 	// Check critical → Raft apply → blocking query wake-up → watcher:
 	// milliseconds when idle, up to a second or so under load.
 	c.ExpirySlack = 2 * time.Second
@@ -124,9 +136,9 @@ func (h *harness) Config() conformance.Config {
 	return c
 }
 
-// OpenLinked puts a TCP proxy between the registry and the agent.
-func (h *harness) OpenLinked(context.Context) (*registry.Registry, conformance.Link, error) {
-	return h.proxies.OpenLinked(h.a.Addr(), h.open)
+// MakeLinkedDriver puts a TCP proxy between the driver and the agent.
+func (h *harness) MakeLinkedDriver(context.Context) (driver.Driver, conformance.Link, error) {
+	return h.proxies.MakeLinkedDriver(h.a.Addr(), h.open)
 }
 
 func (h *harness) Restart(ctx context.Context, keepData bool) error {

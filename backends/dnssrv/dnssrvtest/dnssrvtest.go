@@ -24,6 +24,7 @@ import (
 	"github.com/roster-go/roster/backends/dnssrv"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // URL returns the dns+srv:// URL that reads Consul's <service>.service.consul
@@ -59,9 +60,12 @@ type harness struct {
 	c *api.Client
 }
 
-func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
-	return registry.Open(ctx, URL(h.a, harnessQuery))
+func (h *harness) MakeDriver(ctx context.Context) (driver.Driver, error) {
+	return backend.OpenURL(ctx, h.URL())
 }
+
+// URL is the dns+srv:// URL of the harness's registries.
+func (h *harness) URL() string { return URL(h.a, harnessQuery) }
 
 func (h *harness) Config() conformance.Config {
 	// An agent registration reaches the agent's DNS answers at once

@@ -10,6 +10,7 @@ import (
 
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // harnessPrefix is the key prefix the conformance suite works under.
@@ -71,9 +72,12 @@ type harness struct {
 
 func (h *harness) options() []string { return append([]string{harnessProgress}, h.login...) }
 
-func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
-	return registry.Open(ctx, h.c.URL(harnessPrefix, h.options()...), registry.WithResyncInterval(5*time.Second))
+func (h *harness) MakeDriver(ctx context.Context) (driver.Driver, error) {
+	return backend.OpenURL(ctx, h.URL())
 }
+
+// URL is the etcd:// URL of the harness's registries.
+func (h *harness) URL() string { return h.c.URL(harnessPrefix, h.options()...) }
 
 // Config is conformance.LoadedMachine: real etcd propagates in
 // milliseconds (docs/bench/etcd.md), but the servers run inside the test
@@ -85,6 +89,7 @@ func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
 // (docs/reliability.md), hence ManyLeases 300.
 func (h *harness) Config() conformance.Config {
 	c := conformance.LoadedMachine()
+	c.ResyncInterval = 5 * time.Second
 	c.Skip = h.skip()
 	return c
 }
@@ -98,28 +103,28 @@ func (h *harness) skip() map[string]string {
 	return map[string]string{"TenantIsolation": "the user's role holds one prefix; tenants are other prefixes"}
 }
 
-// OpenTenant opens a registry under the key prefix /tenant: the prefix is
-// the etcd backend's namespace.
-func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
-	return registry.Open(ctx, h.c.URL("/"+tenant, h.options()...), registry.WithResyncInterval(5*time.Second))
+// MakeTenantDriver makes a driver under the key prefix /tenant: the
+// prefix is the etcd backend's namespace.
+func (h *harness) MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error) {
+	return backend.OpenURL(ctx, h.c.URL("/"+tenant, h.options()...))
 }
 
 // TenantsShareNames is true: each prefix is a namespace of its own.
 func (h *harness) TenantsShareNames() bool { return true }
 
-// OpenLinked opens a Registry through a Link of its own. The Link is
+// MakeLinkedDriver makes a driver through a Link of its own. The Link is
 // closed with the Cluster.
-func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
+func (h *harness) MakeLinkedDriver(ctx context.Context) (driver.Driver, conformance.Link, error) {
 	l, err := h.c.NewLink()
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := registry.Open(ctx, l.URL(harnessPrefix, h.options()...), registry.WithResyncInterval(5*time.Second))
+	d, err := backend.OpenURL(ctx, l.URL(harnessPrefix, h.options()...))
 	if err != nil {
 		l.Close()
 		return nil, nil, err
 	}
-	return r, l, nil
+	return d, l, nil
 }
 
 func (h *harness) Restart(ctx context.Context, keepData bool) error {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/roster-go/roster/backends/kubernetes"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/backend"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // harnessNamespace survives Restart(keepData=false): the apiserver
@@ -62,16 +64,28 @@ type harness struct {
 	token string
 }
 
-func (h *harness) open(ctx context.Context, addr string) (*registry.Registry, error) {
+func (h *harness) open(ctx context.Context, addr string) (driver.Driver, error) {
 	return h.openIn(ctx, addr, h.ns)
 }
 
-func (h *harness) openIn(ctx context.Context, addr, namespace string) (*registry.Registry, error) {
-	u, err := h.s.URLFor(Access{Addr: addr, Namespace: namespace, Token: h.token}, "sweep_interval=1s", "request_timeout=2s")
+func (h *harness) openIn(ctx context.Context, addr, namespace string) (driver.Driver, error) {
+	u, err := h.urlIn(addr, namespace)
 	if err != nil {
 		return nil, err
 	}
-	return registry.Open(ctx, u, registry.WithResyncInterval(5*time.Second))
+	return backend.OpenURL(ctx, u)
+}
+
+func (h *harness) urlIn(addr, namespace string) (string, error) {
+	return h.s.URLFor(Access{Addr: addr, Namespace: namespace, Token: h.token}, "sweep_interval=1s", "request_timeout=2s")
+}
+
+// URL is the k8s:// URL of the harness's registries, through a kubeconfig
+// written for them ("" if it cannot be written: the suite then fails to
+// open the observer, naming the URL).
+func (h *harness) URL() string {
+	u, _ := h.urlIn(h.s.Addr(), h.ns)
+	return u
 }
 
 // TenantNamespace is the namespace of a conformance tenant: Kubernetes'
@@ -81,10 +95,10 @@ func (h *harness) openIn(ctx context.Context, addr, namespace string) (*registry
 // objects named by a hash of the instance).
 func TenantNamespace(tenant string) string { return "roster-conformance-" + tenant }
 
-// OpenTenant implements conformance.Tenants: a registry in the tenant's
-// namespace, created when missing (the namespace lifecycle admission
-// refuses objects in a namespace that does not exist).
-func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+// MakeTenantDriver implements conformance.Tenants: a driver in the
+// tenant's namespace, created when missing (the namespace lifecycle
+// admission refuses objects in a namespace that does not exist).
+func (h *harness) MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error) {
 	ns := TenantNamespace(tenant)
 	if err := h.s.EnsureNamespace(ctx, ns); err != nil {
 		return nil, err
@@ -112,17 +126,20 @@ func (s *Server) EnsureNamespace(ctx context.Context, ns string) error {
 // limitedHarness hides the hooks a limited user's harness does not have.
 type limitedHarness struct{ h *harness }
 
-func (l limitedHarness) Open(ctx context.Context) (*registry.Registry, error) { return l.h.Open(ctx) }
-func (l limitedHarness) Config() conformance.Config                           { return l.h.Config() }
-func (l limitedHarness) Wipe(ctx context.Context) error                       { return l.h.Wipe(ctx) }
-func (l limitedHarness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
-	return l.h.OpenLinked(ctx)
+func (l limitedHarness) MakeDriver(ctx context.Context) (driver.Driver, error) {
+	return l.h.MakeDriver(ctx)
+}
+func (l limitedHarness) URL() string                    { return l.h.URL() }
+func (l limitedHarness) Config() conformance.Config     { return l.h.Config() }
+func (l limitedHarness) Wipe(ctx context.Context) error { return l.h.Wipe(ctx) }
+func (l limitedHarness) MakeLinkedDriver(ctx context.Context) (driver.Driver, conformance.Link, error) {
+	return l.h.MakeLinkedDriver(ctx)
 }
 func (l limitedHarness) DeleteExternally(ctx context.Context, in registry.Instance) error {
 	return l.h.DeleteExternally(ctx, in)
 }
 
-func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
+func (h *harness) MakeDriver(ctx context.Context) (driver.Driver, error) {
 	return h.open(ctx, h.s.Addr())
 }
 
@@ -130,6 +147,7 @@ func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
 // expiry is sharp; the bounds leave room for a loaded 2-core machine.
 func (h *harness) Config() conformance.Config {
 	c := conformance.LoadedMachine()
+	c.ResyncInterval = 5 * time.Second
 	// Each registration is two to four calls, within the lease engine's
 	// 1s call bound at TTL 3s, to one apiserver on a loaded 2-core
 	// machine: 200 at once overran it under -race there.
@@ -137,9 +155,9 @@ func (h *harness) Config() conformance.Config {
 	return c
 }
 
-// OpenLinked opens a Registry through a TCP proxy of its own.
-func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
-	return h.s.proxies.OpenLinked(h.s.Addr(), func(addr string) (*registry.Registry, error) { return h.open(ctx, addr) })
+// MakeLinkedDriver makes a driver through a TCP proxy of its own.
+func (h *harness) MakeLinkedDriver(ctx context.Context) (driver.Driver, conformance.Link, error) {
+	return h.s.proxies.MakeLinkedDriver(h.s.Addr(), func(addr string) (driver.Driver, error) { return h.open(ctx, addr) })
 }
 
 func (h *harness) Restart(ctx context.Context, keepData bool) error {

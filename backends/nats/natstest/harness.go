@@ -8,7 +8,9 @@ import (
 
 	rnats "github.com/roster-go/roster/backends/nats"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/backend"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // harnessBucket is the bucket the conformance suite works in.
@@ -21,28 +23,35 @@ func (s *Server) Harness() conformance.Harness { return harness{s} }
 
 type harness struct{ s *Server }
 
-func (h harness) open(ctx context.Context, addr, bucket string) (*registry.Registry, error) {
-	return registry.Open(ctx, h.s.urlAt(addr, "bucket="+bucket), registry.WithResyncInterval(5*time.Second))
+func (h harness) open(ctx context.Context, addr, bucket string) (driver.Driver, error) {
+	return backend.OpenURL(ctx, h.s.urlAt(addr, "bucket="+bucket))
 }
 
-func (h harness) Open(ctx context.Context) (*registry.Registry, error) {
+func (h harness) MakeDriver(ctx context.Context) (driver.Driver, error) {
 	return h.open(ctx, h.s.addr, harnessBucket)
 }
 
+// URL is the harness's URL: the suite opens its observers with it.
+func (h harness) URL() string { return h.s.urlAt(h.s.addr, "bucket="+harnessBucket) }
+
 // Config is conformance.LoadedMachine: the server expires TTLs on time,
 // and a cut link drops the connection, which ends the watch at once.
-func (h harness) Config() conformance.Config { return conformance.LoadedMachine() }
+func (h harness) Config() conformance.Config {
+	c := conformance.LoadedMachine()
+	c.ResyncInterval = 5 * time.Second
+	return c
+}
 
-// OpenTenant opens a registry on the bucket named tenant: each bucket is
-// a namespace of its own.
-func (h harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+// MakeTenantDriver makes a driver on the bucket named tenant: each bucket
+// is a namespace of its own.
+func (h harness) MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error) {
 	return h.open(ctx, h.s.addr, tenant)
 }
 
 func (h harness) TenantsShareNames() bool { return true }
 
-func (h harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
-	return h.s.proxies.OpenLinked(h.s.addr, func(addr string) (*registry.Registry, error) {
+func (h harness) MakeLinkedDriver(ctx context.Context) (driver.Driver, conformance.Link, error) {
+	return h.s.proxies.MakeLinkedDriver(h.s.addr, func(addr string) (driver.Driver, error) {
 		return h.open(ctx, addr, harnessBucket)
 	})
 }

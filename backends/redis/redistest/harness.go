@@ -15,8 +15,10 @@ import (
 
 	rredis "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/backend"
 	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // Harness returns the conformance harness of s: registries open
@@ -70,6 +72,9 @@ type harness struct {
 }
 
 func newHarness[C redis.UniversalClient](t testing.TB, rawURL string, cfg conformance.Config, admin func() C) *harness {
+	if cfg.ResyncInterval == 0 {
+		cfg.ResyncInterval = time.Second
+	}
 	h := &harness{url: rawURL, cfg: cfg, admin: func() redis.UniversalClient { return admin() }}
 	t.Cleanup(h.close)
 	return h
@@ -84,15 +89,18 @@ func (h *restartable) Restart(ctx context.Context, keepData bool) error {
 	return h.restart(ctx, keepData)
 }
 
-func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
-	return registry.Open(ctx, h.url, registry.WithResyncInterval(time.Second))
+func (h *harness) MakeDriver(ctx context.Context) (driver.Driver, error) {
+	return backend.OpenURL(ctx, h.url)
 }
+
+// URL is the harness's URL: the suite opens its observers with it.
+func (h *harness) URL() string { return h.url }
 
 func (h *harness) Config() conformance.Config { return h.cfg }
 
-// OpenTenant opens a registry whose keys start with the prefix tenant:
-// the key prefix is the Redis backend's namespace.
-func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
+// MakeTenantDriver makes a driver whose keys start with the prefix
+// tenant: the key prefix is the Redis backend's namespace.
+func (h *harness) MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error) {
 	u, err := url.Parse(h.url)
 	if err != nil {
 		return nil, err
@@ -100,16 +108,16 @@ func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Regi
 	q := u.Query()
 	q.Set("prefix", tenant)
 	u.RawQuery = q.Encode()
-	return registry.Open(ctx, u.String(), registry.WithResyncInterval(time.Second))
+	return backend.OpenURL(ctx, u.String())
 }
 
 // TenantsShareNames is true: each prefix is a namespace of its own.
 func (h *harness) TenantsShareNames() bool { return true }
 
-// OpenLinked opens a registry whose every connection — to a server, a
-// cluster node or a Sentinel, whichever address the client learns — goes
+// MakeLinkedDriver makes a driver whose every connection (to a server, a
+// cluster node or a Sentinel, whichever address the client learns) goes
 // through a TCP proxy of its own: cutting the proxies is the partition.
-func (h *harness) OpenLinked(context.Context) (*registry.Registry, conformance.Link, error) {
+func (h *harness) MakeLinkedDriver(context.Context) (driver.Driver, conformance.Link, error) {
 	u, err := url.Parse(h.url)
 	if err != nil {
 		return nil, nil, err
@@ -127,7 +135,7 @@ func (h *harness) OpenLinked(context.Context) (*registry.Registry, conformance.L
 	if err != nil {
 		return nil, nil, err
 	}
-	return registry.New(d, registry.WithResyncInterval(time.Second)), l, nil
+	return d, l, nil
 }
 
 func (h *harness) close() {

@@ -14,6 +14,7 @@ import (
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/testserver"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // HarnessRoot is the root znode the conformance suite works under.
@@ -55,13 +56,12 @@ type harness struct {
 	proxies testserver.Proxies
 }
 
-func (h *harness) Open(ctx context.Context) (*registry.Registry, error) {
-	return h.open(ctx, h.s.Addr())
+func (h *harness) MakeDriver(ctx context.Context) (driver.Driver, error) {
+	return backend.OpenURL(ctx, h.URL())
 }
 
-func (h *harness) open(ctx context.Context, addr string) (*registry.Registry, error) {
-	return registry.Open(ctx, url([]string{addr}, HarnessRoot, harnessQuery), registry.WithResyncInterval(5*time.Second))
-}
+// URL is the zk:// URL of the harness's registries.
+func (h *harness) URL() string { return url([]string{h.s.Addr()}, HarnessRoot, harnessQuery) }
 
 // TenantRoot returns the root of a conformance tenant. Tenant "tenanta"
 // gets /roster-conformance-tenanta and every other tenant a root nested in
@@ -75,10 +75,10 @@ func TenantRoot(tenant string) string {
 	return outer + "/_" + tenant
 }
 
-// OpenTenant implements conformance.Tenants: a registry on the tenant's
-// root.
-func (h *harness) OpenTenant(ctx context.Context, tenant string) (*registry.Registry, error) {
-	return registry.Open(ctx, url([]string{h.s.Addr()}, TenantRoot(tenant), harnessQuery), registry.WithResyncInterval(5*time.Second))
+// MakeTenantDriver implements conformance.Tenants: a driver on the
+// tenant's root.
+func (h *harness) MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error) {
+	return backend.OpenURL(ctx, url([]string{h.s.Addr()}, TenantRoot(tenant), harnessQuery))
 }
 
 // TenantsShareNames is true: each root is a namespace of its own.
@@ -91,12 +91,16 @@ func (h *harness) TenantsShareNames() bool { return true }
 // holds a thousand leases as a thousand cheap znodes; ManyLeases 300
 // keeps the race-detector run short, as on etcd.
 func (h *harness) Config() conformance.Config {
-	return conformance.LoadedMachine()
+	c := conformance.LoadedMachine()
+	c.ResyncInterval = 5 * time.Second
+	return c
 }
 
-// OpenLinked puts a TCP proxy between the registry and the server.
-func (h *harness) OpenLinked(ctx context.Context) (*registry.Registry, conformance.Link, error) {
-	return h.proxies.OpenLinked(h.s.Addr(), func(addr string) (*registry.Registry, error) { return h.open(ctx, addr) })
+// MakeLinkedDriver puts a TCP proxy between the driver and the server.
+func (h *harness) MakeLinkedDriver(ctx context.Context) (driver.Driver, conformance.Link, error) {
+	return h.proxies.MakeLinkedDriver(h.s.Addr(), func(addr string) (driver.Driver, error) {
+		return backend.OpenURL(ctx, url([]string{addr}, HarnessRoot, harnessQuery))
+	})
 }
 
 func (h *harness) Restart(ctx context.Context, keepData bool) error {
