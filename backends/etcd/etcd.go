@@ -144,13 +144,11 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/roster-go/roster/internal/backend"
@@ -199,7 +197,6 @@ type Driver struct {
 	prefix   string // without trailing slash
 	reqT     time.Duration
 	progress time.Duration
-	closed   atomic.Bool
 
 	probeSem chan struct{} // one probe at a time; guards probeAt, probeRev
 	probeAt  time.Time
@@ -350,9 +347,6 @@ func (d *Driver) Limits() driver.Limits { return limits }
 
 // Close implements driver.Driver. It closes the client if New made it.
 func (d *Driver) Close() error {
-	if d.closed.Swap(true) {
-		return nil
-	}
 	d.stop()
 	<-d.done
 	d.renewer.close()
@@ -394,47 +388,46 @@ func (d *Driver) lostC() <-chan struct{} {
 	return d.lost
 }
 
-// op checks the driver is open and bounds ctx by the request timeout.
-func (d *Driver) op(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	if d.closed.Load() {
-		return nil, nil, fmt.Errorf("etcd: %w", driver.ErrClosed)
-	}
-	c, cancel := context.WithTimeout(ctx, d.reqT)
-	return c, cancel, nil
+// op bounds ctx by the request timeout.
+func (d *Driver) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.reqT)
 }
 
-// wrap maps a client error to the registry's sentinels. parent is the
-// caller's context: when it ended, its error is what the caller gets.
-func (d *Driver) wrap(parent context.Context, what string, err error) error {
+// wrap adds the operation to a client error. ctx is the call's: when it
+// ended, Registry adds its error. A role refused the prefix gets a hint,
+// and an outage may be a port mix-up, which PortCheck diagnoses.
+func (d *Driver) wrap(ctx context.Context, what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("etcd: %s: %w: lease not found", what, driver.ErrNotFound)
-	case parent.Err() != nil:
-		return fmt.Errorf("etcd: %s: %w", what, parent.Err())
-	case d.closed.Load():
-		return fmt.Errorf("etcd: %s: %w", what, driver.ErrClosed)
+	case ctx.Err() != nil:
+		return fmt.Errorf("etcd: %s: %w", what, err)
 	case isAuthErr(err):
-		// A role without the prefix's range will not gain it by retrying.
-		return fmt.Errorf("etcd: %s: %w: %v (check the user's role: it needs readwrite on the prefix %s/)", what, driver.ErrInvalid, err, d.prefix)
-	case refused(err):
-		// The server answered and said no to the input or the
-		// credentials: retrying the same request cannot succeed.
-		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrInvalid, err)
+		return fmt.Errorf("etcd: %s: %w (check the user's role: it needs readwrite on the prefix %s/)", what, err, d.prefix)
+	case d.ErrorKind(err) != driver.ErrUnavailable:
+		return fmt.Errorf("etcd: %s: %w", what, err)
 	}
 	if perr := d.plain.Diagnose(); perr != nil {
 		return fmt.Errorf("etcd: %s: %w", what, perr)
 	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
-	default:
-		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrUnavailable, err)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// The request timeout's: not the caller's deadline, so not wrapped.
+		return fmt.Errorf("etcd: %s: no answer within %v", what, d.reqT)
 	}
+	return fmt.Errorf("etcd: %s: %w", what, err)
+}
+
+// ErrorKind implements driver.Driver. A lease the server lost is
+// ErrNotFound. A refused credential or role, and a request the server
+// or the client refuses, are ErrInvalid: a retry cannot succeed.
+func (d *Driver) ErrorKind(err error) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return driver.ErrNotFound
+	case isAuthErr(err) || refused(err):
+		return driver.ErrInvalid
+	}
+	return driver.ErrUnavailable
 }
 
 // refused reports a server's rejection of the request itself ("too large
@@ -465,7 +458,7 @@ func isAuthErr(err error) bool {
 }
 
 func encode(in driver.Instance) (string, error) {
-	b, err := json.Marshal(in) // driver.Instance's JSON form is the stored one
+	b, err := backend.Encode(in)
 	if err != nil {
 		return "", fmt.Errorf("etcd: encode %s: %w: %v", in.ID, driver.ErrInvalid, err)
 	}
@@ -505,10 +498,7 @@ func ttlSeconds(ttl time.Duration) int64 {
 
 // List implements driver.Driver with one linearizable range read.
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return driver.Snapshot{}, err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	sp := d.servicePrefix(service)
 	resp, err := d.cli.Get(c, sp, clientv3.WithPrefix())
@@ -526,17 +516,13 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 			snap.Instances = append(snap.Instances, in)
 		}
 	}
-	backend.SortInstances(snap.Instances)
 	return snap, nil
 }
 
 // Services implements driver.Driver with a keys-only range read of the
 // whole prefix.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return nil, err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	root := d.prefix + "/"
 	resp, err := d.cli.Get(c, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -606,10 +592,7 @@ func (r *registration) releaseLease(ctx context.Context) {
 // server would have expired a lease of its own, and takes it off the
 // shared lease.
 func (r *registration) expire(ctx context.Context) error {
-	c, cancel, err := r.d.op(ctx)
-	if err != nil {
-		return err
-	}
+	c, cancel := r.d.op(ctx)
 	defer cancel()
 	if _, err := r.d.cli.Delete(c, r.key); err != nil {
 		return r.d.wrap(ctx, "expire "+r.id, err)
@@ -649,12 +632,9 @@ func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 }
 
 func (d *Driver) put(ctx context.Context, key, val string, lease clientv3.LeaseID) error {
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
-	_, err = d.cli.Put(c, key, val, clientv3.WithLease(lease))
+	_, err := d.cli.Put(c, key, val, clientv3.WithLease(lease))
 	return err
 }
 
@@ -671,7 +651,7 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("etcd: heartbeat %s: %w: lease lost", r.id, driver.ErrNotFound)
 	}
 	if err := d.keepAlive(ctx, "heartbeat "+r.id, l); err != nil {
-		if errors.Is(err, driver.ErrNotFound) {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			r.releaseLease(ctx)
 		}
 		return err
@@ -718,10 +698,7 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 // registration.
 func (r *registration) Deregister(ctx context.Context) error {
 	d := r.d
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	if _, err := d.cli.Delete(c, r.key); err != nil {
 		return d.wrap(ctx, "deregister "+r.id+": delete", err)
@@ -729,8 +706,3 @@ func (r *registration) Deregister(ctx context.Context) error {
 	r.releaseLease(ctx)
 	return nil
 }
-
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

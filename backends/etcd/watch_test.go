@@ -90,7 +90,7 @@ func TestStreamRelistsAfterCompaction(t *testing.T) {
 	defer stI.Close()
 	st := stI.(*stream)
 	st.state = map[string]registry.Instance{"a": snapA.Instances[0]}
-	st.rev, st.sent = int64(snapA.Revision), true
+	st.rev = int64(snapA.Revision)
 	st.lost = d.lostC()
 	if err := st.watchFrom(st.rev + 1); err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestStreamRelistsWhenRevisionGoesBack(t *testing.T) {
 	// As after a wipe: the stream's revision is far ahead of the server's,
 	// so a resumed watch would wait silently for a revision to come.
 	st.state = map[string]registry.Instance{}
-	st.rev, st.sent = 1_000_000, true
+	st.rev = 1_000_000
 	st.lost = d.lostC()
 	if err := st.watchFrom(st.rev + 1); err != nil {
 		t.Fatal(err)
