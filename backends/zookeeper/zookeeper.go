@@ -96,7 +96,6 @@ package zookeeper
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -282,12 +281,6 @@ func (d *Driver) sessionFor(ttl time.Duration) (*session, error) {
 // finishes in the background when the client answers or fails it (it
 // fails queued calls within about a second while no server is reachable).
 func (d *Driver) call(ctx context.Context, what string, fn func() error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d.closed.Load() {
-		return fmt.Errorf("zookeeper: %s: %w", what, driver.ErrClosed)
-	}
 	if err := d.ports.Known(); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", what, err) // at once, not after another timeout
 	}
@@ -303,46 +296,43 @@ func (d *Driver) call(ctx context.Context, what string, fn func() error) error {
 	}
 }
 
-// wrap maps a client error to the registry's sentinels. parent is the
-// caller's context: when it ended, its error is what the caller gets.
-func (d *Driver) wrap(parent context.Context, what string, err error) error {
+// wrap adds the operation to a client error. ctx is the call's: when it
+// ended, Registry adds its error. An outage may be a port mix-up, which
+// PortCheck diagnoses.
+func (d *Driver) wrap(ctx context.Context, what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrNotFound, err)
-	case parent.Err() != nil:
-		return fmt.Errorf("zookeeper: %s: %w", what, parent.Err())
-	case d.closed.Load():
-		return fmt.Errorf("zookeeper: %s: %w", what, driver.ErrClosed)
-	case rejected(err):
-		// The server refused the input or the identity: retrying the same
-		// call cannot help.
-		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrInvalid, err)
+	case ctx.Err() != nil || d.ErrorKind(err) != driver.ErrUnavailable:
+		return fmt.Errorf("zookeeper: %s: %w", what, err)
 	}
 	if perr := d.ports.Diagnose(); perr != nil {
 		return fmt.Errorf("zookeeper: %s: %w", what, perr) // perr names the address
 	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("zookeeper: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.opts.RequestTimeout)
-	default:
-		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrUnavailable, err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The request timeout's: not the caller's deadline, so not wrapped.
+		return fmt.Errorf("zookeeper: %s: no answer within %v", what, d.opts.RequestTimeout)
 	}
+	return fmt.Errorf("zookeeper: %s: %w", what, err)
 }
 
-func rejected(err error) bool {
+// ErrorKind implements driver.Driver. A missing znode is ErrNotFound. A
+// refused identity or input is ErrInvalid: a retry cannot succeed.
+func (d *Driver) ErrorKind(err error) error {
+	if errors.Is(err, zk.ErrNoNode) {
+		return driver.ErrNotFound
+	}
 	for _, e := range []error{zk.ErrNoAuth, zk.ErrAuthFailed, zk.ErrBadArguments, zk.ErrInvalidACL,
 		zk.ErrInvalidPath, zk.ErrNoChildrenForEphemerals, zk.ErrBadVersion} {
 		if errors.Is(err, e) {
-			return true
+			return driver.ErrInvalid
 		}
 	}
-	return false
+	return driver.ErrUnavailable
 }
 
 func encode(in driver.Instance) ([]byte, error) {
-	b, err := json.Marshal(in) // driver.Instance's JSON form is the stored one
+	b, err := backend.Encode(in)
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: encode %s: %w: %v", in.ID, driver.ErrInvalid, err)
 	}
@@ -364,7 +354,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 		}
 		return err
 	})
-	if errors.Is(err, driver.ErrNotFound) {
+	if errors.Is(err, zk.ErrNoNode) {
 		snap.At = time.Now()
 		return snap, nil
 	}
@@ -376,7 +366,6 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 		return driver.Snapshot{}, err
 	}
 	snap.Instances, snap.Revision = ins, max(snap.Revision, rev)
-	backend.SortInstances(snap.Instances)
 	snap.At = time.Now()
 	return snap, nil
 }
@@ -402,7 +391,7 @@ func (d *Driver) getAll(ctx context.Context, conn *zk.Conn, service string, ids 
 				got[i], st, errs[i] = d.get(ctx, conn, service, ids[i])
 				if errs[i] == nil {
 					mz[i] = st.Mzxid
-				} else if errors.Is(errs[i], driver.ErrNotFound) {
+				} else if errors.Is(errs[i], zk.ErrNoNode) {
 					errs[i] = nil // gone since the children were read
 				}
 			}
@@ -453,7 +442,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 		names, _, err = conn.Children(d.root)
 		return err
 	})
-	if errors.Is(err, driver.ErrNotFound) {
+	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
 	if err != nil {
@@ -480,8 +469,3 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
-
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }
