@@ -88,11 +88,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,23 +228,35 @@ func ObjectName(service, id string) string {
 	return "roster-" + hex.EncodeToString(h[:10])
 }
 
-// classify wraps a client error in the driver's vocabulary.
-func classify(op string, err error) error {
-	switch {
-	case err == nil:
+// wrap adds the operation to a client error, and to a TLS failure the
+// fix of its cause (the kubeconfig's CA or client certificate).
+func wrap(op string, err error) error {
+	if err == nil {
 		return nil
-	case errors.Is(err, context.Canceled):
-		return fmt.Errorf("k8s: %s: %w", op, err)
+	}
+	if cause, ok := backend.TLSCause(err); ok {
+		return fmt.Errorf("k8s: %s: %s%w", op, strings.TrimSuffix(cause, err.Error()), err)
+	}
+	return fmt.Errorf("k8s: %s: %w", op, err)
+}
+
+// ErrorKind implements driver.Driver. A missing object is ErrNotFound. A
+// request the apiserver refuses (RBAC, validation, size) and a TLS
+// failure are ErrInvalid: a retry cannot succeed.
+func (d *Driver) ErrorKind(err error) error { return errorKind(err) }
+
+func errorKind(err error) error {
+	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsGone(err):
-		return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrNotFound, err)
+		return driver.ErrNotFound
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err),
 		apierrors.IsUnauthorized(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err):
-		return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrInvalid, err)
+		return driver.ErrInvalid
 	}
-	if cause, ok := backend.TLSCause(err); ok { // the kubeconfig's CA or client certificate
-		return fmt.Errorf("k8s: %s: %w: %s", op, driver.ErrInvalid, cause)
+	if _, ok := backend.TLSCause(err); ok {
+		return driver.ErrInvalid
 	}
-	return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrUnavailable, err)
+	return driver.ErrUnavailable
 }
 
 // parseRV reads a resourceVersion; Kubernetes calls it opaque, but on etcd
@@ -277,8 +289,3 @@ func expiry(l *coordv1.Lease) time.Time {
 	}
 	return l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 }
-
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

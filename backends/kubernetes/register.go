@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"time"
@@ -23,9 +22,6 @@ import (
 // Register implements driver.Driver: it upserts the Lease, then the slice
 // that names it.
 func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
-	if d.closed.Load() {
-		return nil, driver.ErrClosed
-	}
 	r := &registration{d: d, name: ObjectName(inst.Service, inst.ID), inst: inst.Clone(), ttl: ttl}
 	lease, err := r.upsertLease(ctx)
 	if err != nil {
@@ -73,20 +69,20 @@ func (r *registration) upsertLease(ctx context.Context) (*coordv1.Lease, error) 
 		return nil, fmt.Errorf("k8s: register: %w: namespace %q: %v", driver.ErrInvalid, r.d.ns, err)
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return l, classify("create lease", err)
+		return l, wrap("create lease", err)
 	}
 	cur, err := leases.Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
-		return nil, classify("get lease", err)
+		return nil, wrap("get lease", err)
 	}
 	cur.Labels, cur.Spec = want.Labels, want.Spec
 	l, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
-	return l, classify("update lease", err)
+	return l, wrap("update lease", err)
 }
 
 func (r *registration) slice() (*discoveryv1.EndpointSlice, error) {
 	host, port := r.inst.Host(), r.inst.Port()
-	js, err := json.Marshal(r.inst)
+	js, err := backend.Encode(r.inst)
 	if err != nil {
 		return nil, fmt.Errorf("k8s: %w: %v", driver.ErrInvalid, err)
 	}
@@ -137,15 +133,15 @@ func (r *registration) upsertSlice(ctx context.Context) error {
 	slices := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns)
 	_, err = slices.Create(ctx, want, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
-		return classify("create endpointslice", err)
+		return wrap("create endpointslice", err)
 	}
 	cur, err := slices.Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
-		return classify("get endpointslice", err)
+		return wrap("get endpointslice", err)
 	}
 	want.ResourceVersion = cur.ResourceVersion
 	_, err = slices.Update(ctx, want, metav1.UpdateOptions{})
-	return classify("update endpointslice", err)
+	return wrap("update endpointslice", err)
 }
 
 // Heartbeat renews the Lease, if it is still ours and alive, and checks
@@ -160,7 +156,7 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	}
 	s, err := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns).Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
-		return classify("heartbeat", err)
+		return wrap("heartbeat", err)
 	}
 	if s.Annotations[AnnotationLease] != string(r.leaseUID) {
 		return fmt.Errorf("k8s: heartbeat: %w: endpointslice %s replaced", driver.ErrNotFound, r.name)
@@ -189,10 +185,10 @@ func (r *registration) renew(ctx context.Context) error {
 			return nil
 		}
 		if !apierrors.IsConflict(err) {
-			return classify("heartbeat", err)
+			return wrap("heartbeat", err)
 		}
 		if l, err = leases.Get(ctx, r.name, metav1.GetOptions{}); err != nil {
-			return classify("heartbeat", err)
+			return wrap("heartbeat", err)
 		}
 	}
 	return fmt.Errorf("k8s: heartbeat: %w: lease %s keeps changing under another writer", driver.ErrUnavailable, r.name)
@@ -214,11 +210,11 @@ func (r *registration) Deregister(ctx context.Context) error {
 	uid := metav1.Preconditions{UID: &r.leaseUID}
 	err := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns).Delete(ctx, r.name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return classify("deregister", err)
+		return wrap("deregister", err)
 	}
 	err = r.d.cs.CoordinationV1().Leases(r.d.ns).Delete(ctx, r.name, metav1.DeleteOptions{Preconditions: &uid})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return classify("deregister", err)
+		return wrap("deregister", err)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func instances(service string, slices []*discoveryv1.EndpointSlice, leases map[s
 			next = until
 		}
 	}
-	backend.SortInstances(out)
+	backend.SortInstances(out) // for dedupe: equal IDs adjacent
 	return dedupe(out), next
 }
 
@@ -121,9 +121,6 @@ func dedupe(in []driver.Instance) []driver.Instance {
 
 // List implements driver.Driver with a consistent read of the apiserver.
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
-	if d.closed.Load() {
-		return driver.Snapshot{}, driver.ErrClosed
-	}
 	sl, leases, rev, err := d.read(ctx, discoveryv1.LabelServiceName+"="+service, LabelLeaseService+"="+service)
 	if err != nil {
 		return driver.Snapshot{}, err
@@ -135,9 +132,6 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 
 // Services implements driver.Driver.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
-	if d.closed.Load() {
-		return nil, driver.ErrClosed
-	}
 	sl, leases, _, err := d.read(ctx, discoveryv1.LabelServiceName, LabelLeaseService)
 	if err != nil {
 		return nil, err
@@ -163,11 +157,11 @@ func (d *Driver) read(ctx context.Context, sliceSel, leaseSel string) ([]*discov
 	defer cancel()
 	sl, err := d.cs.DiscoveryV1().EndpointSlices(d.ns).List(ctx, metav1.ListOptions{LabelSelector: sliceSel})
 	if err != nil {
-		return nil, nil, 0, classify("list endpointslices", err)
+		return nil, nil, 0, wrap("list endpointslices", err)
 	}
 	ll, err := d.cs.CoordinationV1().Leases(d.ns).List(ctx, metav1.ListOptions{LabelSelector: leaseSel})
 	if err != nil {
-		return nil, nil, 0, classify("list leases", err)
+		return nil, nil, 0, wrap("list leases", err)
 	}
 	out := make([]*discoveryv1.EndpointSlice, len(sl.Items))
 	for i := range sl.Items {
