@@ -172,10 +172,10 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultPrefix           = "/roster"
-	DefaultDialTimeout      = 5 * time.Second
-	DefaultRequestTimeout   = 5 * time.Second
-	DefaultProgressInterval = 2 * time.Second
+	defaultPrefix           = "/roster"
+	defaultDialTimeout      = 5 * time.Second
+	defaultRequestTimeout   = 5 * time.Second
+	defaultProgressInterval = 2 * time.Second
 )
 
 // Limits of the backend: etcd's lease TTLs are whole seconds, and a server
@@ -223,16 +223,15 @@ type Options struct {
 	// AutoSyncInterval should stay 0 when clients reach the cluster through
 	// proxies or load balancers.
 	Client clientv3.Config
-	// Prefix of every key, default DefaultPrefix. A trailing slash is
+	// Prefix of every key, default /roster. A trailing slash is
 	// dropped.
 	Prefix string
 	// RequestTimeout bounds each call (the caller's context may end it
-	// sooner). Default DefaultRequestTimeout.
+	// sooner). Default 5s.
 	RequestTimeout time.Duration
 	// ProgressInterval: a watch silent for this long checks that the server
 	// answers and that its revision did not go back, and fails with
-	// ErrUnavailable if no answer comes within another interval. Default
-	// DefaultProgressInterval.
+	// ErrUnavailable if no answer comes within another interval. Default 2s.
 	ProgressInterval time.Duration
 }
 
@@ -259,7 +258,7 @@ func New(opts Options) (*Driver, error) {
 		cfg.Logger = libLogger()
 	}
 	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = DefaultDialTimeout
+		cfg.DialTimeout = defaultDialTimeout
 	}
 	if cfg.DialKeepAliveTime == 0 {
 		// Detects half-open connections (a partition that resets nothing).
@@ -311,7 +310,7 @@ func NewFromClient(cli *clientv3.Client, opts Options) (*Driver, error) {
 func newDriver(cli *clientv3.Client, opts Options) (*Driver, error) {
 	p := opts.Prefix
 	if p == "" {
-		p = DefaultPrefix
+		p = defaultPrefix
 	}
 	p = strings.TrimRight(p, "/")
 	if p == "" {
@@ -320,10 +319,10 @@ func newDriver(cli *clientv3.Client, opts Options) (*Driver, error) {
 	d := &Driver{cli: cli, prefix: p, reqT: opts.RequestTimeout, progress: opts.ProgressInterval,
 		probeSem: make(chan struct{}, 1), lost: make(chan struct{}), done: make(chan struct{})}
 	if d.reqT <= 0 {
-		d.reqT = DefaultRequestTimeout
+		d.reqT = defaultRequestTimeout
 	}
 	if d.progress <= 0 {
-		d.progress = DefaultProgressInterval
+		d.progress = defaultProgressInterval
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.stop = cancel
@@ -331,14 +330,8 @@ func newDriver(cli *clientv3.Client, opts Options) (*Driver, error) {
 	return d, nil
 }
 
-// Client returns the underlying etcd client.
-func (d *Driver) Client() *clientv3.Client { return d.cli }
-
-// Prefix returns the key prefix, without a trailing slash.
-func (d *Driver) Prefix() string { return d.prefix }
-
-// Key returns the key of an instance: <prefix>/<service>/<id>.
-func (d *Driver) Key(service, id string) string { return d.servicePrefix(service) + id }
+// key returns the key of an instance: <prefix>/<service>/<id>.
+func (d *Driver) key(service, id string) string { return d.servicePrefix(service) + id }
 
 func (d *Driver) servicePrefix(service string) string { return d.prefix + "/" + service + "/" }
 
@@ -481,7 +474,7 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	r := &registration{d: d, key: d.Key(inst.Service, inst.ID), id: inst.ID, ttl: ttlSeconds(ttl)}
+	r := &registration{d: d, key: d.key(inst.Service, inst.ID), id: inst.ID, ttl: ttlSeconds(ttl)}
 	if err := r.grantAndPut(ctx, "register "+inst.ID, val); err != nil {
 		return nil, err
 	}

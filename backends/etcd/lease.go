@@ -211,9 +211,9 @@ func (l *sharedLease) lost(key string, putAt time.Time) bool {
 	return !ok
 }
 
-// LeaseGrants reports how many leases the driver has granted: one per TTL
+// leaseGrants reports how many leases the driver has granted: one per TTL
 // value, plus one after each lease the server lost.
-func (d *Driver) LeaseGrants() int {
+func (d *Driver) leaseGrants() int {
 	d.leases.mu.Lock()
 	defer d.leases.mu.Unlock()
 	return d.leases.grants

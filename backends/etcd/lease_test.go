@@ -26,7 +26,7 @@ func TestSharedLease(t *testing.T) {
 	for i := range regs {
 		regs[i] = register(t, d, "shared", fmt.Sprintf("i%d", i))
 	}
-	if g := d.LeaseGrants(); g != 1 {
+	if g := d.leaseGrants(); g != 1 {
 		t.Fatalf("%d leases granted for 5 registrations with one TTL, want 1", g)
 	}
 	if err := regs[0].Deregister(ctx); err != nil {
@@ -51,7 +51,7 @@ func TestSharedLease(t *testing.T) {
 		}
 		regs[i+1] = register(t, d, "shared", fmt.Sprintf("i%d", i+1)) // as the lease engine does
 	}
-	if g := d.LeaseGrants(); g != 2 {
+	if g := d.leaseGrants(); g != 2 {
 		t.Fatalf("%d leases granted after one was lost, want 2", g)
 	}
 	for i, r := range regs[1:] {

@@ -351,7 +351,7 @@ func TestStreamAppliesEveryEventOfARevision(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ops = append(ops, clientv3.OpPut(d.Key("rev", in.ID), string(b)))
+		ops = append(ops, clientv3.OpPut(d.key("rev", in.ID), string(b)))
 	}
 	if _, err := d.cli.Txn(t.Context()).Then(ops...).Commit(); err != nil {
 		t.Fatal(err)

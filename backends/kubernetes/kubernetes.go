@@ -113,18 +113,22 @@ const Scheme = "k8s"
 
 // Defaults of Options.
 const (
-	DefaultRequestTimeout = 5 * time.Second
-	DefaultSweepInterval  = 10 * time.Second
+	defaultRequestTimeout = 5 * time.Second
+	defaultSweepInterval  = 10 * time.Second
 )
 
-// Labels and annotations Roster reads and writes.
+// Annotations an operator may set on a Service's EndpointSlices.
 const (
-	ManagedBy           = "roster.dev" // value of endpointslice.kubernetes.io/managed-by
-	LabelLeaseService   = "roster.dev/service"
-	AnnotationInstance  = "roster.dev/instance"
-	AnnotationLease     = "roster.dev/lease"
-	AnnotationWeight    = "roster.dev/weight"
-	AnnotationVersion   = "roster.dev/version"
+	AnnotationWeight  = "roster.dev/weight"
+	AnnotationVersion = "roster.dev/version"
+)
+
+// Labels and annotations of the slices and Leases Roster writes.
+const (
+	managedBy           = "roster.dev" // value of endpointslice.kubernetes.io/managed-by
+	labelLeaseService   = "roster.dev/service"
+	annotationInstance  = "roster.dev/instance"
+	annotationLease     = "roster.dev/lease"
 	labelLeaseManagedBy = "app.kubernetes.io/managed-by"
 )
 
@@ -142,10 +146,10 @@ type Options struct {
 	Config *rest.Config
 	// Namespace of the services, default "default".
 	Namespace string
-	// RequestTimeout bounds each call; default DefaultRequestTimeout.
+	// RequestTimeout bounds each call; default 5s.
 	RequestTimeout time.Duration
 	// SweepInterval: how often a driver holding registrations deletes
-	// expired ones; default DefaultSweepInterval.
+	// expired ones; default 10s.
 	SweepInterval time.Duration
 }
 
@@ -189,10 +193,10 @@ func New(opts Options) (*Driver, error) {
 		d.ns = "default"
 	}
 	if d.reqT <= 0 {
-		d.reqT = DefaultRequestTimeout
+		d.reqT = defaultRequestTimeout
 	}
 	if d.sweepT <= 0 {
-		d.sweepT = DefaultSweepInterval
+		d.sweepT = defaultSweepInterval
 	}
 	return d, nil
 }

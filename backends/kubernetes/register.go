@@ -61,7 +61,7 @@ func (r *registration) upsertLease(ctx context.Context) (*coordv1.Lease, error) 
 	leases := r.d.cs.CoordinationV1().Leases(r.d.ns)
 	want := &coordv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: r.name, Labels: map[string]string{
-			LabelLeaseService: r.inst.Service, labelLeaseManagedBy: "roster"}},
+			labelLeaseService: r.inst.Service, labelLeaseManagedBy: "roster"}},
 		Spec: r.leaseSpec(time.Now()),
 	}
 	l, err := leases.Create(ctx, want, metav1.CreateOptions{})
@@ -92,8 +92,8 @@ func (r *registration) slice() (*discoveryv1.EndpointSlice, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: r.name,
 			Labels: map[string]string{discoveryv1.LabelServiceName: r.inst.Service,
-				discoveryv1.LabelManagedBy: ManagedBy},
-			Annotations: map[string]string{AnnotationInstance: string(js), AnnotationLease: string(r.leaseUID)},
+				discoveryv1.LabelManagedBy: managedBy},
+			Annotations: map[string]string{annotationInstance: string(js), annotationLease: string(r.leaseUID)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "coordination.k8s.io/v1", Kind: "Lease",
 				Name: r.name, UID: r.leaseUID, Controller: &ctrl}},
 		},
@@ -158,7 +158,7 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	if err != nil {
 		return wrap("heartbeat", err)
 	}
-	if s.Annotations[AnnotationLease] != string(r.leaseUID) {
+	if s.Annotations[annotationLease] != string(r.leaseUID) {
 		return fmt.Errorf("k8s: heartbeat: %w: endpointslice %s replaced", driver.ErrNotFound, r.name)
 	}
 	return nil
@@ -268,7 +268,7 @@ func (d *Driver) sweepOne(ctx context.Context, l *coordv1.Lease) {
 		Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &rv}}); err != nil {
 		return
 	}
-	if s != nil && s.Annotations[AnnotationLease] == string(l.UID) {
+	if s != nil && s.Annotations[annotationLease] == string(l.UID) {
 		srv := s.ResourceVersion
 		slices.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &srv}})
 	}

@@ -96,7 +96,7 @@ func newGeneration(d *Driver) *generation {
 		return g.note(err)
 	}
 	g.slices = g.informer(&discoveryv1.EndpointSlice{}, discoveryv1.LabelServiceName, listWatch(g, slices.List, slices.Watch))
-	g.leases = g.informer(&coordv1.Lease{}, LabelLeaseService, listWatch(g, leases.List, leases.Watch))
+	g.leases = g.informer(&coordv1.Lease{}, labelLeaseService, listWatch(g, leases.List, leases.Watch))
 	return g
 }
 

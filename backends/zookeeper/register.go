@@ -26,7 +26,7 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	r := &registration{d: d, s: s, path: d.Path(inst.Service, inst.ID), id: inst.ID, ttl: ttl}
+	r := &registration{d: d, s: s, path: d.path(inst.Service, inst.ID), id: inst.ID, ttl: ttl}
 	if err := r.create(ctx, "register "+inst.ID, val); err != nil {
 		return nil, err
 	}

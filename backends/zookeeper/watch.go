@@ -154,7 +154,7 @@ func (s *stream) readInstance(ctx context.Context, id string) error {
 	var ch <-chan zk.Event
 	err := s.d.call(ctx, "watch "+s.service+"/"+id, func() error {
 		var err error
-		val, st, ch, err = s.conn.GetW(s.d.Path(s.service, id))
+		val, st, ch, err = s.conn.GetW(s.d.path(s.service, id))
 		return err
 	})
 	if errors.Is(err, zk.ErrNoNode) {

@@ -117,9 +117,9 @@ const Scheme = "zk"
 
 // Defaults of Options.
 const (
-	DefaultRoot           = "/roster"
-	DefaultSessionTimeout = 10 * time.Second
-	DefaultRequestTimeout = 5 * time.Second
+	defaultRoot           = "/roster"
+	defaultSessionTimeout = 10 * time.Second
+	defaultRequestTimeout = 5 * time.Second
 )
 
 // limits: TTLs are session timeouts, which the driver keeps in whole
@@ -135,9 +135,9 @@ func init() {
 // Options configure a Driver opened with New.
 type Options struct {
 	Servers        []string      // host:port of each server
-	Root           string        // root znode, default DefaultRoot
-	SessionTimeout time.Duration // of the reading session, default DefaultSessionTimeout
-	RequestTimeout time.Duration // bound on every call, default DefaultRequestTimeout
+	Root           string        // root znode, default /roster
+	SessionTimeout time.Duration // of the reading session, default 10s
+	RequestTimeout time.Duration // bound on every call, default 5s
 	User, Password string        // digest credentials, optional
 	TLS            *tls.Config   // nil: plain TCP
 }
@@ -166,7 +166,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("zookeeper: %w: no servers", driver.ErrInvalid)
 	}
 	if opts.Root == "" {
-		opts.Root = DefaultRoot
+		opts.Root = defaultRoot
 	}
 	root := path.Clean(opts.Root)
 	if root == "/" || root[0] != '/' {
@@ -176,10 +176,10 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	if opts.SessionTimeout <= 0 {
-		opts.SessionTimeout = DefaultSessionTimeout
+		opts.SessionTimeout = defaultSessionTimeout
 	}
 	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = DefaultRequestTimeout
+		opts.RequestTimeout = defaultRequestTimeout
 	}
 	if opts.TLS != nil {
 		if err := checkTLS(opts); err != nil {
@@ -223,11 +223,8 @@ func checkNesting(root string) error {
 	return nil
 }
 
-// Root returns the root znode.
-func (d *Driver) Root() string { return d.root }
-
-// Path returns the znode of an instance: <root>/<service>/<id>.
-func (d *Driver) Path(service, id string) string { return d.servicePath(service) + "/" + id }
+// path returns the znode of an instance: <root>/<service>/<id>.
+func (d *Driver) path(service, id string) string { return d.servicePath(service) + "/" + id }
 
 func (d *Driver) servicePath(service string) string { return d.root + "/" + service }
 
@@ -420,7 +417,7 @@ func (d *Driver) get(ctx context.Context, conn *zk.Conn, service, id string) (*d
 	var st *zk.Stat
 	err := d.call(ctx, "get "+service+"/"+id, func() error {
 		var err error
-		val, st, err = conn.Get(d.Path(service, id))
+		val, st, err = conn.Get(d.path(service, id))
 		return err
 	})
 	if err != nil {
