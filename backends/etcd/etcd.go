@@ -645,7 +645,10 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	}
 	if err := d.keepAlive(ctx, "heartbeat "+r.id, l); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The registration is gone: the driver's own knowledge, which
+			// callers of a raw driver (dual's sides) read too.
 			r.releaseLease(ctx)
+			return fmt.Errorf("%w: %w", err, driver.ErrNotFound)
 		}
 		return err
 	}

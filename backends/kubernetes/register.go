@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -152,16 +153,26 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	ctx, cancel := r.d.call(ctx)
 	defer cancel()
 	if err := r.renew(ctx); err != nil {
-		return err
+		return gone(err)
 	}
 	s, err := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns).Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
-		return wrap("heartbeat", err)
+		return gone(wrap("heartbeat", err))
 	}
 	if s.Annotations[annotationLease] != string(r.leaseUID) {
 		return fmt.Errorf("k8s: heartbeat: %w: endpointslice %s replaced", driver.ErrNotFound, r.name)
 	}
 	return nil
+}
+
+// gone marks a heartbeat's error ErrNotFound when the Lease or slice is
+// missing: the registration is gone, the driver's own knowledge, which
+// callers of a raw driver (dual's sides) read too.
+func gone(err error) error {
+	if !errors.Is(err, driver.ErrNotFound) && errorKind(err) == driver.ErrNotFound {
+		return fmt.Errorf("%w: %w", err, driver.ErrNotFound)
+	}
+	return err
 }
 
 // renew updates the Lease as last written, at its resourceVersion. A
