@@ -43,13 +43,11 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/roster-go/roster/internal/backend"
@@ -73,10 +71,10 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultPrefix           = "/roster"
-	DefaultDialTimeout      = 5 * time.Second
-	DefaultRequestTimeout   = 5 * time.Second
-	DefaultProgressInterval = 2 * time.Second
+	defaultPrefix           = "/roster"
+	defaultDialTimeout      = 5 * time.Second
+	defaultRequestTimeout   = 5 * time.Second
+	defaultProgressInterval = 2 * time.Second
 )
 
 // Limits of the backend: etcd's lease TTLs are whole seconds, and a server
@@ -98,7 +96,6 @@ type Driver struct {
 	prefix   string // without trailing slash
 	reqT     time.Duration
 	progress time.Duration
-	closed   atomic.Bool
 
 	probeSem chan struct{} // one probe at a time; guards probeAt, probeRev
 	probeAt  time.Time
@@ -125,16 +122,15 @@ type Options struct {
 	// AutoSyncInterval should stay 0 when clients reach the cluster through
 	// proxies or load balancers.
 	Client clientv3.Config
-	// Prefix of every key, default DefaultPrefix. A trailing slash is
+	// Prefix of every key, default /roster. A trailing slash is
 	// dropped.
 	Prefix string
 	// RequestTimeout bounds each call (the caller's context may end it
-	// sooner). Default DefaultRequestTimeout.
+	// sooner). Default 5s.
 	RequestTimeout time.Duration
 	// ProgressInterval: a watch silent for this long checks that the server
 	// answers and that its revision did not go back, and fails with
-	// ErrUnavailable if no answer comes within another interval. Default
-	// DefaultProgressInterval.
+	// ErrUnavailable if no answer comes within another interval. Default 2s.
 	ProgressInterval time.Duration
 }
 
@@ -161,7 +157,7 @@ func New(opts Options) (*Driver, error) {
 		cfg.Logger = libLogger()
 	}
 	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = DefaultDialTimeout
+		cfg.DialTimeout = defaultDialTimeout
 	}
 	if cfg.DialKeepAliveTime == 0 {
 		// Detects half-open connections (a partition that resets nothing).
@@ -213,7 +209,7 @@ func NewFromClient(cli *clientv3.Client, opts Options) (*Driver, error) {
 func newDriver(cli *clientv3.Client, opts Options) (*Driver, error) {
 	p := opts.Prefix
 	if p == "" {
-		p = DefaultPrefix
+		p = defaultPrefix
 	}
 	p = strings.TrimRight(p, "/")
 	if p == "" {
@@ -222,10 +218,10 @@ func newDriver(cli *clientv3.Client, opts Options) (*Driver, error) {
 	d := &Driver{cli: cli, prefix: p, reqT: opts.RequestTimeout, progress: opts.ProgressInterval,
 		probeSem: make(chan struct{}, 1), lost: make(chan struct{}), done: make(chan struct{})}
 	if d.reqT <= 0 {
-		d.reqT = DefaultRequestTimeout
+		d.reqT = defaultRequestTimeout
 	}
 	if d.progress <= 0 {
-		d.progress = DefaultProgressInterval
+		d.progress = defaultProgressInterval
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.stop = cancel
@@ -233,14 +229,8 @@ func newDriver(cli *clientv3.Client, opts Options) (*Driver, error) {
 	return d, nil
 }
 
-// Client returns the underlying etcd client.
-func (d *Driver) Client() *clientv3.Client { return d.cli }
-
-// Prefix returns the key prefix, without a trailing slash.
-func (d *Driver) Prefix() string { return d.prefix }
-
-// Key returns the key of an instance: <prefix>/<service>/<id>.
-func (d *Driver) Key(service, id string) string { return d.servicePrefix(service) + id }
+// key returns the key of an instance: <prefix>/<service>/<id>.
+func (d *Driver) key(service, id string) string { return d.servicePrefix(service) + id }
 
 func (d *Driver) servicePrefix(service string) string { return d.prefix + "/" + service + "/" }
 
@@ -249,9 +239,6 @@ func (d *Driver) Limits() driver.Limits { return limits }
 
 // Close implements driver.Driver. It closes the client if New made it.
 func (d *Driver) Close() error {
-	if d.closed.Swap(true) {
-		return nil
-	}
 	d.stop()
 	<-d.done
 	d.renewer.close()
@@ -293,47 +280,46 @@ func (d *Driver) lostC() <-chan struct{} {
 	return d.lost
 }
 
-// op checks the driver is open and bounds ctx by the request timeout.
-func (d *Driver) op(ctx context.Context) (context.Context, context.CancelFunc, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
-	if d.closed.Load() {
-		return nil, nil, fmt.Errorf("etcd: %w", driver.ErrClosed)
-	}
-	c, cancel := context.WithTimeout(ctx, d.reqT)
-	return c, cancel, nil
+// op bounds ctx by the request timeout.
+func (d *Driver) op(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.reqT)
 }
 
-// wrap maps a client error to the registry's sentinels. parent is the
-// caller's context: when it ended, its error is what the caller gets.
-func (d *Driver) wrap(parent context.Context, what string, err error) error {
+// wrap adds the operation to a client error. ctx is the call's: when it
+// ended, Registry adds its error. A role refused the prefix gets a hint,
+// and an outage may be a port mix-up, which PortCheck diagnoses.
+func (d *Driver) wrap(ctx context.Context, what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("etcd: %s: %w: lease not found", what, driver.ErrNotFound)
-	case parent.Err() != nil:
-		return fmt.Errorf("etcd: %s: %w", what, parent.Err())
-	case d.closed.Load():
-		return fmt.Errorf("etcd: %s: %w", what, driver.ErrClosed)
+	case ctx.Err() != nil:
+		return fmt.Errorf("etcd: %s: %w", what, err)
 	case isAuthErr(err):
-		// A role without the prefix's range will not gain it by retrying.
-		return fmt.Errorf("etcd: %s: %w: %v (check the user's role: it needs readwrite on the prefix %s/)", what, driver.ErrInvalid, err, d.prefix)
-	case refused(err):
-		// The server answered and said no to the input or the
-		// credentials: retrying the same request cannot succeed.
-		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrInvalid, err)
+		return fmt.Errorf("etcd: %s: %w (check the user's role: it needs readwrite on the prefix %s/)", what, err, d.prefix)
+	case d.ErrorKind(err) != driver.ErrUnavailable:
+		return fmt.Errorf("etcd: %s: %w", what, err)
 	}
 	if perr := d.plain.Diagnose(); perr != nil {
 		return fmt.Errorf("etcd: %s: %w", what, perr)
 	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return fmt.Errorf("etcd: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.reqT)
-	default:
-		return fmt.Errorf("etcd: %s: %w: %v", what, driver.ErrUnavailable, err)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// The request timeout's: not the caller's deadline, so not wrapped.
+		return fmt.Errorf("etcd: %s: no answer within %v", what, d.reqT)
 	}
+	return fmt.Errorf("etcd: %s: %w", what, err)
+}
+
+// ErrorKind implements driver.Driver. A lease the server lost is
+// ErrNotFound. A refused credential or role, and a request the server
+// or the client refuses, are ErrInvalid: a retry cannot succeed.
+func (d *Driver) ErrorKind(err error) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return driver.ErrNotFound
+	case isAuthErr(err) || refused(err):
+		return driver.ErrInvalid
+	}
+	return driver.ErrUnavailable
 }
 
 // refused reports a server's rejection of the request itself ("too large
@@ -364,7 +350,7 @@ func isAuthErr(err error) bool {
 }
 
 func encode(in driver.Instance) (string, error) {
-	b, err := json.Marshal(in) // driver.Instance's JSON form is the stored one
+	b, err := backend.Encode(in)
 	if err != nil {
 		return "", fmt.Errorf("etcd: encode %s: %w: %v", in.ID, driver.ErrInvalid, err)
 	}
@@ -387,7 +373,7 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	r := &registration{d: d, key: d.Key(inst.Service, inst.ID), id: inst.ID, ttl: ttlSeconds(ttl)}
+	r := &registration{d: d, key: d.key(inst.Service, inst.ID), id: inst.ID, ttl: ttlSeconds(ttl)}
 	if err := r.grantAndPut(ctx, "register "+inst.ID, val); err != nil {
 		return nil, err
 	}
@@ -404,10 +390,7 @@ func ttlSeconds(ttl time.Duration) int64 {
 
 // List implements driver.Driver with one linearizable range read.
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return driver.Snapshot{}, err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	sp := d.servicePrefix(service)
 	resp, err := d.cli.Get(c, sp, clientv3.WithPrefix())
@@ -425,17 +408,13 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 			snap.Instances = append(snap.Instances, in)
 		}
 	}
-	backend.SortInstances(snap.Instances)
 	return snap, nil
 }
 
 // Services implements driver.Driver with a keys-only range read of the
 // whole prefix.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return nil, err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	root := d.prefix + "/"
 	resp, err := d.cli.Get(c, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -505,10 +484,7 @@ func (r *registration) releaseLease(ctx context.Context) {
 // server would have expired a lease of its own, and takes it off the
 // shared lease.
 func (r *registration) expire(ctx context.Context) error {
-	c, cancel, err := r.d.op(ctx)
-	if err != nil {
-		return err
-	}
+	c, cancel := r.d.op(ctx)
 	defer cancel()
 	if _, err := r.d.cli.Delete(c, r.key); err != nil {
 		return r.d.wrap(ctx, "expire "+r.id, err)
@@ -548,12 +524,9 @@ func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 }
 
 func (d *Driver) put(ctx context.Context, key, val string, lease clientv3.LeaseID) error {
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
-	_, err = d.cli.Put(c, key, val, clientv3.WithLease(lease))
+	_, err := d.cli.Put(c, key, val, clientv3.WithLease(lease))
 	return err
 }
 
@@ -570,8 +543,11 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("etcd: heartbeat %s: %w: lease lost", r.id, driver.ErrNotFound)
 	}
 	if err := d.keepAlive(ctx, "heartbeat "+r.id, l); err != nil {
-		if errors.Is(err, driver.ErrNotFound) {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The registration is gone: the driver's own knowledge, which
+			// callers of a raw driver (dual's sides) read too.
 			r.releaseLease(ctx)
+			return fmt.Errorf("%w: %w", err, driver.ErrNotFound)
 		}
 		return err
 	}
@@ -617,10 +593,7 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 // registration.
 func (r *registration) Deregister(ctx context.Context) error {
 	d := r.d
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	if _, err := d.cli.Delete(c, r.key); err != nil {
 		return d.wrap(ctx, "deregister "+r.id+": delete", err)
@@ -628,8 +601,3 @@ func (r *registration) Deregister(ctx context.Context) error {
 	r.releaseLease(ctx)
 	return nil
 }
-
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

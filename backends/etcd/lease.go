@@ -90,10 +90,7 @@ func (d *Driver) acquire(ctx context.Context, op string, ttl int64) (*sharedLeas
 	}
 	// Granting under the lock: concurrent first registrations of one TTL
 	// share the one grant.
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return nil, err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	g, err := d.cli.Grant(c, ttl)
 	if err != nil {
@@ -122,10 +119,7 @@ func (d *Driver) release(ctx context.Context, l *sharedLease) {
 	if !last {
 		return
 	}
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	// Best effort: a lease without keys expires alone.
 	_, _ = d.cli.Revoke(c, l.id)
@@ -165,10 +159,7 @@ func (d *Driver) keepAlive(ctx context.Context, op string, l *sharedLease) error
 			return err
 		}
 	}
-	c, cancel, err := d.op(ctx)
-	if err != nil {
-		return err
-	}
+	c, cancel := d.op(ctx)
 	defer cancel()
 	if err := d.renewer.renew(c, d.cli, l.id); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -220,9 +211,9 @@ func (l *sharedLease) lost(key string, putAt time.Time) bool {
 	return !ok
 }
 
-// LeaseGrants reports how many leases the driver has granted: one per TTL
+// leaseGrants reports how many leases the driver has granted: one per TTL
 // value, plus one after each lease the server lost.
-func (d *Driver) LeaseGrants() int {
+func (d *Driver) leaseGrants() int {
 	d.leases.mu.Lock()
 	defer d.leases.mu.Unlock()
 	return d.leases.grants

@@ -224,7 +224,7 @@ func TestOpenByURL(t *testing.T) {
 	if !r.As(&d) {
 		t.Fatal("registry.As failed")
 	}
-	if ed, ok := d.(*Driver); !ok || ed.Prefix() != "/by-url" || ed.Key("svc", "i1") != "/by-url/svc/i1" {
+	if ed, ok := d.(*Driver); !ok || ed.prefix != "/by-url" || ed.key("svc", "i1") != "/by-url/svc/i1" {
 		t.Fatalf("driver %T %+v", d, d)
 	}
 	if lim := r.Limits(); lim.MinTTL != 2*time.Second || lim.TTLGranularity != time.Second {

@@ -43,11 +43,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,18 +68,22 @@ const Scheme = "k8s"
 
 // Defaults of Options.
 const (
-	DefaultRequestTimeout = 5 * time.Second
-	DefaultSweepInterval  = 10 * time.Second
+	defaultRequestTimeout = 5 * time.Second
+	defaultSweepInterval  = 10 * time.Second
 )
 
-// Labels and annotations Roster reads and writes.
+// Annotations an operator may set on a Service's EndpointSlices.
 const (
-	ManagedBy           = "roster.dev" // value of endpointslice.kubernetes.io/managed-by
-	LabelLeaseService   = "roster.dev/service"
-	AnnotationInstance  = "roster.dev/instance"
-	AnnotationLease     = "roster.dev/lease"
-	AnnotationWeight    = "roster.dev/weight"
-	AnnotationVersion   = "roster.dev/version"
+	AnnotationWeight  = "roster.dev/weight"
+	AnnotationVersion = "roster.dev/version"
+)
+
+// Labels and annotations of the slices and Leases Roster writes.
+const (
+	managedBy           = "roster.dev" // value of endpointslice.kubernetes.io/managed-by
+	labelLeaseService   = "roster.dev/service"
+	annotationInstance  = "roster.dev/instance"
+	annotationLease     = "roster.dev/lease"
 	labelLeaseManagedBy = "app.kubernetes.io/managed-by"
 )
 
@@ -97,10 +101,10 @@ type Options struct {
 	Config *rest.Config
 	// Namespace of the services, default "default".
 	Namespace string
-	// RequestTimeout bounds each call; default DefaultRequestTimeout.
+	// RequestTimeout bounds each call; default 5s.
 	RequestTimeout time.Duration
 	// SweepInterval: how often a driver holding registrations deletes
-	// expired ones; default DefaultSweepInterval.
+	// expired ones; default 10s.
 	SweepInterval time.Duration
 }
 
@@ -144,10 +148,10 @@ func New(opts Options) (*Driver, error) {
 		d.ns = "default"
 	}
 	if d.reqT <= 0 {
-		d.reqT = DefaultRequestTimeout
+		d.reqT = defaultRequestTimeout
 	}
 	if d.sweepT <= 0 {
-		d.sweepT = DefaultSweepInterval
+		d.sweepT = defaultSweepInterval
 	}
 	return d, nil
 }
@@ -183,23 +187,35 @@ func ObjectName(service, id string) string {
 	return "roster-" + hex.EncodeToString(h[:10])
 }
 
-// classify wraps a client error in the driver's vocabulary.
-func classify(op string, err error) error {
-	switch {
-	case err == nil:
+// wrap adds the operation to a client error, and to a TLS failure the
+// fix of its cause (the kubeconfig's CA or client certificate).
+func wrap(op string, err error) error {
+	if err == nil {
 		return nil
-	case errors.Is(err, context.Canceled):
-		return fmt.Errorf("k8s: %s: %w", op, err)
+	}
+	if cause, ok := backend.TLSCause(err); ok {
+		return fmt.Errorf("k8s: %s: %s%w", op, strings.TrimSuffix(cause, err.Error()), err)
+	}
+	return fmt.Errorf("k8s: %s: %w", op, err)
+}
+
+// ErrorKind implements driver.Driver. A missing object is ErrNotFound. A
+// request the apiserver refuses (RBAC, validation, size) and a TLS
+// failure are ErrInvalid: a retry cannot succeed.
+func (d *Driver) ErrorKind(err error) error { return errorKind(err) }
+
+func errorKind(err error) error {
+	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsGone(err):
-		return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrNotFound, err)
+		return driver.ErrNotFound
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err),
 		apierrors.IsUnauthorized(err), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsMethodNotSupported(err):
-		return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrInvalid, err)
+		return driver.ErrInvalid
 	}
-	if cause, ok := backend.TLSCause(err); ok { // the kubeconfig's CA or client certificate
-		return fmt.Errorf("k8s: %s: %w: %s", op, driver.ErrInvalid, cause)
+	if _, ok := backend.TLSCause(err); ok {
+		return driver.ErrInvalid
 	}
-	return fmt.Errorf("k8s: %s: %w: %v", op, driver.ErrUnavailable, err)
+	return driver.ErrUnavailable
 }
 
 // parseRV reads a resourceVersion; Kubernetes calls it opaque, but on etcd
@@ -232,8 +248,3 @@ func expiry(l *coordv1.Lease) time.Time {
 	}
 	return l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 }
-
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

@@ -2,7 +2,7 @@ package kubernetes
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -23,9 +23,6 @@ import (
 // Register implements driver.Driver: it upserts the Lease, then the slice
 // that names it.
 func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
-	if d.closed.Load() {
-		return nil, driver.ErrClosed
-	}
 	r := &registration{d: d, name: ObjectName(inst.Service, inst.ID), inst: inst.Clone(), ttl: ttl}
 	lease, err := r.upsertLease(ctx)
 	if err != nil {
@@ -65,7 +62,7 @@ func (r *registration) upsertLease(ctx context.Context) (*coordv1.Lease, error) 
 	leases := r.d.cs.CoordinationV1().Leases(r.d.ns)
 	want := &coordv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: r.name, Labels: map[string]string{
-			LabelLeaseService: r.inst.Service, labelLeaseManagedBy: "roster"}},
+			labelLeaseService: r.inst.Service, labelLeaseManagedBy: "roster"}},
 		Spec: r.leaseSpec(time.Now()),
 	}
 	l, err := leases.Create(ctx, want, metav1.CreateOptions{})
@@ -73,20 +70,20 @@ func (r *registration) upsertLease(ctx context.Context) (*coordv1.Lease, error) 
 		return nil, fmt.Errorf("k8s: register: %w: namespace %q: %v", driver.ErrInvalid, r.d.ns, err)
 	}
 	if !apierrors.IsAlreadyExists(err) {
-		return l, classify("create lease", err)
+		return l, wrap("create lease", err)
 	}
 	cur, err := leases.Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
-		return nil, classify("get lease", err)
+		return nil, wrap("get lease", err)
 	}
 	cur.Labels, cur.Spec = want.Labels, want.Spec
 	l, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
-	return l, classify("update lease", err)
+	return l, wrap("update lease", err)
 }
 
 func (r *registration) slice() (*discoveryv1.EndpointSlice, error) {
 	host, port := r.inst.Host(), r.inst.Port()
-	js, err := json.Marshal(r.inst)
+	js, err := backend.Encode(r.inst)
 	if err != nil {
 		return nil, fmt.Errorf("k8s: %w: %v", driver.ErrInvalid, err)
 	}
@@ -96,8 +93,8 @@ func (r *registration) slice() (*discoveryv1.EndpointSlice, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: r.name,
 			Labels: map[string]string{discoveryv1.LabelServiceName: r.inst.Service,
-				discoveryv1.LabelManagedBy: ManagedBy},
-			Annotations: map[string]string{AnnotationInstance: string(js), AnnotationLease: string(r.leaseUID)},
+				discoveryv1.LabelManagedBy: managedBy},
+			Annotations: map[string]string{annotationInstance: string(js), annotationLease: string(r.leaseUID)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "coordination.k8s.io/v1", Kind: "Lease",
 				Name: r.name, UID: r.leaseUID, Controller: &ctrl}},
 		},
@@ -137,15 +134,15 @@ func (r *registration) upsertSlice(ctx context.Context) error {
 	slices := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns)
 	_, err = slices.Create(ctx, want, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
-		return classify("create endpointslice", err)
+		return wrap("create endpointslice", err)
 	}
 	cur, err := slices.Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
-		return classify("get endpointslice", err)
+		return wrap("get endpointslice", err)
 	}
 	want.ResourceVersion = cur.ResourceVersion
 	_, err = slices.Update(ctx, want, metav1.UpdateOptions{})
-	return classify("update endpointslice", err)
+	return wrap("update endpointslice", err)
 }
 
 // Heartbeat renews the Lease, if it is still ours and alive, and checks
@@ -156,16 +153,26 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	ctx, cancel := r.d.call(ctx)
 	defer cancel()
 	if err := r.renew(ctx); err != nil {
-		return err
+		return gone(err)
 	}
 	s, err := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns).Get(ctx, r.name, metav1.GetOptions{})
 	if err != nil {
-		return classify("heartbeat", err)
+		return gone(wrap("heartbeat", err))
 	}
-	if s.Annotations[AnnotationLease] != string(r.leaseUID) {
+	if s.Annotations[annotationLease] != string(r.leaseUID) {
 		return fmt.Errorf("k8s: heartbeat: %w: endpointslice %s replaced", driver.ErrNotFound, r.name)
 	}
 	return nil
+}
+
+// gone marks a heartbeat's error ErrNotFound when the Lease or slice is
+// missing: the registration is gone, the driver's own knowledge, which
+// callers of a raw driver (dual's sides) read too.
+func gone(err error) error {
+	if !errors.Is(err, driver.ErrNotFound) && errorKind(err) == driver.ErrNotFound {
+		return fmt.Errorf("%w: %w", err, driver.ErrNotFound)
+	}
+	return err
 }
 
 // renew updates the Lease as last written, at its resourceVersion. A
@@ -189,10 +196,10 @@ func (r *registration) renew(ctx context.Context) error {
 			return nil
 		}
 		if !apierrors.IsConflict(err) {
-			return classify("heartbeat", err)
+			return wrap("heartbeat", err)
 		}
 		if l, err = leases.Get(ctx, r.name, metav1.GetOptions{}); err != nil {
-			return classify("heartbeat", err)
+			return wrap("heartbeat", err)
 		}
 	}
 	return fmt.Errorf("k8s: heartbeat: %w: lease %s keeps changing under another writer", driver.ErrUnavailable, r.name)
@@ -214,11 +221,11 @@ func (r *registration) Deregister(ctx context.Context) error {
 	uid := metav1.Preconditions{UID: &r.leaseUID}
 	err := r.d.cs.DiscoveryV1().EndpointSlices(r.d.ns).Delete(ctx, r.name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return classify("deregister", err)
+		return wrap("deregister", err)
 	}
 	err = r.d.cs.CoordinationV1().Leases(r.d.ns).Delete(ctx, r.name, metav1.DeleteOptions{Preconditions: &uid})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return classify("deregister", err)
+		return wrap("deregister", err)
 	}
 	return nil
 }
@@ -272,7 +279,7 @@ func (d *Driver) sweepOne(ctx context.Context, l *coordv1.Lease) {
 		Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &rv}}); err != nil {
 		return
 	}
-	if s != nil && s.Annotations[AnnotationLease] == string(l.UID) {
+	if s != nil && s.Annotations[annotationLease] == string(l.UID) {
 		srv := s.ResourceVersion
 		slices.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &srv}})
 	}

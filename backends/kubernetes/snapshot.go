@@ -27,7 +27,7 @@ func instances(service string, slices []*discoveryv1.EndpointSlice, leases map[s
 		if s.Labels[discoveryv1.LabelServiceName] != service {
 			continue
 		}
-		if s.Labels[discoveryv1.LabelManagedBy] != ManagedBy {
+		if s.Labels[discoveryv1.LabelManagedBy] != managedBy {
 			out = append(out, platformInstances(service, s)...)
 			continue
 		}
@@ -40,21 +40,21 @@ func instances(service string, slices []*discoveryv1.EndpointSlice, leases map[s
 			next = until
 		}
 	}
-	backend.SortInstances(out)
+	backend.SortInstances(out) // for dedupe: equal IDs adjacent
 	return dedupe(out), next
 }
 
 // rosterInstance decodes a Roster slice, live only while its own Lease is.
 func rosterInstance(service string, s *discoveryv1.EndpointSlice, l *coordv1.Lease, now time.Time) (driver.Instance, time.Time, bool) {
 	var in driver.Instance
-	if l == nil || string(l.UID) != s.Annotations[AnnotationLease] {
+	if l == nil || string(l.UID) != s.Annotations[annotationLease] {
 		return in, time.Time{}, false
 	}
 	until := expiry(l)
 	if !until.After(now) {
 		return in, time.Time{}, false
 	}
-	if err := json.Unmarshal([]byte(s.Annotations[AnnotationInstance]), &in); err != nil || in.Service != service || in.ID == "" {
+	if err := json.Unmarshal([]byte(s.Annotations[annotationInstance]), &in); err != nil || in.Service != service || in.ID == "" {
 		return in, time.Time{}, false
 	}
 	return in, until, true
@@ -121,10 +121,7 @@ func dedupe(in []driver.Instance) []driver.Instance {
 
 // List implements driver.Driver with a consistent read of the apiserver.
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
-	if d.closed.Load() {
-		return driver.Snapshot{}, driver.ErrClosed
-	}
-	sl, leases, rev, err := d.read(ctx, discoveryv1.LabelServiceName+"="+service, LabelLeaseService+"="+service)
+	sl, leases, rev, err := d.read(ctx, discoveryv1.LabelServiceName+"="+service, labelLeaseService+"="+service)
 	if err != nil {
 		return driver.Snapshot{}, err
 	}
@@ -135,10 +132,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 
 // Services implements driver.Driver.
 func (d *Driver) Services(ctx context.Context) ([]string, error) {
-	if d.closed.Load() {
-		return nil, driver.ErrClosed
-	}
-	sl, leases, _, err := d.read(ctx, discoveryv1.LabelServiceName, LabelLeaseService)
+	sl, leases, _, err := d.read(ctx, discoveryv1.LabelServiceName, labelLeaseService)
 	if err != nil {
 		return nil, err
 	}
@@ -163,11 +157,11 @@ func (d *Driver) read(ctx context.Context, sliceSel, leaseSel string) ([]*discov
 	defer cancel()
 	sl, err := d.cs.DiscoveryV1().EndpointSlices(d.ns).List(ctx, metav1.ListOptions{LabelSelector: sliceSel})
 	if err != nil {
-		return nil, nil, 0, classify("list endpointslices", err)
+		return nil, nil, 0, wrap("list endpointslices", err)
 	}
 	ll, err := d.cs.CoordinationV1().Leases(d.ns).List(ctx, metav1.ListOptions{LabelSelector: leaseSel})
 	if err != nil {
-		return nil, nil, 0, classify("list leases", err)
+		return nil, nil, 0, wrap("list leases", err)
 	}
 	out := make([]*discoveryv1.EndpointSlice, len(sl.Items))
 	for i := range sl.Items {

@@ -96,7 +96,7 @@ func newGeneration(d *Driver) *generation {
 		return g.note(err)
 	}
 	g.slices = g.informer(&discoveryv1.EndpointSlice{}, discoveryv1.LabelServiceName, listWatch(g, slices.List, slices.Watch))
-	g.leases = g.informer(&coordv1.Lease{}, LabelLeaseService, listWatch(g, leases.List, leases.Watch))
+	g.leases = g.informer(&coordv1.Lease{}, labelLeaseService, listWatch(g, leases.List, leases.Watch))
 	return g
 }
 
@@ -168,8 +168,8 @@ func (g *generation) downErr(service string) error {
 	g.mu.Lock()
 	cause := g.cause
 	g.mu.Unlock()
-	if err := classify("watch "+service, cause); errors.Is(err, driver.ErrInvalid) {
-		return err
+	if cause != nil && errorKind(cause) == driver.ErrInvalid {
+		return wrap("watch "+service, cause)
 	}
 	return fmt.Errorf("k8s: watch %s: %w: informer lost the apiserver", service, driver.ErrUnavailable)
 }
@@ -265,9 +265,6 @@ func (inf *generation) snapshot(service string) (driver.Snapshot, time.Time) {
 func (d *Driver) current(ctx context.Context) (*generation, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed.Load() {
-		return nil, driver.ErrClosed
-	}
 	if d.inf != nil {
 		select {
 		case <-d.inf.down:
@@ -281,7 +278,7 @@ func (d *Driver) current(ctx context.Context) (*generation, error) {
 	// One cheap call first: a new factory would otherwise retry behind
 	// the reflector's backoff while the apiserver is away.
 	if err := inf.probe(ctx); err != nil {
-		return nil, classify("watch", err)
+		return nil, wrap("watch", err)
 	}
 	ctx, cancel := d.call(ctx)
 	defer cancel()
@@ -289,7 +286,7 @@ func (d *Driver) current(ctx context.Context) (*generation, error) {
 	for _, ok := range inf.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			inf.stop()
-			if err := inf.downErr(""); errors.Is(err, driver.ErrInvalid) {
+			if err := inf.downErr(""); !errors.Is(err, driver.ErrUnavailable) {
 				return nil, err
 			}
 			return nil, fmt.Errorf("k8s: watch: %w: informer cache did not sync in %v", driver.ErrUnavailable, d.reqT)
@@ -320,22 +317,22 @@ type stream struct {
 	done    chan struct{}
 	once    sync.Once
 	started bool
-	last    driver.Snapshot
+	next    time.Time // when the first Lease of the last state lapses
 }
 
 // Next implements driver.Stream: the current state first, then each
 // change, including a Lease lapsing.
 func (s *stream) Next(ctx context.Context) (driver.Snapshot, error) {
-	for {
-		snap, next := s.inf.snapshot(s.service)
-		if !s.started || !snap.SameInstances(s.last) {
-			s.started, s.last = true, snap
-			return snap, nil
-		}
-		if err := s.wait(ctx, next); err != nil {
+	if s.started {
+		// Registry drops a state repeated: every wake counts as a change.
+		if err := s.wait(ctx, s.next); err != nil {
 			return driver.Snapshot{}, err
 		}
 	}
+	var snap driver.Snapshot
+	snap, s.next = s.inf.snapshot(s.service)
+	s.started = true
+	return snap, nil
 }
 
 // wait blocks until the service may have changed: an event, or the first

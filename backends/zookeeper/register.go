@@ -26,7 +26,7 @@ func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Du
 	if err != nil {
 		return nil, err
 	}
-	r := &registration{d: d, s: s, path: d.Path(inst.Service, inst.ID), id: inst.ID, ttl: ttl}
+	r := &registration{d: d, s: s, path: d.path(inst.Service, inst.ID), id: inst.ID, ttl: ttl}
 	if err := r.create(ctx, "register "+inst.ID, val); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (r *registration) create(ctx context.Context, what string, val []byte) erro
 			return err
 		})
 		switch {
-		case errors.Is(err, driver.ErrNotFound):
+		case errors.Is(err, zk.ErrNoNode):
 			if err := d.ensureParents(ctx, conn, r.path); err != nil {
 				return err
 			}
@@ -187,7 +187,7 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 	if done && err == nil {
 		err = fmt.Errorf("zookeeper: heartbeat %s: %w: no heartbeat for %v: deleted by the watchdog", r.id, driver.ErrNotFound, r.ttl)
 	}
-	if errors.Is(err, driver.ErrNotFound) {
+	if errors.Is(err, driver.ErrNotFound) || errors.Is(err, zk.ErrNoNode) {
 		r.lost()
 	}
 	return err
@@ -238,7 +238,7 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 		_, err = conn.Set(r.path, val, st.Version)
 		return err
 	})
-	if errors.Is(err, driver.ErrNotFound) || errors.Is(err, zk.ErrBadVersion) {
+	if errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 		err = r.create(ctx, "update "+r.id, val)
 	}
 	return err
@@ -266,7 +266,7 @@ func (r *registration) deleteOwned(ctx context.Context) error {
 		}
 		return conn.Delete(r.path, st.Version)
 	})
-	if errors.Is(err, driver.ErrNotFound) {
+	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
 	return err

@@ -86,7 +86,7 @@ func invalid(_ *url.URL, format string, args ...any) error {
 func root(u *url.URL) (string, error) {
 	p := strings.TrimRight(u.Path, "/")
 	if p == "" {
-		return DefaultRoot, nil
+		return defaultRoot, nil
 	}
 	if path.Clean(p) != p || strings.ContainsAny(p, "\x00") {
 		return "", invalid(u, "root %q is not a clean znode path (no //, . or .. segments)", p)

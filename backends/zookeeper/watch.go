@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,12 +17,6 @@ import (
 
 // Watch implements driver.Driver.
 func (d *Driver) Watch(ctx context.Context, service string) (driver.Stream, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if d.closed.Load() {
-		return nil, fmt.Errorf("zookeeper: watch: %w", driver.ErrClosed)
-	}
 	return &stream{d: d, service: service, path: d.servicePath(service), closed: make(chan struct{})}, nil
 }
 
@@ -45,8 +38,6 @@ type stream struct {
 	dataW    map[string]<-chan zk.Event // armed data watches, by instance ID
 	serviceW <-chan zk.Event            // armed watch on the service znode
 	rev      uint64
-	last     []driver.Instance
-	sent     bool
 }
 
 // Close implements driver.Stream. Armed watches stay with the client until
@@ -58,19 +49,17 @@ func (s *stream) Close() error {
 
 // Next implements driver.Stream.
 func (s *stream) Next(ctx context.Context) (driver.Snapshot, error) {
+	var err error
 	if !s.started {
-		if err := s.start(ctx); err != nil {
-			return driver.Snapshot{}, err
-		}
+		err = s.start(ctx)
+	} else {
+		// Registry drops a state repeated: any event counts as a change.
+		err = s.wait(ctx)
 	}
-	for {
-		if snap, ok := s.changed(); ok {
-			return snap, nil
-		}
-		if err := s.wait(ctx); err != nil {
-			return driver.Snapshot{}, err
-		}
+	if err != nil {
+		return driver.Snapshot{}, err
 	}
+	return s.snapshot(), nil
 }
 
 // start reads the whole service with its watches armed. A stream that
@@ -102,19 +91,13 @@ func ignoreNoNode(err error) error {
 	return err
 }
 
-// changed returns the current state if it differs from the last one
-// returned (or nothing was returned yet).
-func (s *stream) changed() (driver.Snapshot, bool) {
+// snapshot returns the current state.
+func (s *stream) snapshot() driver.Snapshot {
 	cur := make([]driver.Instance, 0, len(s.insts))
 	for _, in := range s.insts {
 		cur = append(cur, in)
 	}
-	backend.SortInstances(cur)
-	if s.sent && slices.EqualFunc(cur, s.last, driver.Instance.Equal) {
-		return driver.Snapshot{}, false
-	}
-	s.last, s.sent = cur, true
-	return driver.Snapshot{Service: s.service, Instances: cur, Revision: s.rev, At: time.Now()}, true
+	return driver.Snapshot{Service: s.service, Instances: cur, Revision: s.rev, At: time.Now()}
 }
 
 // readChildren re-arms the service znode's watch and reads the instances
@@ -141,7 +124,7 @@ func (s *stream) readChildren(ctx context.Context) error {
 		return fmt.Errorf("service znode %s keeps being created and deleted", s.path)
 	})
 	if err != nil {
-		return s.fail(err)
+		return err
 	}
 	s.serviceW = ch
 	if exists {
@@ -171,16 +154,16 @@ func (s *stream) readInstance(ctx context.Context, id string) error {
 	var ch <-chan zk.Event
 	err := s.d.call(ctx, "watch "+s.service+"/"+id, func() error {
 		var err error
-		val, st, ch, err = s.conn.GetW(s.d.Path(s.service, id))
+		val, st, ch, err = s.conn.GetW(s.d.path(s.service, id))
 		return err
 	})
-	if errors.Is(err, driver.ErrNotFound) {
+	if errors.Is(err, zk.ErrNoNode) {
 		delete(s.insts, id) // gone since listed; the child watch says so too
 		delete(s.dataW, id)
 		return nil
 	}
 	if err != nil {
-		return s.fail(err)
+		return err
 	}
 	s.dataW[id] = ch
 	s.rev = max(s.rev, uint64(st.Mzxid))
@@ -190,16 +173,6 @@ func (s *stream) readInstance(ctx context.Context, id string) error {
 		delete(s.insts, id)
 	}
 	return nil
-}
-
-// fail turns an error into the stream's end: anything but the caller's
-// context ending is ErrUnavailable, so that the registry reopens it.
-func (s *stream) fail(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, driver.ErrClosed) || errors.Is(err, driver.ErrUnavailable) {
-		return err
-	}
-	return fmt.Errorf("zookeeper: watch %s: %w: %v", s.service, driver.ErrUnavailable, err)
 }
 
 // wait blocks for the next event and handles it, with every other event

@@ -41,7 +41,6 @@ package zookeeper
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -63,9 +62,9 @@ const Scheme = "zk"
 
 // Defaults of Options.
 const (
-	DefaultRoot           = "/roster"
-	DefaultSessionTimeout = 10 * time.Second
-	DefaultRequestTimeout = 5 * time.Second
+	defaultRoot           = "/roster"
+	defaultSessionTimeout = 10 * time.Second
+	defaultRequestTimeout = 5 * time.Second
 )
 
 // limits: TTLs are session timeouts, which the driver keeps in whole
@@ -81,9 +80,9 @@ func init() {
 // Options configure a Driver opened with New.
 type Options struct {
 	Servers        []string      // host:port of each server
-	Root           string        // root znode, default DefaultRoot
-	SessionTimeout time.Duration // of the reading session, default DefaultSessionTimeout
-	RequestTimeout time.Duration // bound on every call, default DefaultRequestTimeout
+	Root           string        // root znode, default /roster
+	SessionTimeout time.Duration // of the reading session, default 10s
+	RequestTimeout time.Duration // bound on every call, default 5s
 	User, Password string        // digest credentials, optional
 	TLS            *tls.Config   // nil: plain TCP
 }
@@ -112,7 +111,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("zookeeper: %w: no servers", driver.ErrInvalid)
 	}
 	if opts.Root == "" {
-		opts.Root = DefaultRoot
+		opts.Root = defaultRoot
 	}
 	root := path.Clean(opts.Root)
 	if root == "/" || root[0] != '/' {
@@ -122,10 +121,10 @@ func New(opts Options) (*Driver, error) {
 		return nil, err
 	}
 	if opts.SessionTimeout <= 0 {
-		opts.SessionTimeout = DefaultSessionTimeout
+		opts.SessionTimeout = defaultSessionTimeout
 	}
 	if opts.RequestTimeout <= 0 {
-		opts.RequestTimeout = DefaultRequestTimeout
+		opts.RequestTimeout = defaultRequestTimeout
 	}
 	if opts.TLS != nil {
 		if err := checkTLS(opts); err != nil {
@@ -169,11 +168,8 @@ func checkNesting(root string) error {
 	return nil
 }
 
-// Root returns the root znode.
-func (d *Driver) Root() string { return d.root }
-
-// Path returns the znode of an instance: <root>/<service>/<id>.
-func (d *Driver) Path(service, id string) string { return d.servicePath(service) + "/" + id }
+// path returns the znode of an instance: <root>/<service>/<id>.
+func (d *Driver) path(service, id string) string { return d.servicePath(service) + "/" + id }
 
 func (d *Driver) servicePath(service string) string { return d.root + "/" + service }
 
@@ -227,12 +223,6 @@ func (d *Driver) sessionFor(ttl time.Duration) (*session, error) {
 // finishes in the background when the client answers or fails it (it
 // fails queued calls within about a second while no server is reachable).
 func (d *Driver) call(ctx context.Context, what string, fn func() error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d.closed.Load() {
-		return fmt.Errorf("zookeeper: %s: %w", what, driver.ErrClosed)
-	}
 	if err := d.ports.Known(); err != nil {
 		return fmt.Errorf("zookeeper: %s: %w", what, err) // at once, not after another timeout
 	}
@@ -248,46 +238,43 @@ func (d *Driver) call(ctx context.Context, what string, fn func() error) error {
 	}
 }
 
-// wrap maps a client error to the registry's sentinels. parent is the
-// caller's context: when it ended, its error is what the caller gets.
-func (d *Driver) wrap(parent context.Context, what string, err error) error {
+// wrap adds the operation to a client error. ctx is the call's: when it
+// ended, Registry adds its error. An outage may be a port mix-up, which
+// PortCheck diagnoses.
+func (d *Driver) wrap(ctx context.Context, what string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrNotFound, err)
-	case parent.Err() != nil:
-		return fmt.Errorf("zookeeper: %s: %w", what, parent.Err())
-	case d.closed.Load():
-		return fmt.Errorf("zookeeper: %s: %w", what, driver.ErrClosed)
-	case rejected(err):
-		// The server refused the input or the identity: retrying the same
-		// call cannot help.
-		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrInvalid, err)
+	case ctx.Err() != nil || d.ErrorKind(err) != driver.ErrUnavailable:
+		return fmt.Errorf("zookeeper: %s: %w", what, err)
 	}
 	if perr := d.ports.Diagnose(); perr != nil {
 		return fmt.Errorf("zookeeper: %s: %w", what, perr) // perr names the address
 	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("zookeeper: %s: %w: no answer within %v", what, driver.ErrUnavailable, d.opts.RequestTimeout)
-	default:
-		return fmt.Errorf("zookeeper: %s: %w: %v", what, driver.ErrUnavailable, err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The request timeout's: not the caller's deadline, so not wrapped.
+		return fmt.Errorf("zookeeper: %s: no answer within %v", what, d.opts.RequestTimeout)
 	}
+	return fmt.Errorf("zookeeper: %s: %w", what, err)
 }
 
-func rejected(err error) bool {
+// ErrorKind implements driver.Driver. A missing znode is ErrNotFound. A
+// refused identity or input is ErrInvalid: a retry cannot succeed.
+func (d *Driver) ErrorKind(err error) error {
+	if errors.Is(err, zk.ErrNoNode) {
+		return driver.ErrNotFound
+	}
 	for _, e := range []error{zk.ErrNoAuth, zk.ErrAuthFailed, zk.ErrBadArguments, zk.ErrInvalidACL,
 		zk.ErrInvalidPath, zk.ErrNoChildrenForEphemerals, zk.ErrBadVersion} {
 		if errors.Is(err, e) {
-			return true
+			return driver.ErrInvalid
 		}
 	}
-	return false
+	return driver.ErrUnavailable
 }
 
 func encode(in driver.Instance) ([]byte, error) {
-	b, err := json.Marshal(in) // driver.Instance's JSON form is the stored one
+	b, err := backend.Encode(in)
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper: encode %s: %w: %v", in.ID, driver.ErrInvalid, err)
 	}
@@ -309,7 +296,7 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 		}
 		return err
 	})
-	if errors.Is(err, driver.ErrNotFound) {
+	if errors.Is(err, zk.ErrNoNode) {
 		snap.At = time.Now()
 		return snap, nil
 	}
@@ -321,7 +308,6 @@ func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, err
 		return driver.Snapshot{}, err
 	}
 	snap.Instances, snap.Revision = ins, max(snap.Revision, rev)
-	backend.SortInstances(snap.Instances)
 	snap.At = time.Now()
 	return snap, nil
 }
@@ -347,7 +333,7 @@ func (d *Driver) getAll(ctx context.Context, conn *zk.Conn, service string, ids 
 				got[i], st, errs[i] = d.get(ctx, conn, service, ids[i])
 				if errs[i] == nil {
 					mz[i] = st.Mzxid
-				} else if errors.Is(errs[i], driver.ErrNotFound) {
+				} else if errors.Is(errs[i], zk.ErrNoNode) {
 					errs[i] = nil // gone since the children were read
 				}
 			}
@@ -376,7 +362,7 @@ func (d *Driver) get(ctx context.Context, conn *zk.Conn, service, id string) (*d
 	var st *zk.Stat
 	err := d.call(ctx, "get "+service+"/"+id, func() error {
 		var err error
-		val, st, err = conn.Get(d.Path(service, id))
+		val, st, err = conn.Get(d.path(service, id))
 		return err
 	})
 	if err != nil {
@@ -398,7 +384,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 		names, _, err = conn.Children(d.root)
 		return err
 	})
-	if errors.Is(err, driver.ErrNotFound) {
+	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
 	if err != nil {
@@ -425,8 +411,3 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
-
-// ErrorKind implements driver.Driver. This driver's errors wrap their
-// sentinel where they are made, so an error without one is unexpected:
-// it counts as transient.
-func (d *Driver) ErrorKind(error) error { return driver.ErrUnavailable }

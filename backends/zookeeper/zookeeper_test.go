@@ -178,7 +178,7 @@ func TestSessionPerTTL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, st, err := c.Get(d.Path("s", l.Instance().ID))
+		_, st, err := c.Get("/ttls/s/" + l.Instance().ID)
 		if err != nil {
 			t.Fatal(err)
 		}

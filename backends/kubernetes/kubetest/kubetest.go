@@ -46,11 +46,11 @@ import (
 	"github.com/roster-go/roster/internal/testserver"
 )
 
-// EnvBin names the environment variable that points at the binary.
-const EnvBin = "ROSTER_KUBE_APISERVER"
+// envBin names the environment variable that points at the binary.
+const envBin = "ROSTER_KUBE_APISERVER"
 
-// Version is the Kubernetes release scripts/test.sh builds.
-const Version = "v1.34.2"
+// version is the Kubernetes release scripts/test.sh builds.
+const version = "v1.34.2"
 
 // Token is the bearer token of the Server's administrator, a member of
 // system:masters. It is a test credential, valid only on test servers.
@@ -64,11 +64,11 @@ const LimitedToken = "roster-limited-token"
 // LimitedUser is the name of LimitedToken's user, for RoleBindings.
 const LimitedUser = "roster-limited"
 
-// FindBinary returns the path of kube-apiserver: $ROSTER_KUBE_APISERVER,
+// findBinary returns the path of kube-apiserver: $ROSTER_KUBE_APISERVER,
 // then ~/.cache/roster/kube-apiserver-v1.34.2.
-func FindBinary() (string, error) {
-	return testserver.Binary{Pkg: "kubetest", Name: "kube-apiserver", Version: Version,
-		Env: EnvBin, Cached: "kube-apiserver-" + Version}.Find()
+func findBinary() (string, error) {
+	return testserver.Binary{Pkg: "kubetest", Name: "kube-apiserver", Version: version,
+		Env: envBin, Cached: "kube-apiserver-" + version}.Find()
 }
 
 // Server is a kube-apiserver on its own embedded etcd. Its methods are
@@ -89,7 +89,7 @@ type Server struct {
 // Start starts etcd and kube-apiserver and waits until /readyz answers.
 // Close stops both and removes their files.
 func Start(ctx context.Context) (*Server, error) {
-	bin, err := FindBinary()
+	bin, err := findBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -163,12 +163,12 @@ func (s *Server) args() []string {
 
 // start runs the binary and waits for /readyz (s.mu held or not yet shared).
 func (s *Server) start(ctx context.Context) error {
-	if err := s.proc.Start(exec.Command(s.bin, s.args()...), s.LogFile()); err != nil {
+	if err := s.proc.Start(exec.Command(s.bin, s.args()...), s.logFile()); err != nil {
 		return fmt.Errorf("kubetest: %w", err)
 	}
 	if err := s.waitReady(ctx); err != nil {
 		s.stop()
-		return fmt.Errorf("%w (log: %s)", err, s.LogFile())
+		return fmt.Errorf("%w (log: %s)", err, s.logFile())
 	}
 	return nil
 }
@@ -205,11 +205,11 @@ func (s *Server) stop() { s.proc.Stop(10 * time.Second) }
 // Addr is the apiserver's host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 
-// CAFile is the PEM file that verifies the apiserver's certificate.
-func (s *Server) CAFile() string { return filepath.Join(s.dir, "certs", "apiserver.crt") }
+// caFile is the PEM file that verifies the apiserver's certificate.
+func (s *Server) caFile() string { return filepath.Join(s.dir, "certs", "apiserver.crt") }
 
-// LogFile is where the apiserver's output goes.
-func (s *Server) LogFile() string { return filepath.Join(s.dir, "apiserver.log") }
+// logFile is where the apiserver's output goes.
+func (s *Server) logFile() string { return filepath.Join(s.dir, "apiserver.log") }
 
 // Kubeconfig writes a kubeconfig that reaches the apiserver at addr (Addr,
 // or a proxy in front of it) as the test user with the given default
@@ -224,7 +224,7 @@ type Access struct {
 	Addr      string // host:port of the apiserver; Server.Addr when empty
 	Namespace string // the context's namespace
 	Token     string // bearer token; Token when empty
-	CAFile    string // CA bundle that verifies the apiserver; Server.CAFile when empty
+	CAFile    string // CA bundle that verifies the apiserver; the Server's when empty
 }
 
 // KubeconfigFor writes a kubeconfig of a as KubeconfigFor does, for tests
@@ -238,7 +238,7 @@ func (s *Server) KubeconfigFor(a Access) (string, error) {
 		a.Token = Token
 	}
 	if a.CAFile == "" {
-		a.CAFile = s.CAFile()
+		a.CAFile = s.caFile()
 	}
 	f, err := os.CreateTemp(s.dir, "kubeconfig-")
 	if err != nil {

@@ -23,7 +23,7 @@ type Ensemble struct {
 // test ends. It fails the test if the ensemble does not serve.
 func StartEnsemble(tb testing.TB, n int) *Ensemble {
 	tb.Helper()
-	e, err := NewEnsemble(n)
+	e, err := newEnsemble(n)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -31,9 +31,9 @@ func StartEnsemble(tb testing.TB, n int) *Ensemble {
 	return e
 }
 
-// NewEnsemble starts n servers (n odd, at least 3) and waits until every
+// newEnsemble starts n servers (n odd, at least 3) and waits until every
 // one serves. The caller closes it.
-func NewEnsemble(n int) (*Ensemble, error) {
+func newEnsemble(n int) (*Ensemble, error) {
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("zktest: an ensemble of %d servers: want an odd number, at least 3", n)
 	}

@@ -39,10 +39,10 @@ import (
 // Java class path.
 const EnvClasspath = "ROSTER_ZOOKEEPER_CLASSPATH"
 
-// DefaultClasspath is where Debian's zookeeper package puts the server.
+// defaultClasspath is where Debian's zookeeper package puts the server.
 // netty-codec (of libnetty-java, a dependency of the package) is missing
 // from zookeeper.jar's manifest, and the secure client port needs it.
-const DefaultClasspath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar"
+const defaultClasspath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar"
 
 // TickTime is the servers' tick: sessions expire on tick boundaries, and
 // the session timeouts they grant lie in [1s, 60s].
@@ -53,7 +53,7 @@ const TickTime = 500 * time.Millisecond
 func findJava() (string, string, error) {
 	cp := os.Getenv(EnvClasspath)
 	if cp == "" {
-		cp = DefaultClasspath
+		cp = defaultClasspath
 	}
 	for _, f := range filepath.SplitList(cp) {
 		if _, err := os.Stat(f); err != nil {
@@ -158,14 +158,11 @@ func url(addrs []string, root, query string) string {
 	return testserver.URL("zk://"+strings.Join(addrs, ",")+root, query)
 }
 
-// Dir is the server's directory: its configuration, data ("data") and log.
-func (s *Server) Dir() string { return s.dir.Path }
+// logPath is the file the server writes its log to (level warn).
+func (s *Server) logPath() string { return filepath.Join(s.dir.Path, "server.log") }
 
-// LogPath is the file the server writes its log to (level warn).
-func (s *Server) LogPath() string { return filepath.Join(s.dir.Path, "server.log") }
-
-// LogTail returns the last n bytes of the server's log.
-func (s *Server) LogTail(n int) string { return testserver.LogTail(s.LogPath(), n) }
+// logTail returns the last n bytes of the server's log.
+func (s *Server) logTail(n int) string { return testserver.LogTail(s.logPath(), n) }
 
 func (s *Server) dataDir() string { return filepath.Join(s.dir.Path, "data") }
 
@@ -222,7 +219,7 @@ func (s *Server) launch() error {
 		"-Dznode.container.checkIntervalMs=1000",
 		"-cp", s.classpath, "org.apache.zookeeper.server.quorum.QuorumPeerMain", cfg)
 	cmd.Dir = s.dir.Path
-	if err := s.proc.Start(cmd, s.LogPath()); err != nil {
+	if err := s.proc.Start(cmd, s.logPath()); err != nil {
 		return fmt.Errorf("zktest: %w", err)
 	}
 	return nil
@@ -239,7 +236,7 @@ func (s *Server) waitReady(limit time.Duration) error {
 	for {
 		select {
 		case <-exited:
-			return fmt.Errorf("zktest: server %d on %s exited during start\n%s", s.id, s.Addr(), s.LogTail(4000))
+			return fmt.Errorf("zktest: server %d on %s exited during start\n%s", s.id, s.Addr(), s.logTail(4000))
 		default:
 		}
 		if strings.Contains(s.fourLetter("srvr"), "Mode: ") {
@@ -250,7 +247,7 @@ func (s *Server) waitReady(limit time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("zktest: server %d on %s not serving within %v\n%s", s.id, s.Addr(), limit, s.LogTail(4000))
+			return fmt.Errorf("zktest: server %d on %s not serving within %v\n%s", s.id, s.Addr(), limit, s.logTail(4000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
