@@ -1,10 +1,10 @@
-// Package dualtest is the conformance harness of the dual backend, over a
-// real etcd (the old side) and a real Redis (the new side):
+// Package dualtest is the conformance harness of the dual backend. Its
+// old side is a real etcd, its new side a real Redis:
 //
 //	conformance.Run(t, dualtest.NewHarness(t))
 //
-// Every fault hook acts on both servers, so a check sees the whole
-// registry fail, restart or lose data, as it would with one backend.
+// Every fault hook acts on both servers. A check so sees the whole
+// registry fail, restart or lose data, as with one backend.
 package dualtest
 
 import (
