@@ -5,9 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/backends/dnssrv"
-	"github.com/roster-go/roster/backends/dnssrv/dnssrvtest"
+	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 	"github.com/roster-go/roster/internal/loopback"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/kubernetes" // k8s://
-	"github.com/roster-go/roster/backends/kubernetes/kubetest"
+	"github.com/roster-go/roster/internal/servers/kubetest"
 	"github.com/roster-go/roster/internal/loopback"
 )
 

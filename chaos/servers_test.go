@@ -9,11 +9,11 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/consul" // consul://
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	_ "github.com/roster-go/roster/backends/etcd" // etcd://
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	_ "github.com/roster-go/roster/backends/redis" // redis://
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/internal/loopback"
 )
 

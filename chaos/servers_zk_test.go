@@ -8,7 +8,7 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/zookeeper" // zk://
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/internal/loopback"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 )
 
 // Topology faults: the registry's own cluster changes under load.

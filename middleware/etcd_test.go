@@ -6,7 +6,7 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"

@@ -3,7 +3,7 @@ package consul_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/conformance"
 )
 

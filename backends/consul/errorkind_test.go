@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/roster-go/roster/backends/consul"
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/registry"
 )
 

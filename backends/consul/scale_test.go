@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/backends/consul"
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/tcpcount"
 	"github.com/roster-go/roster/registry"
 )

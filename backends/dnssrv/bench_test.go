@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
-	"github.com/roster-go/roster/backends/dnssrv/dnssrvtest"
+	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 )

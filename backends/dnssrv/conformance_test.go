@@ -3,9 +3,9 @@ package dnssrv_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	_ "github.com/roster-go/roster/backends/dnssrv" // dns+srv:// for the harness
-	"github.com/roster-go/roster/backends/dnssrv/dnssrvtest"
+	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 	"github.com/roster-go/roster/conformance"
 )
 

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
-	"github.com/roster-go/roster/backends/dnssrv/dnssrvtest"
+	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 )

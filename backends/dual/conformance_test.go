@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/roster-go/roster/backends/dual/dualtest"
+	"github.com/roster-go/roster/internal/servers/dualtest"
 	"github.com/roster-go/roster/conformance"
 )
 

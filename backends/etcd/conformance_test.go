@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	_ "github.com/roster-go/roster/backends/etcd" // etcd:// for the harness
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/conformance"
 )
 

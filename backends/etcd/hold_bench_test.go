@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 )
 
 // TestMain checks for leaked goroutines with no exceptions: every test

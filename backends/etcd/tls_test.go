@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/internal/testca"
 	"github.com/roster-go/roster/registry"
 )

@@ -3,7 +3,7 @@ package kubernetes_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/backends/kubernetes/kubetest"
+	"github.com/roster-go/roster/internal/servers/kubetest"
 	"github.com/roster-go/roster/conformance"
 )
 

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"k8s.io/klog/v2"
 
-	"github.com/roster-go/roster/backends/kubernetes/kubetest"
+	"github.com/roster-go/roster/internal/servers/kubetest"
 )
 
 // server is the package's shared apiserver: one start (~3s, 260MB) for

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/backends/kubernetes"
-	"github.com/roster-go/roster/backends/kubernetes/kubetest"
+	"github.com/roster-go/roster/internal/servers/kubetest"
 	"github.com/roster-go/roster/registry"
 )
 

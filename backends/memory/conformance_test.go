@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/roster-go/roster/backends/memory/memorytest"
+	"github.com/roster-go/roster/internal/servers/memorytest"
 	"github.com/roster-go/roster/conformance"
 )
 

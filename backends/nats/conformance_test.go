@@ -3,7 +3,7 @@ package nats_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/backends/nats/natstest"
+	"github.com/roster-go/roster/internal/servers/natstest"
 	"github.com/roster-go/roster/conformance"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	rnats "github.com/roster-go/roster/backends/nats"
-	"github.com/roster-go/roster/backends/nats/natstest"
+	"github.com/roster-go/roster/internal/servers/natstest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )

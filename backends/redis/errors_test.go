@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	rredis "github.com/roster-go/roster/backends/redis"
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
 

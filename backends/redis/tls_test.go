@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/internal/testca"
 	"github.com/roster-go/roster/registry"
 )

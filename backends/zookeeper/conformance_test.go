@@ -3,7 +3,7 @@ package zookeeper_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/conformance"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -8,7 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	_ "github.com/roster-go/roster/backends/zookeeper" // zk:// for the harnesses
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 )
 
 // shared is the package's standalone server, for the tests that do not

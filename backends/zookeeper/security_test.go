@@ -15,7 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/roster-go/roster/backends/zookeeper"
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/backends/zookeeper"
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/internal/testca"
 	"github.com/roster-go/roster/registry"
 )

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/registry"
 )

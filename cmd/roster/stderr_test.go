@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/backends/kubernetes/kubetest"
-	"github.com/roster-go/roster/backends/redis/redistest"
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/kubetest"
+	"github.com/roster-go/roster/internal/servers/redistest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/registry"
 )
 

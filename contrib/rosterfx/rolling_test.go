@@ -13,7 +13,7 @@ import (
 	"go.uber.org/fx"
 
 	_ "github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
 	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"

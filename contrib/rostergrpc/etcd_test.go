@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	_ "github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 

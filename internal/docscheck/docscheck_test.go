@@ -244,7 +244,7 @@ func backendsTable(pkgs map[string]*pkg) string {
 		var servers []string
 		for _, sub := range slices.Sorted(maps.Keys(pkgs)) {
 			s := pkgs[sub]
-			if strings.HasPrefix(s.dir, k.dir+"/") && !strings.Contains(s.dir, "/internal") {
+			if strings.HasPrefix(s.dir, k.dir+"/") && !strings.Contains(s.dir, "/internal") || s.dir == "internal/servers/"+testServer(parts[1]) {
 				servers = append(servers, fmt.Sprintf("`%s` %d", s.name, s.lines))
 			}
 		}
@@ -269,6 +269,18 @@ func block(doc []byte, name string) (string, error) {
 		return "", fmt.Errorf("docs/architecture.md has no %s…%s block", begin, end)
 	}
 	return strings.TrimPrefix(string(doc[i+len(begin):j]), "\n"), nil
+}
+
+// testServer names the package under internal/servers that runs a
+// backend's real server for its tests.
+func testServer(backend string) string {
+	switch backend {
+	case "kubernetes":
+		return "kubetest"
+	case "zookeeper":
+		return "zktest"
+	}
+	return backend + "test"
 }
 
 // replaceBlock puts body between <!-- begin name --> and <!-- end name -->.

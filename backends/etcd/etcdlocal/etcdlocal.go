@@ -44,7 +44,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	"go.uber.org/zap"
 
-	"github.com/roster-go/roster/backends/etcd/internal/embedded"
+	"github.com/roster-go/roster/internal/servers/etcdembed"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -83,7 +83,7 @@ type Config struct {
 
 // Server is a running etcd member. Close it when done.
 type Server struct {
-	m      *embedded.Member
+	m      *etcdembed.Member
 	url    string
 	dir    string
 	ownDir bool
@@ -111,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
-	s.url = embedded.RegistryURL([]string{client}, false, "", "", nil)
+	s.url = etcdembed.RegistryURL([]string{client}, false, "", "", nil)
 	return s, nil
 }
 
@@ -219,15 +219,15 @@ func parseAddr(s string) (addr, error) {
 // port, and waits until it is ready. It returns the client address to
 // dial. A free port can be taken between choosing and listening: that
 // case, and only that, is tried again.
-func startMember(ctx context.Context, dir string, a addr, lg *zap.Logger) (*embedded.Member, string, error) {
+func startMember(ctx context.Context, dir string, a addr, lg *zap.Logger) (*etcdembed.Member, string, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		var m *embedded.Member
-		var spec embedded.Spec
+		var m *etcdembed.Member
+		var spec etcdembed.Spec
 		if spec, err = newSpec(dir, a, lg); err != nil {
 			break
 		}
-		if m, err = embedded.Start(spec); err == nil {
+		if m, err = etcdembed.Start(spec); err == nil {
 			if err = m.WaitReady(ctx, startTimeout); err == nil {
 				return m, spec.ClientURL.Host, nil
 			}
@@ -248,21 +248,21 @@ func startMember(ctx context.Context, dir string, a addr, lg *zap.Logger) (*embe
 // newSpec describes the member. The peer port is never dialled (there
 // are no other members) but etcd listens on it all the same: any free
 // port does, even a different one on each start with the same data.
-func newSpec(dir string, a addr, lg *zap.Logger) (embedded.Spec, error) {
+func newSpec(dir string, a addr, lg *zap.Logger) (etcdembed.Spec, error) {
 	peer, err := freePort("127.0.0.1")
 	if err != nil {
-		return embedded.Spec{}, err
+		return etcdembed.Spec{}, err
 	}
 	client := a.port
 	if client == 0 {
 		if client, err = freePort(a.bind); err != nil {
-			return embedded.Spec{}, err
+			return etcdembed.Spec{}, err
 		}
 	}
 	// etcd advertises the client URL to its clients: the dialable host,
 	// not a wildcard.
 	listen := url.URL{Scheme: "http", Host: net.JoinHostPort(a.bind, strconv.Itoa(client))}
-	return embedded.Spec{
+	return etcdembed.Spec{
 		Name:            "roster",
 		Dir:             dir,
 		ClientURL:       url.URL{Scheme: "http", Host: net.JoinHostPort(a.dial, strconv.Itoa(client))},

@@ -5,7 +5,7 @@ import (
 	"log"
 	"strings"
 
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 )
 
 // ExampleNewServer runs a standalone ZooKeeper for a demo or a test and

@@ -41,7 +41,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/internal/testserver"
 )

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/registry"
 
 	_ "github.com/roster-go/roster/backends/consul"

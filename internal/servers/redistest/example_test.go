@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/roster-go/roster/backends/redis/redistest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 )
 
 // NewServer starts a private redis-server on a free loopback port, for a

@@ -6,7 +6,7 @@ import (
 	"log"
 	"strings"
 
-	"github.com/roster-go/roster/backends/etcd/etcdtest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 )
 
 // ExampleStart runs a single-member etcd for a demo or a test and prints

@@ -1,9 +1,9 @@
-// Package embedded starts etcd members inside the calling process, on
+// Package etcdembed starts etcd members inside the calling process, on
 // go.etcd.io/etcd/server/v3/embed, and stops them promptly. It is the code
 // that backends/etcd/etcdlocal and backends/etcd/etcdtest share. etcdlocal
 // runs one member for development, and etcdtest runs clusters with faults
 // for tests.
-package embedded
+package etcdembed
 
 import (
 	"context"

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 )

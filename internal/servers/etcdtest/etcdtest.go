@@ -42,7 +42,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/roster-go/roster/backends/etcd/internal/embedded"
+	"github.com/roster-go/roster/internal/servers/etcdembed"
 	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/internal/testserver"
 )
@@ -101,7 +101,7 @@ type member struct {
 	clientURL url.URL
 	peerURL   url.URL
 	front     *loopback.Proxy  // nil with DirectClients
-	e         *embedded.Member // nil while stopped
+	e         *etcdembed.Member // nil while stopped
 }
 
 // Start starts a cluster and waits until every member is ready.
@@ -178,13 +178,13 @@ func (c *Cluster) memberDir(i int) string {
 	return filepath.Join(c.dir.Path, fmt.Sprintf("gen%d-%s", c.gen, c.members[i].name))
 }
 
-func (c *Cluster) spec(i int) embedded.Spec {
+func (c *Cluster) spec(i int) etcdembed.Spec {
 	m := c.members[i]
 	var ic []string
 	for _, o := range c.members {
 		ic = append(ic, o.name+"="+o.peerURL.String())
 	}
-	s := embedded.Spec{
+	s := etcdembed.Spec{
 		Name:           m.name,
 		Dir:            c.memberDir(i),
 		ClientURL:      m.clientURL,
@@ -210,7 +210,7 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		if m.e != nil {
 			continue
 		}
-		e, err := embedded.Start(c.spec(i))
+		e, err := etcdembed.Start(c.spec(i))
 		if err != nil {
 			return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
 		}
@@ -307,7 +307,7 @@ func (c *Cluster) registryURL(hosts []string, prefix string, options []string) s
 				"key_file=" + url.QueryEscape(c.cfg.TLS.KeyFile)}, options...)
 		}
 	}
-	return embedded.RegistryURL(hosts, c.cfg.TLS != nil, caFile, prefix, options)
+	return etcdembed.RegistryURL(hosts, c.cfg.TLS != nil, caFile, prefix, options)
 }
 
 // Client returns a new client of the cluster, logged in as root under
@@ -368,7 +368,7 @@ func (c *Cluster) StartMember(ctx context.Context, i int) error {
 	if m.e != nil {
 		return nil
 	}
-	e, err := embedded.Start(c.spec(i))
+	e, err := etcdembed.Start(c.spec(i))
 	if err != nil {
 		return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
 	}

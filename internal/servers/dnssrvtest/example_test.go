@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/roster-go/roster/backends/consul/consultest"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	_ "github.com/roster-go/roster/backends/dnssrv"
-	"github.com/roster-go/roster/backends/dnssrv/dnssrvtest"
+	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 	"github.com/roster-go/roster/registry"
 )
 

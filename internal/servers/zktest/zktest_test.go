@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/roster-go/roster/backends/zookeeper/zktest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 )
 
 // TestRestartKeepsOrLosesData: a persistent znode survives a kill and a

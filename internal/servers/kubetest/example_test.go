@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/roster-go/roster/backends/kubernetes/kubetest"
+	"github.com/roster-go/roster/internal/servers/kubetest"
 )
 
 // Start a kube-apiserver over an embedded etcd, then talk to it with

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/roster-go/roster/backends/nats/natstest"
+	"github.com/roster-go/roster/internal/servers/natstest"
 	"github.com/roster-go/roster/registry"
 )
 
