@@ -16,9 +16,9 @@ import (
 
 	"github.com/roster-go/roster/agent"
 	_ "github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/backends/memory"
 	_ "github.com/roster-go/roster/backends/redis"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )

@@ -5,10 +5,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/backends/dnssrv"
-	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 )
 
 // dnsServer is a private Consul agent read through its DNS interface

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/kubernetes" // k8s://
-	"github.com/roster-go/roster/internal/servers/kubetest"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/kubetest"
 )
 
 // kubeNamespace survives a wiped etcd: the apiserver recreates it.

@@ -9,12 +9,12 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/consul" // consul://
-	"github.com/roster-go/roster/internal/servers/consultest"
-	_ "github.com/roster-go/roster/backends/etcd" // etcd://
-	"github.com/roster-go/roster/internal/servers/etcdtest"
-	_ "github.com/roster-go/roster/backends/redis" // redis://
-	"github.com/roster-go/roster/internal/servers/redistest"
+	_ "github.com/roster-go/roster/backends/etcd"   // etcd://
+	_ "github.com/roster-go/roster/backends/redis"  // redis://
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 )
 
 // server is one backend's registry server, with the faults the suite

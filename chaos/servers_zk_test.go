@@ -8,8 +8,8 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/zookeeper" // zk://
-	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/zktest"
 )
 
 const zkRoot = "/roster-chaos"

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/roster-go/roster/backends/consul"
-	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/registry"
 )
 

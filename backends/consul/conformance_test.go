@@ -3,8 +3,8 @@ package consul_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/consultest"
 )
 
 // TestConformance runs the common suite on the shared agent. The harness —

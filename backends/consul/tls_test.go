@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/testca"
 	"github.com/roster-go/roster/registry"
 )

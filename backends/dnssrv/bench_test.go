@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/servers/dnssrvtest"
-	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 )
 

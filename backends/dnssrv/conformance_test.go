@@ -3,10 +3,10 @@ package dnssrv_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/internal/servers/consultest"
 	_ "github.com/roster-go/roster/backends/dnssrv" // dns+srv:// for the harness
-	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 )
 
 // TestConformance runs the suite on a Consul agent's DNS interface: the

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/servers/dnssrvtest"
-	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/roster-go/roster/internal/servers/dualtest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/dualtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -16,9 +16,9 @@ import (
 	"github.com/roster-go/roster/internal/urls"
 
 	_ "github.com/roster-go/roster/backends/consul" // consul:// for the old side
-	"github.com/roster-go/roster/internal/servers/consultest"
 	_ "github.com/roster-go/roster/backends/dual"
 	_ "github.com/roster-go/roster/backends/etcd" // etcd:// for the new side
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"

@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	_ "github.com/roster-go/roster/backends/etcd" // etcd:// for the harness
-	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 )
 
 func TestConformance(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )

@@ -3,8 +3,8 @@ package kubernetes_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/internal/servers/kubetest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/kubetest"
 )
 
 func TestConformance(t *testing.T) {

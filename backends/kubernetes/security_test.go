@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/roster-go/roster/backends/kubernetes"
-	"github.com/roster-go/roster/internal/servers/kubetest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/kubetest"
 	"github.com/roster-go/roster/internal/testca"
 	"github.com/roster-go/roster/registry"
 )

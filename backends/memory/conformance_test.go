@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/roster-go/roster/internal/servers/memorytest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/memorytest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

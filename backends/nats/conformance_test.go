@@ -3,8 +3,8 @@ package nats_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/internal/servers/natstest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/natstest"
 )
 
 func TestConformance(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/redistest"
 )
 
 // The suite on every topology, one deployment each, in parallel. Slack: a

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/roster-go/roster/backends/redis"
-	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/internal/logbuf"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry/driver"
 )
 

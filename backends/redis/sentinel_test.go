@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -3,8 +3,8 @@ package zookeeper_test
 import (
 	"testing"
 
-	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/zktest"
 )
 
 func TestConformance(t *testing.T) {

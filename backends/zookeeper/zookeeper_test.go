@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/backends/zookeeper"
-	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -19,10 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/internal/servers/redistest"
-	"github.com/roster-go/roster/internal/loopback"
 	"github.com/roster-go/roster/registry"
 )
 

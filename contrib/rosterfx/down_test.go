@@ -12,8 +12,8 @@ import (
 	"go.uber.org/fx"
 
 	_ "github.com/roster-go/roster/backends/redis"
-	"github.com/roster-go/roster/internal/servers/redistest"
 	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/roster-go/roster/internal/servers/etcdtest"
 	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
 	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )

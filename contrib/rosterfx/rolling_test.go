@@ -13,9 +13,9 @@ import (
 	"go.uber.org/fx"
 
 	_ "github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/internal/servers/etcdtest"
 	rosterfx "github.com/roster-go/roster/contrib/rosterfx"
 	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"

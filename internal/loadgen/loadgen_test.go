@@ -8,13 +8,13 @@ import (
 	"time"
 
 	_ "github.com/roster-go/roster/backends/consul"
-	"github.com/roster-go/roster/internal/servers/consultest"
 	_ "github.com/roster-go/roster/backends/etcd"
-	"github.com/roster-go/roster/internal/servers/etcdtest"
 	_ "github.com/roster-go/roster/backends/memory"
 	_ "github.com/roster-go/roster/backends/redis"
-	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/internal/loadgen"
+	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
+	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/registry"
 )
 

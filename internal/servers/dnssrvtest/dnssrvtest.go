@@ -20,9 +20,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/backends/dnssrv"
 	"github.com/roster-go/roster/conformance"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )

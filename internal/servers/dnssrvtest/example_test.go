@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/roster-go/roster/internal/servers/consultest"
 	_ "github.com/roster-go/roster/backends/dnssrv"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/servers/dnssrvtest"
 	"github.com/roster-go/roster/registry"
 )

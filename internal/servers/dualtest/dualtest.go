@@ -17,11 +17,11 @@ import (
 
 	_ "github.com/roster-go/roster/backends/dual" // dual:// for the harness
 	_ "github.com/roster-go/roster/backends/etcd" // etcd:// for the old side
-	"github.com/roster-go/roster/internal/servers/etcdtest"
-	"github.com/roster-go/roster/internal/servers/redistest" // registers redis://
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/backend"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
+	"github.com/roster-go/roster/internal/servers/redistest" // registers redis://
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )

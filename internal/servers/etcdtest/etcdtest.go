@@ -42,8 +42,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/roster-go/roster/internal/servers/etcdembed"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/etcdembed"
 	"github.com/roster-go/roster/internal/testserver"
 )
 
@@ -100,7 +100,7 @@ type member struct {
 	name      string
 	clientURL url.URL
 	peerURL   url.URL
-	front     *loopback.Proxy  // nil with DirectClients
+	front     *loopback.Proxy   // nil with DirectClients
 	e         *etcdembed.Member // nil while stopped
 }
 

@@ -41,8 +41,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/internal/loopback"
+	"github.com/roster-go/roster/internal/servers/etcdtest"
 	"github.com/roster-go/roster/internal/testserver"
 )
 
