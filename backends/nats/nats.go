@@ -283,6 +283,11 @@ func (d *Driver) fail(op string, err error) error {
 	if last := d.nc.LastError(); isRefusal(last) && !errors.Is(err, last) && !errors.Is(err, driver.ErrNotFound) {
 		err = fmt.Errorf("%w (%w)", err, last)
 	}
+	if errors.Is(err, natsio.ErrReconnectBufExceeded) {
+		// With buffering off, this is how the client says it is not
+		// connected: say so.
+		err = fmt.Errorf("not connected, reconnecting in the background: %w", err)
+	}
 	return backend.Redacted(fmt.Errorf("%s: %s: %w", d.name, op, err), d.opts.Password, d.opts.Token)
 }
 

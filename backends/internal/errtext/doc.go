@@ -1,6 +1,6 @@
 // Package errtext holds one test of every backend's error texts together.
 // It covers redis, rediss, redis+sentinel, redis+cluster, consul, consuls,
-// etcd, etcds, zk, k8s, dns+srv, dual and mem.
+// etcd, etcds, zk, k8s, dns+srv, nats, nats+tls, dual and mem.
 //
 // An error from a bad URL, or from each operation on an unreachable
 // server, names each layer once. Those are the call, the redacted URL, the

@@ -140,6 +140,8 @@ func unreachableURLs(t *testing.T) []unreachable {
 		{scheme: "zk", url: zk},
 		{scheme: "k8s", url: "k8s://?kubeconfig=" + kube + "&request_timeout=300ms"},
 		{scheme: "dns+srv", url: "dns+srv://127.0.0.1:1/{service}.example?timeout=300ms", readOnly: true},
+		{scheme: "nats", url: "nats://u" + pw + "127.0.0.1:1?request_timeout=300ms"},
+		{scheme: "nats+tls", url: "nats+tls://127.0.0.1:1?token=" + secret + "&request_timeout=300ms"},
 		{scheme: "dual", url: "dual://?old=" + url.QueryEscape(redis) + "&new=" + url.QueryEscape(zk)},
 	}
 }
@@ -213,7 +215,7 @@ func operate(ctx context.Context, t *testing.T, r *registry.Registry, c unreacha
 
 // schemes are every registered scheme the tests cover.
 var schemes = []string{"redis", "rediss", "redis+sentinel", "redis+cluster", "consul", "consuls",
-	"etcd", "etcds", "zk", "k8s", "dns+srv", "dual", "mem"}
+	"etcd", "etcds", "zk", "k8s", "dns+srv", "nats", "nats+tls", "dual", "mem"}
 
 // countingListener counts the connections made to it.
 type countingListener struct {
