@@ -303,7 +303,7 @@ func (d *Driver) wrap(ctx context.Context, op string, err error) error {
 	cause, tlsFailed := backend.TLSCause(err)
 	switch {
 	case tlsFailed:
-		err = explained{cause, err}
+		err = backend.Explain(cause, err)
 	case errors.As(err, &se) && se.Code == http.StatusForbidden:
 		err = fmt.Errorf("permission denied (check the ACL token): %w", err)
 	case !errors.As(err, &se) && ctx.Err() == nil:
@@ -350,12 +350,3 @@ func isRegistryError(err error) bool {
 func lostCheck(se api.StatusError) bool {
 	return se.Code == http.StatusInternalServerError && strings.Contains(se.Body, "does not have associated TTL")
 }
-
-// explained is an error with a clearer text than its cause's.
-type explained struct {
-	msg string
-	err error
-}
-
-func (e explained) Error() string { return e.msg }
-func (e explained) Unwrap() error { return e.err }

@@ -77,7 +77,7 @@ var callOn = regexp.MustCompile(`redis\.call\('(\w+)'`)
 // scripts). The chain is kept, for ErrorKind.
 func explain(err error) error {
 	if cause, ok := backend.TLSCause(err); ok {
-		return explained{cause, err}
+		return backend.Explain(cause, err)
 	}
 	msg := err.Error()
 	if !strings.Contains(msg, scriptRefusal+" run") {
@@ -98,12 +98,3 @@ func explain(err error) error {
 	}
 	return fmt.Errorf("NOPERM the ACL user has no permission to run the '%s' command (grant +%[1]s): %w", strings.ToLower(c[1]), err)
 }
-
-// explained is an error with a clearer text than its cause's.
-type explained struct {
-	msg string
-	err error
-}
-
-func (e explained) Error() string { return e.msg }
-func (e explained) Unwrap() error { return e.err }

@@ -61,13 +61,17 @@ func Redacted(err error, secrets ...string) error {
 	if msg == err.Error() {
 		return err
 	}
-	return redactedError{msg: msg, err: err}
+	return Explain(msg, err)
 }
 
-type redactedError struct {
+// Explain returns an error whose text is msg and whose chain is err's:
+// a clearer text than the cause's, with errors.Is and errors.As intact.
+func Explain(msg string, err error) error { return explained{msg: msg, err: err} }
+
+type explained struct {
 	msg string
 	err error
 }
 
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }
+func (e explained) Error() string { return e.msg }
+func (e explained) Unwrap() error { return e.err }
