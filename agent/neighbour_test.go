@@ -1,0 +1,76 @@
+package agent_test
+
+import (
+	"math/big"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/roster-go/roster/agent"
+	"github.com/roster-go/roster/registry"
+)
+
+// Hostile neighbours: another program on the host, with the same access
+// to the agent as its victim, misbehaves on purpose (issue 28).
+
+// TestNeighbourCannotGuessTokens: a program that sees its own tokens
+// reports 10,000 guesses near them (every dash-separated field shifted
+// up and down, read in base 36 and in base 16). None is a victim's token
+// and the victim's own reports all succeed.
+func TestNeighbourCannotGuessTokens(t *testing.T) {
+	f := newMemFixture(t, agent.Config{})
+	f.register(registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80"})
+	mine := []string{f.pick(agent.PickRequest{Service: "api"}).Token}
+	var victim []string
+	for range 20 {
+		victim = append(victim, f.pick(agent.PickRequest{Service: "api"}).Token)
+	}
+	mine = append(mine, f.pick(agent.PickRequest{Service: "api"}).Token)
+	hijacked := 0
+	for _, guess := range neighbours(mine, 625) {
+		st, err := post(f.url+"/v1/report", agent.ReportRequest{Token: guess, Outcome: "failure"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st != http.StatusNotFound {
+			hijacked++
+		}
+	}
+	if hijacked > 0 {
+		t.Errorf("%d guessed tokens were accepted", hijacked)
+	}
+	for _, tok := range victim {
+		f.report(tok, "success", 1)
+	}
+}
+
+// neighbours returns the tokens next to each of toks: each field between
+// dashes, read as a number in base 36 and in base 16, shifted by ±1..n.
+func neighbours(toks []string, n int) []string {
+	var out []string
+	for _, tok := range toks {
+		fields := strings.Split(tok, "-")
+		for i, field := range fields {
+			for _, base := range []int{36, 16} {
+				v, ok := new(big.Int).SetString(field, base)
+				if !ok {
+					continue
+				}
+				for d := -n; d <= n; d++ {
+					w := new(big.Int).Add(v, big.NewInt(int64(d)))
+					if d == 0 || w.Sign() < 0 {
+						continue
+					}
+					s := w.Text(base)
+					if pad := len(field) - len(s); pad > 0 {
+						s = strings.Repeat("0", pad) + s
+					}
+					g := append([]string(nil), fields...)
+					g[i] = s
+					out = append(out, strings.Join(g, "-"))
+				}
+			}
+		}
+	}
+	return out
+}
