@@ -77,6 +77,7 @@ type Agent struct {
 	quarantines map[selector.Strategy]*middleware.Quarantine
 	views       map[string]*view
 	locals      map[string]*local
+	reserved    int      // registrations under way, counted against MaxServices
 	svcList     []string // last answer of the registry's service list
 }
 

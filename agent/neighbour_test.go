@@ -1,9 +1,12 @@
 package agent_test
 
 import (
+	"fmt"
 	"math/big"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/roster-go/roster/agent"
@@ -73,4 +76,43 @@ func neighbours(toks []string, n int) []string {
 		}
 	}
 	return out
+}
+
+// TestConcurrentRegistrationsKeepTheBound: 400 registrations at once,
+// over HTTP on a real Redis, against a bound of 64. Exactly 64 succeed,
+// the others are 429: the bound is checked and taken in one step.
+func TestConcurrentRegistrationsKeepTheBound(t *testing.T) {
+	const bound, n = 64, 400
+	f := newFixture(t, startRedis(t), agent.Config{MaxServices: bound})
+	var (
+		wg          sync.WaitGroup
+		ok, refused atomic.Int64
+		start       = make(chan struct{})
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			req := agent.RegisterRequest{Instance: registry.Instance{ID: fmt.Sprintf("r-%d", i), Service: "api", Address: "10.0.0.1:80"}}
+			st, err := post(f.url+"/v1/register", req, nil)
+			switch {
+			case err != nil:
+				t.Error(err)
+			case st == http.StatusOK:
+				ok.Add(1)
+			case st == http.StatusTooManyRequests:
+				refused.Add(1)
+			default:
+				t.Errorf("register %d: status %d", i, st)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if ok.Load() != bound || refused.Load() != n-bound {
+		t.Errorf("%d registered and %d refused, want %d and %d", ok.Load(), refused.Load(), bound, n-bound)
+	}
+	var locals []agent.Local
+	if st := do(t, "GET", f.url+"/v1/register", nil, &locals); st != http.StatusOK || len(locals) != bound {
+		t.Errorf("GET /v1/register: status %d, %d registrations, want %d", st, len(locals), bound)
+	}
 }
