@@ -41,6 +41,11 @@ type Config struct {
 	// MaxServices bounds the services the agent follows for its clients
 	// (default 1024); a request for one more fails with 429.
 	MaxServices int
+	// ServiceIdle is how long the agent follows a service that no pick
+	// and no long poll asked for (default 5 minutes). Then it stops, so
+	// names asked for once do not hold a place in MaxServices for good.
+	// The services of templates are followed for good.
+	ServiceIdle time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -52,6 +57,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxServices <= 0 {
 		c.MaxServices = 1024
+	}
+	if c.ServiceIdle <= 0 {
+		c.ServiceIdle = 5 * time.Minute
 	}
 	return c
 }
@@ -109,6 +117,8 @@ func New(cfg Config) (*Agent, error) {
 	m.observe(a)
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.tokens.sweep(ctx) }()
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.evictIdle(ctx) }()
 	a.routes()
 	return a, nil
 }

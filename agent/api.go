@@ -75,11 +75,12 @@ func (a *Agent) handleInstances(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v, err := a.view(r.PathValue("service"))
+	v, release, err := a.holdView(r.PathValue("service"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer release()
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	inst, err := v.wait(ctx, index)

@@ -2,12 +2,14 @@ package agent_test
 
 import (
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/roster-go/roster/agent"
 	"github.com/roster-go/roster/registry"
@@ -115,4 +117,62 @@ func TestConcurrentRegistrationsKeepTheBound(t *testing.T) {
 	if st := do(t, "GET", f.url+"/v1/register", nil, &locals); st != http.StatusOK || len(locals) != bound {
 		t.Errorf("GET /v1/register: status %d, %d registrations, want %d", st, len(locals), bound)
 	}
+}
+
+// TestJunkServicesAreForgotten: a program asks for 100 junk service
+// names, past the bound of 64, and the next real service is refused.
+// Once the junk is idle for Config.ServiceIdle the agent stops following
+// it and the real service is served. A long poll in progress keeps its
+// service followed meanwhile.
+func TestJunkServicesAreForgotten(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	f := newMemFixture(t, agent.Config{MaxServices: 64, ServiceIdle: idle})
+	f.register(registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80"})
+	held := f.instances("held", "")
+	poll := make(chan int, 1)
+	go func() {
+		st, _ := getStatus(fmt.Sprintf("%s/v1/services/held?index=%d&wait=%s", f.url, held.Index, 4*idle))
+		poll <- st
+	}()
+	refused := 0
+	for i := range 100 {
+		st, err := getStatus(fmt.Sprintf("%s/v1/services/junk-%d", f.url, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("100 junk services in a row: none refused, the bound of 64 did not bite")
+	}
+	start := time.Now()
+	for {
+		st, err := getStatus(f.url + "/v1/services/api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == http.StatusOK {
+			break
+		}
+		if time.Since(start) > 10*idle {
+			t.Fatalf("GET /v1/services/api still %d after %v: the junk is followed for good", st, time.Since(start))
+		}
+		time.Sleep(idle / 10) // polling the recovery, not waiting out a race
+	}
+	if st := <-poll; st != http.StatusOK {
+		t.Errorf("long poll on a held service across evictions: status %d, want 200", st)
+	}
+}
+
+// getStatus sends a GET and returns its status.
+func getStatus(url string) (int, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
 }
