@@ -46,6 +46,18 @@ type Config struct {
 	// names asked for once do not hold a place in MaxServices for good.
 	// The services of templates are followed for good.
 	ServiceIdle time.Duration
+
+	// The connection bounds of Server and Listener. ReadTimeout bounds
+	// reading a request, headers and body (default 30 seconds); a
+	// trickling client is cut off then. WriteTimeout bounds writing an
+	// answer once it is due (default 30 seconds; a long poll's answer is
+	// due when its wait ends). IdleTimeout bounds a kept-alive connection
+	// between requests (default 2 minutes). MaxConns caps the connections
+	// open at a time (default 1024).
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	IdleTimeout  time.Duration
+	MaxConns     int
 }
 
 func (c Config) withDefaults() Config {
@@ -60,6 +72,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ServiceIdle <= 0 {
 		c.ServiceIdle = 5 * time.Minute
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 1024
 	}
 	return c
 }

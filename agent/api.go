@@ -81,6 +81,7 @@ func (a *Agent) handleInstances(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	a.extendDeadlines(w, wait)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	inst, err := v.wait(ctx, index)
