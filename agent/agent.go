@@ -41,6 +41,23 @@ type Config struct {
 	// MaxServices bounds the services the agent follows for its clients
 	// (default 1024); a request for one more fails with 429.
 	MaxServices int
+	// ServiceIdle is how long the agent follows a service that no pick
+	// and no long poll asked for (default 5 minutes). Then it stops, so
+	// names asked for once do not hold a place in MaxServices for good.
+	// The services of templates are followed for good.
+	ServiceIdle time.Duration
+
+	// The connection bounds of Server and Listener. ReadTimeout bounds
+	// reading a request, headers and body (default 30 seconds); a
+	// trickling client is cut off then. WriteTimeout bounds writing an
+	// answer once it is due (default 30 seconds; a long poll's answer is
+	// due when its wait ends). IdleTimeout bounds a kept-alive connection
+	// between requests (default 2 minutes). MaxConns caps the connections
+	// open at a time (default 1024).
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	IdleTimeout  time.Duration
+	MaxConns     int
 }
 
 func (c Config) withDefaults() Config {
@@ -52,6 +69,21 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxServices <= 0 {
 		c.MaxServices = 1024
+	}
+	if c.ServiceIdle <= 0 {
+		c.ServiceIdle = 5 * time.Minute
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 1024
 	}
 	return c
 }
@@ -77,6 +109,7 @@ type Agent struct {
 	quarantines map[selector.Strategy]*middleware.Quarantine
 	views       map[string]*view
 	locals      map[string]*local
+	reserved    int      // registrations under way, counted against MaxServices
 	svcList     []string // last answer of the registry's service list
 }
 
@@ -108,6 +141,8 @@ func New(cfg Config) (*Agent, error) {
 	m.observe(a)
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.tokens.sweep(ctx) }()
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.evictIdle(ctx) }()
 	a.routes()
 	return a, nil
 }

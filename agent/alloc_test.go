@@ -18,18 +18,18 @@ import (
 // TestWireDoesNotAllocate: the pick answer is appended without
 // allocating, and decoding a request allocates its strings only.
 func TestWireDoesNotAllocate(t *testing.T) {
-	tok := newTokens(0, 1, nil)
+	tok := tokenID{seq: 12345, key: [keyLen]byte{1, 2, 3}}
 	in := registry.Instance{ID: "i-1", Service: "api", Address: "10.0.0.1:80", Version: "v1", Tags: []string{"a"},
 		Metadata: map[string]string{"b": "2", "a": "1"}}
 	buf := make([]byte, 0, 1024)
-	if n := testing.AllocsPerRun(1000, func() { buf = appendPick(buf[:0], tok, 12345, &in, false) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { buf = appendPick(buf[:0], tok, &in, false) }); n != 0 {
 		t.Errorf("appendPick allocates %.1f times, want 0", n)
 	}
 	pick := []byte(`{"service":"api","strategy":"p2c"}`)
 	if n := testing.AllocsPerRun(1000, func() { decodePick(pick) }); n != 2 {
 		t.Errorf("decodePick allocates %.1f times, want 2 (its strings)", n)
 	}
-	report := []byte(`{"token":"5f0c1a2b-1","outcome":"success","latency_ms":1.5}`)
+	report := []byte(`{"token":"1-0102030405060708090a0b0c","outcome":"success","latency_ms":1.5}`)
 	if n := testing.AllocsPerRun(1000, func() { decodeReport(report) }); n != 1 {
 		t.Errorf("decodeReport allocates %.1f times, want 1 (the token)", n)
 	}

@@ -75,11 +75,13 @@ func (a *Agent) handleInstances(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	v, err := a.view(r.PathValue("service"))
+	v, release, err := a.holdView(r.PathValue("service"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer release()
+	a.extendDeadlines(w, wait)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	inst, err := v.wait(ctx, index)
@@ -147,11 +149,11 @@ func jsonCall[Req, Resp any](call func(context.Context, Req) (Resp, error)) http
 
 // pickToken picks an instance as POST /v1/pick does.
 func (a *Agent) pickToken(ctx context.Context, req pickRequest) (pickResponse, error) {
-	p, seq, err := a.pick(ctx, req)
+	p, id, err := a.pick(ctx, req)
 	if err != nil {
 		return pickResponse{}, err
 	}
-	return pickResponse{Token: a.tokens.token(seq), Instance: p.Instance, Stale: p.Stale}, nil
+	return pickResponse{Token: id.String(), Instance: p.Instance, Stale: p.Stale}, nil
 }
 
 // handlePick serves POST /v1/pick, the hot path: see wire.go.
@@ -163,38 +165,38 @@ func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	p, seq, err := a.pick(r.Context(), req)
+	p, id, err := a.pick(r.Context(), req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	*buf = appendPick((*buf)[:0], a.tokens, seq, &p.Instance, p.Stale)
+	*buf = appendPick((*buf)[:0], id, &p.Instance, p.Stale)
 	writeBody(w, http.StatusOK, *buf)
 }
 
-// pick picks an instance and issues its token's sequence number.
-func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, uint64, error) {
+// pick picks an instance and issues its token.
+func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, tokenID, error) {
 	strategy := a.cfg.Strategy
 	if req.Strategy != "" {
 		s, err := selector.ParseStrategy(req.Strategy)
 		if err != nil {
-			return mwhook.Pending{}, 0, fmt.Errorf("strategy: %w", err) // wraps registry.ErrInvalid
+			return mwhook.Pending{}, tokenID{}, fmt.Errorf("strategy: %w", err) // wraps registry.ErrInvalid
 		}
 		strategy = s
 	}
 	if err := backend.ValidateService(req.Service); err != nil {
-		return mwhook.Pending{}, 0, err
+		return mwhook.Pending{}, tokenID{}, err
 	}
 	if _, err := a.view(req.Service); err != nil { // the dashboard and metrics show what is picked from
-		return mwhook.Pending{}, 0, err
+		return mwhook.Pending{}, tokenID{}, err
 	}
 	c, err := a.client(strategy)
 	if err != nil {
-		return mwhook.Pending{}, 0, err
+		return mwhook.Pending{}, tokenID{}, err
 	}
 	p, err := mwhook.Pick(c, ctx, req.Service, selector.PickOptions{Key: req.Key, Exclude: req.excludes()})
 	if err != nil {
-		return mwhook.Pending{}, 0, err
+		return mwhook.Pending{}, tokenID{}, err
 	}
 	now := time.Now()
 	a.stats.picked(req.Service, p.Instance.ID, now)

@@ -1,15 +1,16 @@
 // Package agent serves the registry to every program of one host, in any
 // language. It is the process behind `roster agent`. Call [New] with a
 // registry, then serve the [Agent] on loopback or a Unix socket. An Agent is
-// an [http.Handler].
+// an [http.Handler]; serve it with [Agent.Server] on [Agent.Listener], whose
+// timeouts and connection cap keep a misbehaving program from holding it.
 //
 //	a, err := agent.New(agent.Config{Registry: reg})
 //	if err != nil {
 //		return err
 //	}
 //	defer a.Close()
-//	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
-//	go srv.Serve(ln) // ln listens on 127.0.0.1 or a Unix socket
+//	srv := a.Server()
+//	go srv.Serve(a.Listener(ln)) // ln listens on 127.0.0.1 or a Unix socket
 //
 // A program picks an instance, calls it, and reports the outcome by token.
 // The reports of all workers feed one selector and one quarantine, as in a

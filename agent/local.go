@@ -43,21 +43,24 @@ func (a *Agent) register(ctx context.Context, req registerRequest) (registry.Ins
 	if err != nil {
 		return registry.Instance{}, err
 	}
-	a.mu.Lock()
-	n, closed := len(a.locals), a.closed
-	a.mu.Unlock()
-	if closed {
-		return registry.Instance{}, fmt.Errorf("agent: %w", registry.ErrClosed)
-	}
-	if n >= a.cfg.MaxServices {
-		return registry.Instance{}, fmt.Errorf("%w local registrations (Config.MaxServices)", errTooMany)
+	if err := a.reserveLocal(); err != nil {
+		return registry.Instance{}, err
 	}
 	lease, err := a.reg.Register(ctx, req.Instance, opts...)
 	if err != nil {
+		a.mu.Lock()
+		a.reserved--
+		a.mu.Unlock()
 		return registry.Instance{}, err
 	}
 	in := lease.Instance()
 	a.mu.Lock()
+	a.reserved--
+	if a.closed { // closed while the backend answered: Close did not see this lease
+		a.mu.Unlock()
+		_ = (&local{lease: lease}).stop(ctx)
+		return registry.Instance{}, fmt.Errorf("agent: %w", registry.ErrClosed)
+	}
 	old := a.locals[in.ID]
 	a.locals[in.ID] = &local{lease: lease}
 	a.mu.Unlock()
@@ -65,6 +68,22 @@ func (a *Agent) register(ctx context.Context, req registerRequest) (registry.Ins
 		old.lease.Abandon()
 	}
 	return in, nil
+}
+
+// reserveLocal takes a slot for a registration under way. The check and
+// the reservation are one step, so concurrent registrations cannot pass
+// the bound together while each waits for the backend.
+func (a *Agent) reserveLocal() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return fmt.Errorf("agent: %w", registry.ErrClosed)
+	}
+	if len(a.locals)+a.reserved >= a.cfg.MaxServices {
+		return fmt.Errorf("%w local registrations (Config.MaxServices)", errTooMany)
+	}
+	a.reserved++
+	return nil
 }
 
 func (req *registerRequest) options() ([]registry.RegisterOption, error) {

@@ -111,6 +111,7 @@ func (a *Agent) handleEvents(w http.ResponseWriter, r *http.Request) {
 	for {
 		ch := a.events.wait()
 		b, _ := json.Marshal(a.state())
+		a.extendDeadlines(w, 0)
 		if _, err := w.Write([]byte("data: " + string(b) + "\n\n")); err != nil {
 			return
 		}

@@ -126,6 +126,13 @@ func (s *stats) prune(service string, keep func(id string) bool) {
 	}
 }
 
+// forget drops the figures of a service the agent stopped following.
+func (s *stats) forget(service string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.by, service)
+}
+
 // snapshot returns an instance's figures (zero if it was never picked).
 func (s *stats) snapshot(service, id string) instanceStats {
 	s.mu.Lock()

@@ -126,7 +126,7 @@ func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.
 
 // lookup returns a service's current list, waiting for the first one.
 func (a *Agent) lookup(ctx context.Context, name string) (instanceList, error) {
-	v, err := a.view(name)
+	v, err := a.useView(name, false, true) // a template's services are never evicted
 	if err != nil {
 		return instanceList{}, err
 	}

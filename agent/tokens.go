@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ type pending struct {
 	p       mwhook.Pending
 	service string
 	issued  time.Time
+	key     [keyLen]byte // the token's secret part
 }
 
 // pendingPool recycles the pendings of reported and expired picks.
@@ -35,16 +37,26 @@ func (p *pending) release() {
 	pendingPool.Put(p)
 }
 
+// keyLen is the length of a token's random key: 96 bits.
+const keyLen = 12
+
+// tokenID names one pick: its sequence number, which the tables are
+// keyed by, and a random key that only the picker was told. A program
+// that sees its own tokens cannot guess a neighbour's: the sequence
+// number is public, the key is fresh from crypto/rand.
+type tokenID struct {
+	seq uint64
+	key [keyLen]byte
+}
+
 // tokens holds the picks waiting for a report. It is bounded twice: a
 // token expires after ttl, and past max tokens the oldest expires early.
 // Since every token lives for the same ttl, issue order is expiry order:
-// a FIFO of the issued tokens is all the sweeper needs. A token is the
-// agent's prefix and a sequence number in base 36; the tables hold the
-// number alone.
+// a FIFO of the issued tokens is all the sweeper needs. A token is its
+// sequence number in base 36, a dash and its key in hex.
 type tokens struct {
 	ttl    time.Duration
 	max    int
-	prefix string
 	expire func(*pending) // reports an expired pick as aborted
 
 	mu    sync.Mutex
@@ -55,54 +67,77 @@ type tokens struct {
 }
 
 func newTokens(ttl time.Duration, max int, expire func(*pending)) *tokens {
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // a fresh prefix per agent: a token from an earlier run is unknown, not someone else's
-	return &tokens{ttl: ttl, max: max, prefix: hex.EncodeToString(b[:]) + "-", expire: expire, live: map[uint64]*pending{}}
+	return &tokens{ttl: ttl, max: max, expire: expire, live: map[uint64]*pending{}}
 }
 
-// issue stores p and returns its token's sequence number.
-func (t *tokens) issue(p *pending) uint64 {
+// issue stores p under a fresh key and returns its token.
+func (t *tokens) issue(p *pending) tokenID {
+	_, _ = rand.Read(p.key[:]) // never fails (it crashes the program first)
 	t.mu.Lock()
 	t.seq++
-	seq := t.seq
-	t.live[seq] = p
-	t.order = append(t.order, seq)
+	id := tokenID{seq: t.seq, key: p.key}
+	t.live[id.seq] = p
+	t.order = append(t.order, id.seq)
 	evicted := t.trim(time.Time{})
 	t.mu.Unlock()
 	t.expireEach(evicted)
-	return seq
+	return id
 }
 
-// appendToken appends the token of sequence number seq.
-func (t *tokens) appendToken(b []byte, seq uint64) []byte {
-	return strconv.AppendUint(append(b, t.prefix...), seq, 36)
+// appendToken appends the spelling of token id.
+func appendToken(b []byte, id tokenID) []byte {
+	b = append(strconv.AppendUint(b, id.seq, 36), '-')
+	return hex.AppendEncode(b, id.key[:])
 }
 
-// token returns the token of sequence number seq.
-func (t *tokens) token(seq uint64) string { return string(t.appendToken(nil, seq)) }
+// String returns the spelling of token id.
+func (id tokenID) String() string { return string(appendToken(nil, id)) }
 
-// seqOf returns the sequence number of tok, if it is a token of this
-// agent spelled as appendToken spells it.
-func (t *tokens) seqOf(tok string) (uint64, bool) {
-	n, ok := strings.CutPrefix(tok, t.prefix)
-	if !ok || n == "" || n[0] == '0' || strings.ContainsFunc(n, func(r rune) bool { return !('0' <= r && r <= '9' || 'a' <= r && r <= 'z') }) {
-		return 0, false
+// parseToken reads tok, if it is spelled as appendToken spells it.
+func parseToken(tok string) (tokenID, bool) {
+	n, key, ok := strings.Cut(tok, "-")
+	if !ok || n == "" || n[0] == '0' || len(key) != 2*keyLen || strings.ContainsFunc(n, func(r rune) bool { return !('0' <= r && r <= '9' || 'a' <= r && r <= 'z') }) {
+		return tokenID{}, false
+	}
+	var id tokenID
+	for i := range keyLen {
+		hi, lo := unhex(key[2*i]), unhex(key[2*i+1])
+		if hi < 0 || lo < 0 {
+			return tokenID{}, false
+		}
+		id.key[i] = byte(hi<<4 | lo)
 	}
 	seq, err := strconv.ParseUint(n, 36, 64)
-	return seq, err == nil
+	id.seq = seq
+	return id, err == nil
 }
 
-// take removes and returns the pick of a token.
+// unhex returns the value of a lower-case hex digit, or -1.
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c - 'a' + 10)
+	}
+	return -1
+}
+
+// take removes and returns the pick of a token. A token whose key is
+// wrong leaves the pick in place: guessing does not spoil it.
 func (t *tokens) take(tok string) (*pending, bool) {
-	seq, ok := t.seqOf(tok)
+	id, ok := parseToken(tok)
 	if !ok {
 		return nil, false
 	}
 	t.mu.Lock()
-	p, ok := t.live[seq]
-	delete(t.live, seq)
-	t.mu.Unlock()
-	return p, ok
+	defer t.mu.Unlock()
+	p, ok := t.live[id.seq]
+	if !ok || subtle.ConstantTimeCompare(p.key[:], id.key[:]) != 1 {
+		return nil, false
+	}
+	delete(t.live, id.seq)
+	return p, true
 }
 
 // len returns how many picks wait for a report.

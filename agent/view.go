@@ -20,6 +20,12 @@ type view struct {
 	done   chan struct{}
 	notify func(service string)
 
+	// Guarded by Agent.mu: when the view was last asked for, the long
+	// polls on it, and whether a template follows it (never evicted).
+	used   time.Time
+	holds  int
+	pinned bool
+
 	mu      sync.Mutex
 	snap    registry.Snapshot
 	index   uint64 // 0 until the first snapshot
@@ -115,25 +121,83 @@ func (v *view) staleSince() time.Time {
 }
 
 // view returns the view of a service, following it on first use.
-func (a *Agent) view(name string) (*view, error) {
+func (a *Agent) view(name string) (*view, error) { return a.useView(name, false, false) }
+
+// holdView returns the view of a service for a long poll: it is not
+// evicted until release is called.
+func (a *Agent) holdView(name string) (v *view, release func(), err error) {
+	if v, err = a.useView(name, true, false); err != nil {
+		return nil, nil, err
+	}
+	return v, func() {
+		a.mu.Lock()
+		v.holds--
+		v.used = time.Now()
+		a.mu.Unlock()
+	}, nil
+}
+
+// useView returns the view of a service, following it on first use, and
+// marks it used now; hold counts a long poll, pin keeps it for good.
+func (a *Agent) useView(name string, hold, pin bool) (*view, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, fmt.Errorf("agent: %w", registry.ErrClosed)
 	}
-	if v, ok := a.views[name]; ok {
-		return v, nil
+	v, ok := a.views[name]
+	if !ok {
+		if len(a.views) >= a.cfg.MaxServices {
+			return nil, fmt.Errorf("%w services: the agent follows %d already (Config.MaxServices)", errTooMany, len(a.views))
+		}
+		w, err := a.reg.Watch(a.ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		v = newView(name, w, a.changed)
+		a.views[name] = v
 	}
-	if len(a.views) >= a.cfg.MaxServices {
-		return nil, fmt.Errorf("%w services: the agent follows %d already (Config.MaxServices)", errTooMany, len(a.views))
+	v.used = time.Now()
+	if hold {
+		v.holds++
 	}
-	w, err := a.reg.Watch(a.ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	v := newView(name, w, a.changed)
-	a.views[name] = v
+	v.pinned = v.pinned || pin
 	return v, nil
+}
+
+// evictIdle stops following the services nobody asked about for
+// Config.ServiceIdle, until ctx ends. So names asked for once, such as
+// junk from a misbehaving program, do not hold MaxServices for good.
+func (a *Agent) evictIdle(ctx context.Context) {
+	idle := a.cfg.ServiceIdle
+	tick := time.NewTicker(max(idle/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			for _, v := range a.takeIdle(now.Add(-idle)) {
+				v.stop()
+				a.stats.forget(v.name)
+				a.events.notify()
+			}
+		}
+	}
+}
+
+// takeIdle removes and returns the views unused since cutoff.
+func (a *Agent) takeIdle(cutoff time.Time) []*view {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*view
+	for name, v := range a.views {
+		if !v.pinned && v.holds == 0 && v.used.Before(cutoff) {
+			delete(a.views, name)
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // services returns the followed views, for the dashboard and metrics.

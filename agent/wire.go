@@ -249,9 +249,9 @@ func outcomeName(v []byte) string {
 
 // appendPick appends the JSON of a pick answer, with the newline of
 // json.Encoder.
-func appendPick(b []byte, t *tokens, seq uint64, in *registry.Instance, stale bool) []byte {
+func appendPick(b []byte, id tokenID, in *registry.Instance, stale bool) []byte {
 	b = append(b, `{"token":"`...)
-	b = t.appendToken(b, seq)
+	b = appendToken(b, id)
 	b = append(b, `","instance":`...)
 	b = appendInstance(b, in)
 	b = append(b, `,"stale":`...)

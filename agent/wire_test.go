@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/roster-go/roster/registry"
 )
@@ -80,12 +79,12 @@ func FuzzAppendPick(f *testing.F) {
 
 func checkAppendPick(t *testing.T, in registry.Instance, stale bool, seq uint64) {
 	t.Helper()
-	tok := newTokens(time.Minute, 1, nil)
+	tok := tokenID{seq: seq, key: [keyLen]byte{0xff, 1, 0xa0}}
 	var want bytes.Buffer
-	if err := json.NewEncoder(&want).Encode(pickResponse{Token: tok.token(seq), Instance: in, Stale: stale}); err != nil {
+	if err := json.NewEncoder(&want).Encode(pickResponse{Token: tok.String(), Instance: in, Stale: stale}); err != nil {
 		t.Fatal(err)
 	}
-	if got := appendPick(nil, tok, seq, &in, stale); !bytes.Equal(got, want.Bytes()) {
+	if got := appendPick(nil, tok, &in, stale); !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("%+v:\n got %s\nwant %s", in, got, want.Bytes())
 	}
 }
@@ -102,17 +101,18 @@ func TestAppendPickLargeMetadata(t *testing.T) {
 
 // TestTokenSpelling: a token is accepted only as the agent spells it.
 func TestTokenSpelling(t *testing.T) {
-	tok := newTokens(time.Minute, 1, nil)
+	key := [keyLen]byte{0, 1, 0x9a, 0xff, 5, 6, 7, 8, 9, 10, 11, 0xbc}
 	for _, seq := range []uint64{1, 35, 36, math.MaxUint64} {
-		if got, ok := tok.seqOf(tok.token(seq)); !ok || got != seq {
-			t.Errorf("token %q of %d reads as %d, %v", tok.token(seq), seq, got, ok)
+		id := tokenID{seq: seq, key: key}
+		if got, ok := parseToken(id.String()); !ok || got != id {
+			t.Errorf("token %q of %+v reads as %+v, %v", id.String(), id, got, ok)
 		}
 	}
-	other := newTokens(time.Minute, 1, nil)
-	for _, bad := range []string{"", tok.prefix, tok.prefix + "0", tok.prefix + "01", tok.prefix + "A", tok.prefix + "a_b",
-		tok.prefix + "+1", tok.prefix + "-1", tok.prefix + "3w5e11264sgsg", strings.ToUpper(tok.token(10)), "1", other.token(1)} {
-		if seq, ok := tok.seqOf(bad); ok {
-			t.Errorf("token %q read as %d", bad, seq)
+	k := "-00019aff05060708090a0bbc"
+	for _, bad := range []string{"", k, "0" + k, "01" + k, "A" + k, "a_b" + k, "+1" + k, "-1" + k, "3w5e11264sgsg" + k,
+		strings.ToUpper("a" + k), "1", "1-", "1" + k[:len(k)-1], "1" + k + "0", "1" + k[:len(k)-1] + "g", "1-" + strings.Repeat("0", 2*keyLen) + "-"} {
+		if id, ok := parseToken(bad); ok {
+			t.Errorf("token %q read as %+v", bad, id)
 		}
 	}
 }

@@ -142,9 +142,9 @@ func runAgent(cmd *cobra.Command, fl agentFlags) error {
 // serveAgent serves until ctx ends (a signal) or the template runner
 // fails, then shuts the server down.
 func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *agent.Agent, reg *registry.Registry, tpls []agent.Template, fl agentFlags) error {
-	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
+	srv := a.Server()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(a.Listener(ln)) }()
 	url := "http://" + ln.Addr().String()
 	if ln.Addr().Network() == "unix" {
 		url = "unix:" + ln.Addr().String()
