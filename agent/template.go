@@ -26,6 +26,10 @@ type TemplateConfig struct {
 	// Exec is run with sh -c after a render changed an output file (as
 	// consul-template's command: "nginx -s reload"). Default: nothing.
 	Exec string
+	// Env is Exec's environment, as in exec.Cmd (default: this
+	// process's). roster agent passes its own without the registry's
+	// credentials.
+	Env []string
 	// Debounce is the quiet time after a change before re-rendering, so
 	// that a burst of changes costs one render (default 200ms).
 	Debounce time.Duration
@@ -77,7 +81,7 @@ func (a *Agent) RunTemplates(ctx context.Context, cfg TemplateConfig) error {
 		case err != nil:
 			fmt.Fprintf(cfg.Log, "roster agent: template: %v\n", err)
 		case changed && cfg.Exec != "":
-			runExec(ctx, cfg.Exec, cfg.Log)
+			runExec(ctx, cfg.Exec, cfg.Env, cfg.Log)
 		}
 		switch debounce(ctx, changes, a.events, cfg.Debounce, cfg.Reload) {
 		case wakeStop:
@@ -179,8 +183,9 @@ func writeAtomic(path string, b []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-func runExec(ctx context.Context, command string, log io.Writer) {
+func runExec(ctx context.Context, command string, env []string, log io.Writer) {
 	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(log, "roster agent: --exec %q: %v\n", command, err)

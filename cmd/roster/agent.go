@@ -31,6 +31,7 @@ type agentFlags struct {
 	snapshotDir string
 	templates   []string
 	exec        string
+	passEnv     []string
 	debounce    time.Duration
 }
 
@@ -51,7 +52,8 @@ authentication: --listen takes a loopback address or a Unix socket only.
 
 With --template in.tmpl:out.conf (repeatable) it re-renders each text/template
 on every change of the services it reads (debounced), writes it atomically and
-runs --exec CMD after a change, as consul-template does for Nginx. SIGHUP
+runs --exec CMD after a change, as consul-template does for Nginx. CMD gets
+no registry credential unless --pass-env names it. SIGHUP
 reads the template files again and re-renders them.
 
 See docs/agent.md for the API.`,
@@ -68,6 +70,7 @@ See docs/agent.md for the API.`,
 	f.StringVar(&fl.snapshotDir, "snapshot-dir", "", "keep each service's last good list here, for a start during an outage")
 	f.StringArrayVar(&fl.templates, "template", nil, "in.tmpl:out.conf to re-render on every change (repeatable)")
 	f.StringVar(&fl.exec, "exec", "", "command run (sh -c) after a template's output changed")
+	passEnvVar(f, &fl.passEnv, "--exec")
 	durationVar(f, &fl.debounce, "debounce", 200*time.Millisecond, time.Millisecond, time.Minute, "quiet time before re-rendering the templates after a change")
 	return cmd
 }
@@ -75,6 +78,9 @@ See docs/agent.md for the API.`,
 func (fl agentFlags) validate() ([]agent.Template, error) {
 	if _, err := selector.ParseStrategy(fl.strategy); err != nil {
 		return nil, fmt.Errorf("%w: --strategy: %w", registry.ErrInvalid, err)
+	}
+	if err := checkPassEnv(fl.passEnv); err != nil {
+		return nil, err
 	}
 	if fl.exec != "" && len(fl.templates) == 0 {
 		return nil, fmt.Errorf("%w: --exec needs at least one --template", registry.ErrInvalid)
@@ -161,7 +167,7 @@ func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *
 	tplDone := make(chan error, 1)
 	if len(tpls) > 0 {
 		go func() {
-			tplDone <- a.RunTemplates(ctx, agent.TemplateConfig{Templates: tpls, Exec: fl.exec, Debounce: fl.debounce, Log: errOut, Reload: reload})
+			tplDone <- a.RunTemplates(ctx, agent.TemplateConfig{Templates: tpls, Exec: fl.exec, Env: childEnviron(os.Environ(), fl.passEnv), Debounce: fl.debounce, Log: errOut, Reload: reload})
 		}()
 	}
 	err := waitAgent(ctx, errOut, hup, reload, len(tpls), served, tplDone)
