@@ -158,8 +158,13 @@ func renderAll(ts []Template, tpls []*template.Template) (changed bool, err erro
 }
 
 // writeAtomic replaces path with b: readers see the old file or the new
-// one, never a part.
+// one, never a part. The file keeps its mode (a new one is 0644): a
+// config its owner made 0640 stays unreadable to others.
 func writeAtomic(path string, b []byte) error {
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -169,7 +174,7 @@ func writeAtomic(path string, b []byte) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Chmod(0o644); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
 	}
