@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/spf13/pflag"
 
 	"github.com/roster-go/roster/backends/etcd"
@@ -19,8 +20,11 @@ import (
 // --pass-env names it: the application is not the registrant.
 // TestCredentialEnvCoversTheBackends keeps this list complete.
 var credentialEnv = []string{
-	"ROSTER_REGISTRY",   // the URL may hold a password or a token
-	"CONSUL_HTTP_TOKEN", // backends/consul's token
+	"ROSTER_REGISTRY", // the URL may hold a password or a token
+	// backends/consul's token, and what Consul's api.DefaultConfig reads.
+	api.HTTPTokenEnvName,
+	api.HTTPTokenFileEnvName,
+	api.HTTPAuthEnvName,
 	etcd.EnvPassword,
 	nats.EnvToken,
 	redis.EnvPassword,
