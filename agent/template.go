@@ -26,6 +26,10 @@ type TemplateConfig struct {
 	// Exec is run with sh -c after a render changed an output file (as
 	// consul-template's command: "nginx -s reload"). Default: nothing.
 	Exec string
+	// Env is Exec's environment, as in exec.Cmd (default: this
+	// process's). roster agent passes its own without the registry's
+	// credentials.
+	Env []string
 	// Debounce is the quiet time after a change before re-rendering, so
 	// that a burst of changes costs one render (default 200ms).
 	Debounce time.Duration
@@ -77,7 +81,7 @@ func (a *Agent) RunTemplates(ctx context.Context, cfg TemplateConfig) error {
 		case err != nil:
 			fmt.Fprintf(cfg.Log, "roster agent: template: %v\n", err)
 		case changed && cfg.Exec != "":
-			runExec(ctx, cfg.Exec, cfg.Log)
+			runExec(ctx, cfg.Exec, cfg.Env, cfg.Log)
 		}
 		switch debounce(ctx, changes, a.events, cfg.Debounce, cfg.Reload) {
 		case wakeStop:
@@ -154,8 +158,13 @@ func renderAll(ts []Template, tpls []*template.Template) (changed bool, err erro
 }
 
 // writeAtomic replaces path with b: readers see the old file or the new
-// one, never a part.
+// one, never a part. The file keeps its mode (a new one is 0644): a
+// config its owner made 0640 stays unreadable to others.
 func writeAtomic(path string, b []byte) error {
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		mode = fi.Mode().Perm()
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -165,7 +174,7 @@ func writeAtomic(path string, b []byte) error {
 		tmp.Close()
 		return err
 	}
-	if err := tmp.Chmod(0o644); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -179,8 +188,9 @@ func writeAtomic(path string, b []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-func runExec(ctx context.Context, command string, log io.Writer) {
+func runExec(ctx context.Context, command string, env []string, log io.Writer) {
 	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(log, "roster agent: --exec %q: %v\n", command, err)

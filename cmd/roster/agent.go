@@ -31,6 +31,8 @@ type agentFlags struct {
 	snapshotDir string
 	templates   []string
 	exec        string
+	passEnv     []string
+	socketMode  os.FileMode
 	debounce    time.Duration
 }
 
@@ -47,12 +49,14 @@ latency state and the local quarantine) and register local processes. While
 the registry fails, picks go on from the last good list, flagged stale.
 
 It serves /metrics (Prometheus) and a live dashboard at /. The API has no
-authentication: --listen takes a loopback address or a Unix socket only.
+authentication: --listen takes a loopback address or a Unix socket only, the
+socket with --socket-mode (0660: the agent's user and group) whatever the umask.
 
 With --template in.tmpl:out.conf (repeatable) it re-renders each text/template
 on every change of the services it reads (debounced), writes it atomically and
-runs --exec CMD after a change, as consul-template does for Nginx. SIGHUP
-reads the template files again and re-renders them.
+runs --exec CMD after a change, as consul-template does for Nginx. CMD gets
+no registry credential unless --pass-env names it. SIGHUP reads the template
+files again and re-renders them.
 
 See docs/agent.md for the API.`,
 		Args: cobra.NoArgs,
@@ -68,6 +72,8 @@ See docs/agent.md for the API.`,
 	f.StringVar(&fl.snapshotDir, "snapshot-dir", "", "keep each service's last good list here, for a start during an outage")
 	f.StringArrayVar(&fl.templates, "template", nil, "in.tmpl:out.conf to re-render on every change (repeatable)")
 	f.StringVar(&fl.exec, "exec", "", "command run (sh -c) after a template's output changed")
+	passEnvVar(f, &fl.passEnv, "--exec")
+	modeVar(f, &fl.socketMode, "socket-mode", 0o660, "permissions of the --listen unix: socket, whatever the umask")
 	durationVar(f, &fl.debounce, "debounce", 200*time.Millisecond, time.Millisecond, time.Minute, "quiet time before re-rendering the templates after a change")
 	return cmd
 }
@@ -75,6 +81,9 @@ See docs/agent.md for the API.`,
 func (fl agentFlags) validate() ([]agent.Template, error) {
 	if _, err := selector.ParseStrategy(fl.strategy); err != nil {
 		return nil, fmt.Errorf("%w: --strategy: %w", registry.ErrInvalid, err)
+	}
+	if err := checkPassEnv(fl.passEnv); err != nil {
+		return nil, err
 	}
 	if fl.exec != "" && len(fl.templates) == 0 {
 		return nil, fmt.Errorf("%w: --exec needs at least one --template", registry.ErrInvalid)
@@ -90,8 +99,9 @@ func (fl agentFlags) validate() ([]agent.Template, error) {
 	return tpls, nil
 }
 
-// listenAgent opens --listen: a loopback TCP address, or a Unix socket.
-func listenAgent(addr string) (net.Listener, error) {
+// listenAgent opens --listen: a loopback TCP address, or a Unix socket
+// with permissions mode.
+func listenAgent(addr string, mode os.FileMode) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
 		if path == "" {
 			return nil, fmt.Errorf("%w: --listen unix: needs a path", registry.ErrInvalid)
@@ -103,7 +113,7 @@ func listenAgent(addr string) (net.Listener, error) {
 			}
 			_ = os.Remove(path) // a socket left by an agent that died
 		}
-		return net.Listen("unix", path)
+		return listenUnix(path, mode)
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -120,7 +130,7 @@ func runAgent(cmd *cobra.Command, fl agentFlags) error {
 	if err != nil {
 		return err
 	}
-	ln, err := listenAgent(fl.listen)
+	ln, err := listenAgent(fl.listen, fl.socketMode)
 	if err != nil {
 		return err
 	}
@@ -161,7 +171,7 @@ func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *
 	tplDone := make(chan error, 1)
 	if len(tpls) > 0 {
 		go func() {
-			tplDone <- a.RunTemplates(ctx, agent.TemplateConfig{Templates: tpls, Exec: fl.exec, Debounce: fl.debounce, Log: errOut, Reload: reload})
+			tplDone <- a.RunTemplates(ctx, agent.TemplateConfig{Templates: tpls, Exec: fl.exec, Env: childEnviron(os.Environ(), fl.passEnv), Debounce: fl.debounce, Log: errOut, Reload: reload})
 		}()
 	}
 	err := waitAgent(ctx, errOut, hup, reload, len(tpls), served, tplDone)

@@ -34,8 +34,14 @@ type agentProc struct {
 // it listens.
 func startAgent(t *testing.T, args ...string) *agentProc {
 	t.Helper()
+	return startAgentEnv(t, []string{"ROSTER_REGISTRY="}, args...)
+}
+
+// startAgentEnv is startAgent with env added to the test's environment.
+func startAgentEnv(t *testing.T, env []string, args ...string) *agentProc {
+	t.Helper()
 	cmd := exec.Command(binary, append([]string{"agent", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), "ROSTER_REGISTRY=")
+	cmd.Env = append(os.Environ(), env...)
 	p := &agentProc{cmd: cmd, exited: make(chan error, 1)}
 	cmd.Stderr = io.MultiWriter(os.Stderr, &p.stderr)
 	out, err := cmd.StdoutPipe()

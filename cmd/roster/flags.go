@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -118,3 +119,24 @@ func checkHTTPURL(s string) error {
 	}
 	return nil
 }
+
+// modeFlag is a file permission flag, written in octal (0660).
+type modeFlag struct{ p *os.FileMode }
+
+// modeVar defines a permission flag of at most 0777.
+func modeVar(f *pflag.FlagSet, p *os.FileMode, name string, value os.FileMode, usage string) {
+	*p = value
+	f.Var(modeFlag{p}, name, usage)
+}
+
+func (f modeFlag) Set(s string) error {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o777 {
+		return errors.New("not a permission mode (write it in octal, 0600 to 0777)")
+	}
+	*f.p = os.FileMode(m)
+	return nil
+}
+
+func (f modeFlag) String() string { return fmt.Sprintf("%04o", uint32(*f.p)) }
+func (modeFlag) Type() string     { return "mode" }

@@ -29,6 +29,7 @@ func newRegister() *cobra.Command {
 		checkURL      string
 		checkInterval time.Duration
 		drain         time.Duration
+		passEnv       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "register --service S --addr HOST:PORT [flags] [-- CMD ARGS…]",
@@ -45,7 +46,9 @@ SIGUSR2 (reload signals) are forwarded to CMD, and roster stays up.
 
 CMD runs in a process group of its own: Ctrl-C in a terminal reaches roster
 only, and CMD gets it after the deregistration and the drain. CMD reads stdin
-unless that is a terminal. On Linux, CMD is killed if roster dies.
+unless that is a terminal. On Linux, CMD is killed if roster dies. CMD's
+environment is roster's without the registry's credentials (ROSTER_REGISTRY,
+the backends' password and token variables): --pass-env NAME lets one through.
 
 If the registry cannot be reached, CMD starts anyway and roster keeps trying to
 register in the background, with backoff, saying so on stderr. Invalid input
@@ -70,6 +73,9 @@ Without CMD it keeps the registration alive until it is signalled.`,
 			if cmd.ArgsLenAtDash() < 0 && len(args) > 0 {
 				return fmt.Errorf("%w: unexpected arguments %q (put the command after --)", registry.ErrInvalid, args)
 			}
+			if err := checkPassEnv(passEnv); err != nil {
+				return err
+			}
 			opts := []registry.RegisterOption{registry.WithTTL(ttl)}
 			if in.Weight == 0 { // --weight 0: start drained, out of rotation
 				opts = append(opts, registry.Drained())
@@ -80,7 +86,7 @@ Without CMD it keeps the registration alive until it is signalled.`,
 				}
 				opts = append(opts, registry.WithHealthCheck(registry.HTTPHealthCheck(checkURL), checkInterval))
 			}
-			return runSidecar(cmd, in, ttl, opts, args, drain)
+			return runSidecar(cmd, in, ttl, opts, args, drain, passEnv)
 		},
 	}
 	f := cmd.Flags()
@@ -96,13 +102,14 @@ Without CMD it keeps the registration alive until it is signalled.`,
 		"registration TTL, 10ms to 24h and at least the backend's minimum; heartbeats every TTL/3")
 	f.StringVar(&checkURL, "check-http", "", "health check URL (http or https): registered only while it answers 2xx")
 	durationVar(f, &checkInterval, "check-interval", 2*time.Second, 10*time.Millisecond, maxTimeout, "health check interval (10ms to 1h)")
+	passEnvVar(f, &passEnv, "CMD")
 	durationVar(f, &drain, "drain", 5*time.Second, 0, maxTimeout, "wait between deregistering and signalling CMD (0 to 1h)")
 	cmd.MarkFlagRequired("service")
 	cmd.MarkFlagRequired("addr")
 	return cmd
 }
 
-func runSidecar(cmd *cobra.Command, in registry.Instance, ttl time.Duration, opts []registry.RegisterOption, args []string, drain time.Duration) error {
+func runSidecar(cmd *cobra.Command, in registry.Instance, ttl time.Duration, opts []registry.RegisterOption, args []string, drain time.Duration, passEnv []string) error {
 	// Signals are ours to handle in order: take them from the root context.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -123,7 +130,7 @@ func runSidecar(cmd *cobra.Command, in registry.Instance, ttl time.Duration, opt
 		return err
 	}
 	if len(args) > 0 {
-		if s.child, err = startChild(cmd, args); err != nil {
+		if s.child, err = startChild(cmd, args, passEnv); err != nil {
 			if reg != nil {
 				reg.Close()
 			}
@@ -321,9 +328,11 @@ func withID(in registry.Instance) (registry.Instance, error) {
 
 // startChild starts CMD in a process group of its own (terminal signals
 // reach the sidecar only, which forwards them once it has deregistered and
-// drained), killed by the kernel if the sidecar dies first.
-func startChild(cmd *cobra.Command, args []string) (*exec.Cmd, error) {
+// drained), killed by the kernel if the sidecar dies first. CMD gets no
+// registry credential but those passEnv names.
+func startChild(cmd *cobra.Command, args, passEnv []string) (*exec.Cmd, error) {
 	child := exec.Command(args[0], args[1:]...)
+	child.Env = childEnviron(os.Environ(), passEnv)
 	child.Stdout, child.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 	// Outside the terminal's foreground group, reading the terminal would
 	// stop CMD (SIGTTIN): it gets stdin only when that is not a terminal.
