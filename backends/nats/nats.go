@@ -74,6 +74,7 @@ type Driver struct {
 	mu      sync.Mutex
 	kv      jetstream.KeyValue // nil until the bucket was found or made
 	down    chan struct{}      // closed at a disconnect, then replaced
+	up      chan struct{}      // closed at a reconnect, then replaced
 }
 
 // New returns a Driver. A refused login or TLS handshake is ErrInvalid.
@@ -84,13 +85,15 @@ func New(opts Options) (*Driver, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	d := &Driver{opts: opts, name: "nats " + opts.Servers[0], down: make(chan struct{})}
+	d := &Driver{opts: opts, name: "nats " + opts.Servers[0], down: make(chan struct{}), up: make(chan struct{})}
 	nopts := []natsio.Option{
 		natsio.Name("roster"), natsio.MaxReconnects(-1), natsio.ReconnectWait(250 * time.Millisecond),
-		natsio.ReconnectBufSize(-1), // while disconnected, fail a call at once
+		natsio.ReconnectBufSize(-1), // while disconnected, a call waits in bounded, then fails
 		natsio.PingInterval(2 * time.Second), natsio.MaxPingsOutstanding(2),
 		natsio.Timeout(opts.RequestTimeout),
 		natsio.DisconnectErrHandler(func(*natsio.Conn, error) { d.disconnected() }),
+		natsio.ReconnectHandler(func(*natsio.Conn) { d.reconnected() }),
+		natsio.ConnectHandler(func(*natsio.Conn) { d.reconnected() }), // a first connect in the background
 	}
 	if opts.Token != "" {
 		nopts = append(nopts, natsio.Token(opts.Token))
@@ -268,12 +271,45 @@ func (d *Driver) Close() error {
 	return nil
 }
 
-// bounded gives ctx the request timeout when it has no deadline.
+// bounded gives ctx the request timeout when it has no deadline, and
+// waits for the connection, at most the request timeout. A client that
+// dials per call waits so too: a call made while the client reconnects
+// (a server restarted a moment ago) then succeeds instead of failing at
+// once, and a server that stays down fails the call within the timeout.
 func (d *Driver) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, d.opts.RequestTimeout)
 	}
-	return context.WithTimeout(ctx, d.opts.RequestTimeout)
+	wait, stop := context.WithTimeout(ctx, d.opts.RequestTimeout)
+	d.ready(wait)
+	stop()
+	return ctx, cancel
+}
+
+// ready returns once the client is connected, closed, or ctx ended.
+func (d *Driver) ready(ctx context.Context) {
+	for {
+		d.mu.Lock()
+		up := d.up
+		d.mu.Unlock()
+		if d.nc.IsConnected() || d.nc.IsClosed() {
+			return
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// reconnected wakes the calls waiting in ready.
+func (d *Driver) reconnected() {
+	d.mu.Lock()
+	close(d.up)
+	d.up = make(chan struct{})
+	d.mu.Unlock()
 }
 
 // fail names the server and the operation once, adds the refusal that
@@ -283,9 +319,9 @@ func (d *Driver) fail(op string, err error) error {
 	if last := d.nc.LastError(); isRefusal(last) && !errors.Is(err, last) && !errors.Is(err, driver.ErrNotFound) {
 		err = fmt.Errorf("%w (%w)", err, last)
 	}
-	if errors.Is(err, natsio.ErrReconnectBufExceeded) {
-		// With buffering off, this is how the client says it is not
-		// connected: say so.
+	if errors.Is(err, natsio.ErrReconnectBufExceeded) || errors.Is(err, context.DeadlineExceeded) && !d.nc.IsConnected() {
+		// With buffering off, the first is how the client says it is not
+		// connected; the second, that it did not connect in time.
 		err = fmt.Errorf("not connected, reconnecting in the background: %w", err)
 	}
 	return backend.Redacted(fmt.Errorf("%s: %s: %w", d.name, op, err), d.opts.Password, d.opts.Token)

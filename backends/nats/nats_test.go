@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -278,8 +279,26 @@ func TestWatchEndsAtRestart(t *testing.T) {
 	}
 }
 
-// An unreachable server is no error at Open; calls fail at once with
-// ErrUnavailable, naming each layer once.
+// A call made right after the server restarted waits for the client to
+// reconnect, within the request timeout, as a client that dials per call
+// would; before, it failed at once while the client reconnected (seen in
+// the conformance check RestartKeepingData).
+func TestCallRightAfterRestartWaitsForTheConnection(t *testing.T) {
+	srv := natstest.Start(t)
+	d := newDriver(t, srv.URL())
+	ctx := t.Context()
+	for i := range 5 {
+		if err := srv.Restart(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Register(ctx, inst("restarted", fmt.Sprint("a", i)), 30*time.Second); err != nil {
+			t.Fatalf("Register right after restart %d: %v", i+1, err)
+		}
+	}
+}
+
+// An unreachable server is no error at Open; calls fail within the
+// request timeout with ErrUnavailable, naming each layer once.
 func TestUnreachable(t *testing.T) {
 	r, err := registry.Open(t.Context(), "nats://127.0.0.1:1?request_timeout=1s")
 	if err != nil {
