@@ -14,7 +14,8 @@ import (
 // a context that has ended never reaches the driver, no call starts after
 // Close and none is in flight when the driver's Close runs, and every
 // error is mapped to a sentinel once, through the driver's ErrorKind.
-// Registry guards its driver; dual:// guards each of its sides.
+// Registry guards its driver. A driver over other drivers, as dual://
+// is, may guard them too; dual classifies its sides' errors itself.
 func Guard(d driver.Driver) driver.Driver { return newGuard(d) }
 
 // closeGrace bounds how long Close waits for calls in flight.
