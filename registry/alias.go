@@ -9,11 +9,14 @@ import (
 // and named here, so that programs import registry alone.
 type (
 	// Instance is one registered process of a service: ID, Service,
-	// Address (host:port), Version, Zone, Weight, Tags and Metadata. Its
-	// JSON form is what backends store. Register validates every field:
-	// an error is a *FieldError naming the field. Methods: Host, Port,
-	// Equal, Clone.
+	// Address (host:port), Version, Zone, Weight, Tags, Metadata and
+	// named Endpoints. Its JSON form is what backends store. Register
+	// validates every field: an error is a *FieldError naming the field.
+	// Methods: Host, Port, Endpoint, Equal, Clone.
 	Instance = driver.Instance
+	// Endpoint is one named port of an Instance, such as "http" or
+	// "grpc". Instance.Endpoint finds one by name.
+	Endpoint = driver.Endpoint
 	// Snapshot is the state of a service at one revision: its instances,
 	// sorted by ID, the Revision, Stale when served from cache during a
 	// backend fault, and At, when it was read. Snapshots are shared:

@@ -110,3 +110,33 @@ func TestReadBackChecked(t *testing.T) {
 		t.Fatalf("%d warnings, want 1 (rate-limited): %s", n, log.String())
 	}
 }
+
+// One registration announces several ports. Without an Address the
+// first endpoint is the primary; every address is made canonical.
+func TestRegisterEndpoints(t *testing.T) {
+	r, _ := memRegistry(t)
+	ctx := context.Background()
+	l, err := r.Register(ctx, registry.Instance{Service: "s", Endpoints: []registry.Endpoint{
+		{Name: "http", Address: "[::ffff:127.0.0.1]:8080", Protocol: "http"},
+		{Name: "grpc", Address: "[0:0:0:0:0:0:0:1]:9090", Protocol: "grpc"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Lookup(ctx, "s")
+	got, ok := s.Find(l.Instance().ID)
+	if err != nil || !ok {
+		t.Fatalf("Lookup: %v, found %v", err, ok)
+	}
+	if got.Address != "127.0.0.1:8080" || got.Endpoints[0].Address != "127.0.0.1:8080" {
+		t.Errorf("primary %q, http %q; want both 127.0.0.1:8080", got.Address, got.Endpoints[0].Address)
+	}
+	if ep, ok := got.Endpoint("grpc"); !ok || ep.Address != "[::1]:9090" || ep.Protocol != "grpc" {
+		t.Errorf("grpc endpoint = %+v, %v", ep, ok)
+	}
+	_, err = r.Register(ctx, registry.Instance{Service: "s", Address: "h:1", Endpoints: []registry.Endpoint{{Name: "x", Address: "nope"}}})
+	var fe *registry.FieldError
+	if !errors.As(err, &fe) || fe.Field != "endpoints[0].address" {
+		t.Errorf("bad endpoint address: %v, want a FieldError on endpoints[0].address", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -124,11 +125,17 @@ func prepare(inst Instance, drained bool) (Instance, error) {
 	if err := backend.ValidateService(inst.Service); err != nil {
 		return inst, err
 	}
+	if inst.Address == "" && len(inst.Endpoints) > 0 {
+		inst.Address = inst.Endpoints[0].Address
+	}
 	addr, err := backend.CanonicalAddress(inst.Address)
 	if err != nil {
 		return inst, err
 	}
 	inst.Address = addr
+	if err := canonicalEndpoints(inst.Endpoints); err != nil {
+		return inst, err
+	}
 	if inst.ID == "" {
 		inst.ID = backend.NewID(inst.Service, inst.Address)
 	}
@@ -139,6 +146,23 @@ func prepare(inst Instance, drained bool) (Instance, error) {
 		inst.Weight = DefaultWeight
 	}
 	return inst, backend.ValidateInstance(inst)
+}
+
+// canonicalEndpoints rewrites each endpoint's address in place, as
+// Register does the primary's. The slice is the caller's clone.
+func canonicalEndpoints(eps []Endpoint) error {
+	for n := range eps {
+		addr, err := backend.CanonicalAddress(eps[n].Address)
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			return invalid("endpoints["+strconv.Itoa(n)+"].address", "%s", fe.Reason)
+		}
+		if err != nil {
+			return err
+		}
+		eps[n].Address = addr
+	}
+	return nil
 }
 
 // newLease checks the timings against the backend's

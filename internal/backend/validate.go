@@ -2,6 +2,7 @@ package backend
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -33,6 +34,13 @@ const (
 	MaxVersionLen     = 128
 	MaxZoneLen        = 128
 	MaxEncodedSize    = 16 << 10 // bytes of the JSON-encoded instance
+	// MaxEndpoints bounds an instance's named ports. Consul keeps each
+	// as a tagged address, and a Kubernetes Service rarely has more.
+	MaxEndpoints = 8
+	// MaxEndpointNameLen is an IANA service name's length, which a
+	// Kubernetes port name and a DNS SRV "_name" label share.
+	MaxEndpointNameLen = 15
+	MaxProtocolLen     = 32
 )
 
 // ValidateService checks a service name: [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?,
@@ -147,6 +155,9 @@ func ValidateFields(i driver.Instance) error {
 			return err
 		}
 	}
+	if err := validateEndpoints(i.Endpoints); err != nil {
+		return err
+	}
 	if len(i.Metadata) > MaxMetadataPairs {
 		return invalid("metadata", "%d pairs, at most %d allowed", len(i.Metadata), MaxMetadataPairs)
 	}
@@ -164,6 +175,74 @@ func ValidateFields(i driver.Instance) error {
 		}
 	}
 	return nil
+}
+
+// validateEndpoints checks each named endpoint. Names are unique, so that
+// a caller asking for "grpc" reaches one port, not one of two.
+func validateEndpoints(eps []driver.Endpoint) error {
+	if len(eps) > MaxEndpoints {
+		return invalid("endpoints", "%d endpoints, at most %d allowed", len(eps), MaxEndpoints)
+	}
+	for n, e := range eps {
+		field := "endpoints[" + strconv.Itoa(n) + "]"
+		if err := validateEndpointName(field+".name", e.Name); err != nil {
+			return err
+		}
+		for _, prev := range eps[:n] {
+			if prev.Name == e.Name {
+				return invalid(field+".name", "%q appears twice", e.Name)
+			}
+		}
+		if err := ValidateAddress(e.Address); err != nil {
+			return renamed(err, field+".address")
+		}
+		if err := validateProtocol(field+".protocol", e.Protocol); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateEndpointName checks an IANA service name as Kubernetes does
+// for port names: [a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?.
+func validateEndpointName(field, name string) error {
+	if name == "" {
+		return invalid(field, "empty")
+	}
+	if len(name) > MaxEndpointNameLen {
+		return invalid(field, "%d bytes, at most %d allowed", len(name), MaxEndpointNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		inner := c == '-' && i > 0 && i < len(name)-1
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || inner) {
+			return invalid(field, "%q: character %q at %d not allowed (want [a-z0-9][a-z0-9-]*[a-z0-9])", name, c, i)
+		}
+	}
+	return nil
+}
+
+// validateProtocol allows what URL schemes allow, in lower case.
+func validateProtocol(field, p string) error {
+	if len(p) > MaxProtocolLen {
+		return invalid(field, "%d bytes, at most %d allowed", len(p), MaxProtocolLen)
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '+' || c == '-') {
+			return invalid(field, "%q: character %q at %d not allowed (want [a-z0-9.+-])", p, c, i)
+		}
+	}
+	return nil
+}
+
+// renamed gives a field error the name of the field it was found in.
+func renamed(err error, field string) error {
+	var fe *driver.FieldError
+	if errors.As(err, &fe) {
+		return &driver.FieldError{Field: field, Reason: fe.Reason}
+	}
+	return err
 }
 
 func validateMetaKey(k string) error {

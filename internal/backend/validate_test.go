@@ -153,6 +153,19 @@ func TestInstanceValidateNamesField(t *testing.T) {
 		"tags[1]":       func(i *driver.Instance) { i.Tags = []string{"a", ""} },
 		"zone":          func(i *driver.Instance) { i.Zone = strings.Repeat("z", MaxZoneLen+1) },
 		"id":            func(i *driver.Instance) { i.ID = "-x" },
+		"endpoints":     func(i *driver.Instance) { i.Endpoints = make([]driver.Endpoint, MaxEndpoints+1) },
+		"endpoints[0].name": func(i *driver.Instance) {
+			i.Endpoints = []driver.Endpoint{{Name: "Http", Address: "127.0.0.1:2"}}
+		},
+		"endpoints[1].name": func(i *driver.Instance) {
+			i.Endpoints = []driver.Endpoint{{Name: "a", Address: "127.0.0.1:2"}, {Name: "a", Address: "127.0.0.1:3"}}
+		},
+		"endpoints[0].address": func(i *driver.Instance) {
+			i.Endpoints = []driver.Endpoint{{Name: "grpc", Address: "127.0.0.1"}}
+		},
+		"endpoints[0].protocol": func(i *driver.Instance) {
+			i.Endpoints = []driver.Endpoint{{Name: "grpc", Address: "127.0.0.1:2", Protocol: "h2;x"}}
+		},
 	} {
 		in := base.Clone()
 		mut(&in)
@@ -163,6 +176,10 @@ func TestInstanceValidateNamesField(t *testing.T) {
 	}
 	if err := ValidateInstance(base); err != nil {
 		t.Errorf("valid instance rejected: %v", err)
+	}
+	base.Endpoints = []driver.Endpoint{{Name: "http", Address: "127.0.0.1:1", Protocol: "http"}, {Name: strings.Repeat("g", MaxEndpointNameLen), Address: "[::1]:2", Protocol: "grpc+tls"}}
+	if err := ValidateInstance(base); err != nil {
+		t.Errorf("valid endpoints rejected: %v", err)
 	}
 }
 

@@ -21,6 +21,37 @@ type Instance struct {
 	Weight   uint32            `json:"weight"`             // relative share of traffic; 0 after Drain
 	Tags     []string          `json:"tags,omitempty"`     // labels, e.g. "canary"
 	Metadata map[string]string `json:"metadata,omitempty"` // bounded, validated key/value pairs
+	// Endpoints names the ports of a process that serves several, such as
+	// "http" and "grpc". Address stays the primary: a record without
+	// endpoints is a process with one port. See Endpoint.
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+}
+
+// Endpoint is one named port of an instance.
+type Endpoint struct {
+	Name     string `json:"name"`               // [a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?, a Kubernetes port name
+	Address  string `json:"address"`            // host:port
+	Protocol string `json:"protocol,omitempty"` // e.g. "http", "grpc", "tcp"; free form
+}
+
+// Endpoint returns the endpoint called name. The empty name is the
+// primary, Address. So is a name the instance does not announce, unless
+// the primary has a name of its own: an instance whose primary is "grpc"
+// serves no "http", but a one-port instance serves every name.
+func (i Instance) Endpoint(name string) (Endpoint, bool) {
+	primaryNamed := false
+	for _, e := range i.Endpoints {
+		if e.Name == name && name != "" {
+			return e, true
+		}
+		if e.Address == i.Address {
+			primaryNamed = true
+		}
+	}
+	if name != "" && primaryNamed {
+		return Endpoint{}, false
+	}
+	return Endpoint{Address: i.Address}, true
 }
 
 // Host returns the host part of Address.
@@ -41,12 +72,14 @@ func (i Instance) Port() int {
 func (i Instance) Equal(o Instance) bool {
 	return i.ID == o.ID && i.Service == o.Service && i.Address == o.Address &&
 		i.Version == o.Version && i.Zone == o.Zone && i.Weight == o.Weight &&
-		slices.Equal(i.Tags, o.Tags) && maps.Equal(i.Metadata, o.Metadata)
+		slices.Equal(i.Tags, o.Tags) && maps.Equal(i.Metadata, o.Metadata) &&
+		slices.Equal(i.Endpoints, o.Endpoints)
 }
 
 // Clone returns a deep copy, so that the copy shares no slice or map with i.
 func (i Instance) Clone() Instance {
 	i.Tags = slices.Clone(i.Tags)
+	i.Endpoints = slices.Clone(i.Endpoints)
 	if i.Metadata != nil {
 		i.Metadata = maps.Clone(i.Metadata)
 	}
