@@ -1,0 +1,126 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/roster-go/roster/internal/backend"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// endpointsOn returns n named endpoints on addr's host, at the ports
+// after addr's: names of nameLen bytes (at least 4: "ep0a" makes them
+// unique) and protocols of protoLen (at least 4, of every character a
+// protocol may hold).
+func endpointsOn(addr string, n, nameLen, protoLen int) []registry.Endpoint {
+	host, p, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(p)
+	eps := make([]registry.Endpoint, n)
+	for i := range eps {
+		eps[i] = registry.Endpoint{
+			Name:     longName(fmt.Sprintf("ep%d", i), nameLen),
+			Address:  net.JoinHostPort(host, strconv.Itoa((port+i)%65535+1)),
+			Protocol: longName("p.+-", protoLen),
+		}
+	}
+	return eps
+}
+
+// withEndpoints sets n endpoints of the given name and protocol lengths.
+func withEndpoints(n, nameLen, protoLen int) func(in *registry.Instance) {
+	return func(in *registry.Instance) { in.Endpoints = endpointsOn(in.Address, n, nameLen, protoLen) }
+}
+
+// endpointLimits are the limitCases of named endpoints.
+var endpointLimits = []limitCase{
+	{name: "endpoints", field: "endpoints",
+		at: withEndpoints(backend.MaxEndpoints, 4, 4), past: withEndpoints(backend.MaxEndpoints+1, 4, 4)},
+	{name: "endpoint name length", field: "endpoints[0].name",
+		at: withEndpoints(1, backend.MaxEndpointNameLen, 4), past: withEndpoints(1, backend.MaxEndpointNameLen+1, 4)},
+	{name: "endpoint protocol length", field: "endpoints[0].protocol",
+		at: withEndpoints(1, 4, backend.MaxProtocolLen), past: withEndpoints(1, 4, backend.MaxProtocolLen+1)},
+}
+
+// allEndpoints is every endpoint limit at once, for allAtOnce.
+func allEndpoints(in *registry.Instance) {
+	in.Endpoints = endpointsOn(in.Address, backend.MaxEndpoints, backend.MaxEndpointNameLen, backend.MaxProtocolLen)
+}
+
+// endpointsRoundTrip: an instance's named endpoints — an http primary,
+// grpc and metrics, each with a protocol — come back identical, in
+// order, through a Lookup that reads the backend, a watch, and after
+// updates of other fields.
+func endpointsRoundTrip(t TB, s *suite) {
+	r, obs, svc := s.pair(t, "ep")
+	lister := s.open(t) // never watches: its Lookups read the backend
+	primary := addr()
+	host, _, _ := net.SplitHostPort(primary)
+	in := registry.Instance{ID: "ep-1", Service: svc, Address: primary, Version: "2.0.0",
+		Endpoints: []registry.Endpoint{
+			{Name: "http", Address: primary, Protocol: "http"},
+			{Name: "grpc", Address: net.JoinHostPort(host, "9090"), Protocol: "grpc"},
+			{Name: "metrics", Address: net.JoinHostPort(host, "9100"), Protocol: "http"},
+		}}
+	l := s.register(t, r, in)
+	want := l.Instance()
+	if !want.Equal(registry.Instance{ID: in.ID, Service: svc, Address: primary, Version: in.Version,
+		Weight: registry.DefaultWeight, Endpoints: in.Endpoints}) {
+		t.Fatalf("Lease.Instance() = %+v, want the registered endpoints %+v", want, in.Endpoints)
+	}
+	same := func(what string, sn registry.Snapshot, want registry.Instance) (bool, string) {
+		got, ok := sn.Find(want.ID)
+		if !ok || !got.Equal(want) {
+			return false, fmt.Sprintf("%s: got %+v, want %+v", what, sn.Instances, want)
+		}
+		return true, ""
+	}
+	read := func(what string, want registry.Instance) {
+		t.Helper()
+		eventually(t, s.cfg.Propagation, what+" through Lookup", func() (bool, string) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			sn, err := lister.Lookup(ctx, svc)
+			if err != nil {
+				return false, err.Error()
+			}
+			return same("Lookup", sn, want)
+		})
+	}
+	read("endpoints", want)
+	w := s.watch(t, obs, svc)
+	watched := func(what string, want registry.Instance) {
+		t.Helper()
+		var detail string
+		waitWatch(t, w, s.cfg.Propagation, what, func(sn registry.Snapshot) bool {
+			ok, msg := same("watch", sn, want)
+			detail = msg
+			return ok
+		})
+		if sn, err := obs.Lookup(t.Context(), svc); err != nil {
+			t.Fatalf("Lookup from the watch cache: %v (%s)", err, detail)
+		} else if ok, msg := same("Lookup from the watch cache", sn, want); !ok {
+			t.Fatalf("%s", msg)
+		}
+	}
+	watched("the instance with its endpoints", want)
+
+	md := map[string]string{"rev": "2"}
+	if err := l.SetMetadata(t.Context(), md); err != nil {
+		t.Fatalf("SetMetadata: %v", err)
+	}
+	want.Metadata = md
+	watched("new metadata, the endpoints kept", want)
+	read("new metadata, the endpoints kept", want)
+	if err := l.Drain(t.Context()); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	want.Weight = 0
+	watched("weight 0 after Drain, the endpoints kept", want)
+	if got := l.Instance(); !got.Equal(want) {
+		t.Errorf("Lease.Instance() after updates = %+v, want %+v", got, want)
+	}
+}
