@@ -47,3 +47,7 @@ func ParseEndpoints(s string) ([]driver.Endpoint, bool) {
 	}
 	return eps, true
 }
+
+// ValidateEndpointName checks an endpoint name given elsewhere than in
+// an instance (a read-only driver's options), naming field.
+func ValidateEndpointName(field, name string) error { return validateEndpointName(field, name) }
