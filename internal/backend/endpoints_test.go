@@ -30,3 +30,20 @@ func TestEndpointsText(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseEndpoints: text anyone with write access stored never panics
+// the reader, and what it reads formats to text that reads the same.
+func FuzzParseEndpoints(f *testing.F) {
+	f.Add("grpc=10.0.0.1:9090/grpc,metrics=10.0.0.1:9100")
+	f.Add("a=b/c/d,=,")
+	f.Fuzz(func(t *testing.T, s string) {
+		eps, ok := ParseEndpoints(s)
+		if !ok {
+			return
+		}
+		again, ok := ParseEndpoints(FormatEndpoints(eps))
+		if !ok || !slices.Equal(again, eps) {
+			t.Fatalf("ParseEndpoints(%q) = %v, which formats to %q, read as %v", s, eps, FormatEndpoints(eps), again)
+		}
+	})
+}
