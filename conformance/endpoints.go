@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -123,4 +124,35 @@ func endpointsRoundTrip(t TB, s *suite) {
 	if got := l.Instance(); !got.Equal(want) {
 		t.Errorf("Lease.Instance() after updates = %+v, want %+v", got, want)
 	}
+}
+
+// roEndpoints: named endpoints published through the server's own API
+// (names and addresses: DNS carries no protocol) reach Lookup and a
+// watch, and stay when the instance is published again.
+func roEndpoints(t TB, s *suite, ro ReadOnly) {
+	r := s.open(t)
+	svc := service("ep")
+	primary := addr()
+	host, _, _ := net.SplitHostPort(primary)
+	in := registry.Instance{Service: svc, Address: primary, Weight: 10, Endpoints: []registry.Endpoint{
+		{Name: "http", Address: primary}, {Name: "grpc", Address: net.JoinHostPort(host, "9090")},
+		{Name: "metrics", Address: net.JoinHostPort(host, "9100")}}}
+	id := publish(t, ro, in)
+	match := func(sn registry.Snapshot, weight uint32) (bool, string) {
+		got, ok := sn.Find(id)
+		return ok && got.Weight == weight && slices.Equal(got.Endpoints, in.Endpoints),
+			fmt.Sprintf("got %+v, want %s with endpoints %+v", sn.Instances, id, in.Endpoints)
+	}
+	eventually(t, s.cfg.Propagation, "published endpoints through Lookup", func() (bool, string) {
+		sn, err := r.Lookup(t.Context(), svc)
+		if err != nil {
+			return false, err.Error()
+		}
+		return match(sn, 10)
+	})
+	w := s.watch(t, s.observer(t), svc)
+	waitWatch(t, w, s.cfg.Propagation, "the endpoints", func(sn registry.Snapshot) bool { ok, _ := match(sn, 10); return ok })
+	in.Weight = 20
+	publish(t, ro, in)
+	waitWatch(t, w, s.cfg.Propagation, "weight 20, the endpoints kept", func(sn registry.Snapshot) bool { ok, _ := match(sn, 20); return ok })
 }
