@@ -32,6 +32,7 @@ var checks = []check{
 	{name: "InvalidInputRejected", run: invalidInput},
 	{name: "TTLValidation", run: ttlValidation},
 	{name: "LimitsAtAndPast", run: limitsAtAndPast},
+	{name: "Endpoints", run: endpointsRoundTrip},
 	{name: "TTLEdges", run: ttlEdges},
 	{name: "HeartbeatKeepsAlive", run: heartbeatKeepsAlive},
 	{name: "CrashExpiresWithinTTL", run: crashExpires},

@@ -171,7 +171,8 @@ type ExternalDeleter interface {
 // check that needs Registry.Register is skipped as "n/a: read-only", with
 // the reason, never passed.
 type ReadOnly interface {
-	// Publish makes in (Service, Address, Weight) visible to the backend
+	// Publish makes in (Service, Address, Weight, Endpoints' names and
+	// addresses) visible to the backend
 	// through the server's own API, replacing an earlier Publish of the
 	// same Service and Address, and returns the ID the backend reports it
 	// under.

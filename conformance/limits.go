@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +89,7 @@ func allAtOnce(in *registry.Instance) {
 	in.Zone = strings.Repeat("z", backend.MaxZoneLen)
 	in.Metadata = pairs(backend.MaxMetadataPairs, 8)
 	in.Tags = tags(backend.MaxTags, 3)
+	allEndpoints(in)
 }
 
 var limitCases = []limitCase{
@@ -198,7 +200,7 @@ func fillText(text string, n int) string {
 // by validation, naming the field, with nothing written.
 func limitsAtAndPast(t TB, s *suite) {
 	r := s.open(t)
-	for _, c := range limitCases {
+	for _, c := range slices.Concat(limitCases, endpointLimits) {
 		at := registry.Instance{Service: service("lim"), Address: addr()}
 		c.at(&at)
 		l := s.register(t, r, at, c.opts...)

@@ -72,12 +72,13 @@ func (d *Driver) toConsul(inst driver.Instance, ttl time.Duration) (*api.AgentSe
 		check.Status = api.HealthPassing
 	}
 	asr := &api.AgentServiceRegistration{
-		ID:      inst.ID,
-		Name:    inst.Service,
-		Tags:    slices.Clone(inst.Tags),
-		Address: host,
-		Port:    port,
-		Meta:    meta,
+		ID:              inst.ID,
+		Name:            inst.Service,
+		Tags:            slices.Clone(inst.Tags),
+		Address:         host,
+		Port:            port,
+		Meta:            meta,
+		TaggedAddresses: taggedAddresses(inst.Endpoints),
 		// DNS SRV consumers see the weight too; Consul requires 1 to
 		// 65535 (backend.MaxWeight), so a drained 0 is written as 1 here.
 		Weights: &api.AgentWeights{Passing: max(int(inst.Weight), 1), Warning: 1},
@@ -92,8 +93,56 @@ func (d *Driver) toConsul(inst driver.Instance, ttl time.Duration) (*api.AgentSe
 	f := fnv.New64a()
 	f.Write(digest)
 	check.Notes = fmt.Sprintf("%s %016x", checkOutput, f.Sum64())
+	if len(inst.Endpoints) > 0 {
+		check.Notes += notesEndpoints + backend.FormatEndpoints(inst.Endpoints)
+	}
 	asr.Check = check
 	return asr, nil
+}
+
+// notesEndpoints starts the named endpoints in the check's notes. They
+// are there, not in Meta, because Meta has no room: Roster's one pair
+// holds up to 266 bytes of its 512, and 8 endpoints take up to 2.5 KB
+// (names, protocols and host names of 253 bytes). Notes have no limit,
+// and a Consul tool ignores them.
+const notesEndpoints = " endpoints="
+
+// taggedAddresses shows the named endpoints the Consul way, to the UI,
+// the API and consul-template: one tagged address per name. Roster
+// reads them from the check's notes, which also hold the order and the
+// protocols. Names Consul gives a meaning of its own are left out of
+// the tagged addresses: "lan" and "wan" would change the address Consul
+// answers with across datacenters, "virtual" and "consul-…" are
+// Connect's virtual IPs.
+func taggedAddresses(eps []driver.Endpoint) map[string]api.ServiceAddress {
+	var out map[string]api.ServiceAddress
+	for _, e := range eps {
+		if e.Name == "lan" || e.Name == "wan" || e.Name == "virtual" || strings.HasPrefix(e.Name, "consul-") {
+			continue
+		}
+		host, portS, _ := net.SplitHostPort(e.Address)
+		port, _ := strconv.Atoi(portS)
+		if out == nil {
+			out = make(map[string]api.ServiceAddress, len(eps))
+		}
+		out[e.Name] = api.ServiceAddress{Address: host, Port: port}
+	}
+	return out
+}
+
+// endpointsOf reads the named endpoints from the notes of the entry's
+// Roster check; ok is false when the notes hold endpoints it cannot read.
+func endpointsOf(e *api.ServiceEntry) ([]driver.Endpoint, bool) {
+	id := checkID(e.Service.ID)
+	for _, c := range e.Checks {
+		if c.CheckID != id || c.ServiceID != e.Service.ID {
+			continue
+		}
+		if _, text, found := strings.Cut(c.Notes, notesEndpoints); found {
+			return backend.ParseEndpoints(text)
+		}
+	}
+	return nil, true
 }
 
 // fromConsul reads one health entry back into an instance.
@@ -138,6 +187,11 @@ func fromConsul(e *api.ServiceEntry) driver.Instance {
 	if len(md) > 0 {
 		in.Metadata = md
 	}
+	eps, ok := endpointsOf(e)
+	if !ok {
+		in.Weight = math.MaxUint32 // as for fields it cannot read: skipped and reported
+	}
+	in.Endpoints = eps
 	return in
 }
 

@@ -31,3 +31,33 @@ func TestLargeServiceWhole(t *testing.T) {
 		t.Fatalf("Lookup: %d instances, %v; want 150", len(s.Instances), err)
 	}
 }
+
+// TestConsulEndpointsAsServices: Consul's DNS answers only with a
+// service's own port, so a Consul user publishes a second port as a
+// service of its own ("api-grpc"); endpoint_name maps it to the "grpc"
+// endpoint of the instance on the same host.
+func TestConsulEndpointsAsServices(t *testing.T) {
+	a := consultest.Start(t)
+	ro := dnssrvtest.NewHarness(t, a).(conformance.ReadOnly)
+	for _, in := range []registry.Instance{{Service: "api", Address: "10.0.1.1:8080"}, {Service: "api-grpc", Address: "10.0.1.1:9090"},
+		{Service: "api", Address: "10.0.1.2:8080"}} {
+		if _, err := ro.Publish(t.Context(), in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := registry.Open(t.Context(), dnssrvtest.URL(a, "endpoints=grpc&endpoint_name={service}-{endpoint}.service.consul"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, err := r.Lookup(t.Context(), "api")
+	if err != nil || len(s.Instances) != 2 {
+		t.Fatalf("Lookup: %v, %v; want 2 instances", s.Instances, err)
+	}
+	for _, in := range s.Instances {
+		e, ok := in.Endpoint("grpc")
+		if want := map[string]string{"10.0.1.1:8080": "10.0.1.1:9090", "10.0.1.2:8080": "10.0.1.2:8080"}[in.Address]; !ok || e.Address != want {
+			t.Errorf(`%s: Endpoint("grpc") = %v, %v; want %s`, in.Address, e, ok, want)
+		}
+	}
+}

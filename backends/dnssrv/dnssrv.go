@@ -24,6 +24,16 @@
 // is the SRV weight, so weight 0 drains. A higher priority is served only
 // while no target of the lower one resolves, as RFC 2782 asks.
 //
+// Named endpoints are SRV records of their own, asked for by name with
+// endpoints=http,grpc. Each is RFC 2782's _grpc._tcp before the
+// service's name (_grpc._tcp.api.example. beside api.example.), or in
+// place of the name's own _http._tcp; endpoint_name sets another form,
+// such as {service}-{endpoint}.service.consul for Consul, whose DNS has
+// no record for a second port of one service. A record becomes the
+// endpoint of the instance at its address, or of the one instance on its
+// host. List the primary's own name too: an instance whose primary is
+// named serves no name it lacks. DNS carries no protocol.
+//
 // Questions go over TCP, since Consul trims long UDP answers without
 // setting the truncation bit. Set udp=true for servers that set it. A watch
 // asks again after the records' smallest TTL, bounded by min_poll and
@@ -85,6 +95,13 @@ type Options struct {
 	MinPoll, MaxPoll time.Duration
 	Timeout          time.Duration // bound on one query (default 2s)
 	UDP              bool          // query over UDP instead of TCP
+	// Endpoints names the named endpoints to ask for, such as "http" and
+	// "grpc"; none by default. Each costs one more SRV question a poll.
+	Endpoints []string
+	// EndpointName is the SRV name of a named endpoint, with {service}
+	// and {endpoint}. The default is RFC 2782's "_{endpoint}._tcp."
+	// before Name, or in place of Name's own "_x._tcp." label pair.
+	EndpointName string
 }
 
 // srvDriver is a read-only driver.Driver on DNS SRV records.
@@ -124,6 +141,9 @@ func New(opts Options) (driver.Driver, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = defaultTimeout
 	}
+	if err := endpointOptions(&opts); err != nil {
+		return nil, err
+	}
 	return &srvDriver{opts: opts,
 		udp: &dns.Client{Net: "udp", Timeout: opts.Timeout, UDPSize: dns.DefaultMsgSize},
 		tcp: &dns.Client{Net: "tcp", Timeout: opts.Timeout}}, nil
@@ -132,6 +152,35 @@ func New(opts Options) (driver.Driver, error) {
 // nameOf returns the SRV name asked for service.
 func (d *srvDriver) nameOf(service string) string {
 	return dns.Fqdn(strings.ReplaceAll(d.opts.Name, "{service}", service))
+}
+
+// endpointOptions checks the endpoint names and sets the default
+// EndpointName.
+func endpointOptions(o *Options) error {
+	for i, n := range o.Endpoints {
+		if err := backend.ValidateEndpointName("endpoints", n); err != nil {
+			return err
+		}
+		if slices.Contains(o.Endpoints[:i], n) {
+			return backend.Invalid("endpoints", "%q appears twice", n)
+		}
+	}
+	if o.EndpointName == "" {
+		o.EndpointName = "_{endpoint}._tcp." + o.Name
+		if l := strings.Split(o.Name, "."); len(l) > 2 && strings.HasPrefix(l[0], "_") &&
+			!strings.Contains(l[0], "{service}") && (l[1] == "_tcp" || l[1] == "_udp") {
+			o.EndpointName = "_{endpoint}." + strings.Join(l[1:], ".")
+		}
+	}
+	if !strings.Contains(o.EndpointName, "{endpoint}") {
+		return backend.Invalid("endpoint_name", "%q has no {endpoint}", o.EndpointName)
+	}
+	return nil
+}
+
+// endpointNameOf returns the SRV name asked for an endpoint of service.
+func (d *srvDriver) endpointNameOf(service, endpoint string) string {
+	return dns.Fqdn(strings.NewReplacer("{service}", service, "{endpoint}", endpoint).Replace(d.opts.EndpointName))
 }
 
 // Register implements driver.Driver: always errReadOnly.
@@ -161,13 +210,35 @@ func (d *srvDriver) List(ctx context.Context, service string) (driver.Snapshot, 
 }
 
 // lookup asks for the service's records and returns the snapshot of its
-// lowest priority that resolves, and the smallest TTL of the records used.
+// lowest priority that resolves, with the named endpoints asked for, and
+// the smallest TTL of the records used.
 func (d *srvDriver) lookup(ctx context.Context, service string) (driver.Snapshot, time.Duration, error) {
-	resp, err := d.exchange(ctx, d.nameOf(service), dns.TypeSRV)
+	ins, ttl, err := d.records(ctx, service, d.nameOf(service))
 	if err != nil {
 		return driver.Snapshot{}, 0, err
 	}
-	snap := driver.Snapshot{Service: service, Instances: []driver.Instance{}}
+	if len(ins) > 0 && len(d.opts.Endpoints) > 0 {
+		ettl, err := d.endpoints(ctx, service, ins)
+		if err != nil {
+			return driver.Snapshot{}, 0, err
+		}
+		if ettl >= 0 {
+			ttl = min(ttl, ettl)
+		}
+	}
+	if ins == nil {
+		ins = []driver.Instance{}
+	}
+	return driver.Snapshot{Service: service, Instances: ins, Revision: d.rev.Add(1), At: time.Now()}, ttl, nil
+}
+
+// records returns the instances of name's lowest priority that resolves
+// and the smallest TTL of the records used.
+func (d *srvDriver) records(ctx context.Context, service, name string) ([]driver.Instance, time.Duration, error) {
+	resp, err := d.exchange(ctx, name, dns.TypeSRV)
+	if err != nil {
+		return nil, 0, err
+	}
 	ttl := time.Duration(-1)
 	var groups [][]*dns.SRV
 	for _, rr := range resp.Answer {
@@ -186,15 +257,64 @@ func (d *srvDriver) lookup(ctx context.Context, service string) (driver.Snapshot
 			continue
 		}
 		d.leftOut(service, g[0].Priority, errs)
-		snap.Instances = ins
-		ttl = minTTL(ttl, gttl)
-		break
+		return ins, max(minTTL(ttl, gttl), 0), nil
 	}
-	if len(snap.Instances) == 0 && len(failed) > 0 {
-		return driver.Snapshot{}, 0, failed[0]
+	if len(failed) > 0 {
+		return nil, 0, failed[0]
 	}
-	snap.Revision, snap.At = d.rev.Add(1), time.Now()
-	return snap, max(ttl, 0), nil
+	return nil, max(ttl, 0), nil
+}
+
+// endpoints asks for each named endpoint's records, all at once, and
+// gives each instance the endpoints on its address: the record at the
+// instance's own address (the primary has that name), else the one
+// record on its host when no other instance shares the host. A failed
+// question fails the lookup: an instance missing its "grpc" endpoint
+// would send gRPC callers to its primary port. The TTL is the smallest
+// of the records found, -1 when none was.
+func (d *srvDriver) endpoints(ctx context.Context, service string, ins []driver.Instance) (time.Duration, error) {
+	names := d.opts.Endpoints
+	found := make([][]driver.Instance, len(names))
+	ttls := make([]time.Duration, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Go(func() { found[i], ttls[i], errs[i] = d.records(ctx, service, d.endpointNameOf(service, n)) })
+	}
+	wg.Wait()
+	if err := cmp.Or(errs...); err != nil {
+		return 0, err
+	}
+	hosts := make(map[string]int, len(ins))
+	for _, in := range ins {
+		hosts[in.Host()]++
+	}
+	ttl := time.Duration(-1)
+	for i, n := range names {
+		if len(found[i]) > 0 && (ttl < 0 || ttls[i] < ttl) {
+			ttl = ttls[i]
+		}
+		for j := range ins {
+			if addr, ok := endpointOf(ins[j], found[i], hosts); ok {
+				ins[j].Endpoints = append(ins[j].Endpoints, driver.Endpoint{Name: n, Address: addr})
+			}
+		}
+	}
+	return ttl, nil
+}
+
+// endpointOf picks in's address among an endpoint's records.
+func endpointOf(in driver.Instance, recs []driver.Instance, hosts map[string]int) (string, bool) {
+	addr, n := "", 0
+	for _, r := range recs {
+		if r.Address == in.Address {
+			return r.Address, true
+		}
+		if r.Host() == in.Host() {
+			addr, n = r.Address, n+1
+		}
+	}
+	return addr, n == 1 && hosts[in.Host()] == 1
 }
 
 // addByPriority adds srv to its priority's group; groups stay sorted by

@@ -12,7 +12,7 @@ import (
 )
 
 // publicOptions are the URL options: none is secret.
-var publicOptions = []string{"min_poll", "max_poll", "timeout", "udp"}
+var publicOptions = []string{"min_poll", "max_poll", "timeout", "udp", "endpoints", "endpoint_name"}
 
 // resolvConf is where the system's resolvers are read from when the URL
 // names none.
@@ -33,6 +33,12 @@ func parseURL(u *url.URL) (Options, error) {
 	q.Duration("max_poll", &o.MaxPoll)
 	q.Duration("timeout", &o.Timeout)
 	q.Bool("udp", &o.UDP)
+	var eps string
+	q.String("endpoints", &eps)
+	if eps != "" {
+		o.Endpoints = strings.Split(eps, ",")
+	}
+	q.String("endpoint_name", &o.EndpointName)
 	if err := q.Err(); err != nil {
 		return o, err
 	}

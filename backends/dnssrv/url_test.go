@@ -3,6 +3,7 @@ package dnssrv_test
 import (
 	"errors"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -22,13 +23,16 @@ func TestParseURL(t *testing.T) {
 			dnssrv.Options{Resolver: "10.96.0.10:53", Name: "_http._tcp.{service}.prod.svc.cluster.local",
 				MinPoll: 2 * time.Second, MaxPoll: time.Minute, Timeout: time.Second, UDP: true}},
 		{"dns+srv://[::1]/_{service}._tcp.service.consul/", dnssrv.Options{Resolver: "[::1]:53", Name: "_{service}._tcp.service.consul"}},
+		{"dns+srv://127.0.0.1/{service}.example?endpoints=http,grpc&endpoint_name=_{endpoint}._tcp.{service}.example",
+			dnssrv.Options{Resolver: "127.0.0.1:53", Name: "{service}.example", Endpoints: []string{"http", "grpc"},
+				EndpointName: "_{endpoint}._tcp.{service}.example"}},
 	} {
 		u, err := url.Parse(tc.in)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got, err := dnssrv.ParseURL(u)
-		if err != nil || got != tc.want {
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s:\n got  %+v, %v\n want %+v", tc.in, got, err, tc.want)
 		}
 	}

@@ -19,6 +19,7 @@ func FuzzDecodeArticle(f *testing.F) {
 	f.Add("api", "10.0.0.1:80", `{"weight":1e300}`)
 	f.Add("api", "10.0.0.1:80", `{"weight":100000}`) // past MaxWeight: read as MaxWeight
 	f.Add("api", "h:1", `{"addr":12,"weight":-5,"metadata":",,=,roster_zone="}`)
+	f.Add("api", "10.0.0.1:80", `{"addr":"10.0.0.1:80","endpoints":"grpc=10.0.0.1:90/grpc,=,x"}`)
 	f.Fuzz(func(t *testing.T, service, addrFromKey, val string) {
 		in, ok := decodeArticle(service, addrFromKey, val)
 		if !ok {

@@ -36,12 +36,15 @@ func (ks *keysLayout) limits() driver.Limits {
 }
 
 // articleValue is the JSON value, fields and order as the article writes
-// them.
+// them. Endpoints is Roster's: the named endpoints in the compact form of
+// backend.FormatEndpoints, absent for a one-port instance, so that such a
+// record is the article's byte for byte.
 type articleValue struct {
-	Addr     string `json:"addr"`
-	Version  string `json:"version"`
-	Weight   string `json:"weight"`
-	Metadata string `json:"metadata"`
+	Addr      string `json:"addr"`
+	Version   string `json:"version"`
+	Weight    string `json:"weight"`
+	Metadata  string `json:"metadata"`
+	Endpoints string `json:"endpoints,omitempty"`
 }
 
 // Roster's own fields inside the metadata string. User keys cannot start
@@ -113,7 +116,7 @@ func encodeArticle(in driver.Instance) (string, error) {
 	}
 	b, err := json.Marshal(articleValue{
 		Addr: in.Address, Version: in.Version, Weight: strconv.FormatUint(uint64(in.Weight), 10),
-		Metadata: strings.Join(pairs, ","),
+		Metadata: strings.Join(pairs, ","), Endpoints: backend.FormatEndpoints(in.Endpoints),
 	})
 	if err != nil {
 		return "", fmt.Errorf("%w: redis: encode %s: %v", driver.ErrInvalid, in.ID, err)
@@ -175,7 +178,9 @@ func decodeArticle(service, addrFromKey, val string) (driver.Instance, bool) {
 	if in.ID == "" {
 		in.ID = articleID(service, in.Address)
 	}
-	return in, in.Address != ""
+	eps, ok := backend.ParseEndpoints(str("endpoints"))
+	in.Endpoints = eps
+	return in, ok && in.Address != ""
 }
 
 func setMeta(in *driver.Instance, k, v string) {

@@ -236,3 +236,36 @@ func TestKeysNotes(t *testing.T) {
 		t.Errorf("layout keys, notifications enabled: notes %q", n)
 	}
 }
+
+// Named endpoints are a fifth string field beside the article's four, in
+// a form a script reads with one split: the article's readers see the
+// primary in addr, as before.
+func TestKeysEndpointsField(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	defer rdb.Close()
+	ctx := t.Context()
+	r := open(t, "redis://"+srv.Addr()+"?layout=keys&poll=50ms&notify=off")
+	l, err := r.Register(ctx, registry.Instance{Service: "order", Address: "10.0.0.2:8080", Endpoints: []registry.Endpoint{
+		{Name: "http", Address: "10.0.0.2:8080", Protocol: "http"}, {Name: "grpc", Address: "10.0.0.2:9090", Protocol: "grpc"},
+		{Name: "metrics", Address: "10.0.0.2:9100"}}}, registry.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rdb.Get(ctx, "service:order:10.0.0.2:8080").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info map[string]string
+	if err := json.Unmarshal([]byte(raw), &info); err != nil {
+		t.Fatalf("our value %s does not decode as a map of strings: %v", raw, err)
+	}
+	if want := "http=10.0.0.2:8080/http,grpc=10.0.0.2:9090/grpc,metrics=10.0.0.2:9100"; info["endpoints"] != want || info["addr"] != "10.0.0.2:8080" {
+		t.Fatalf("our value %s: endpoints %q, want %q beside addr", raw, info["endpoints"], want)
+	}
+	s, err := r.Lookup(ctx, "order")
+	if in, ok := s.Find(l.Instance().ID); err != nil || !ok || !in.Equal(l.Instance()) {
+		t.Fatalf("our record reads back as %+v (err %v), want %+v", in, err, l.Instance())
+	}
+}

@@ -38,8 +38,9 @@ func URL(a *consultest.Agent, query string) string {
 }
 
 // harnessQuery polls every 100ms: Consul answers with TTL 0, so the
-// propagation delay is the poll interval.
-const harnessQuery = "min_poll=100ms"
+// propagation delay is the poll interval. The endpoints are those the
+// conformance check publishes, each a Consul service of its own.
+const harnessQuery = "min_poll=100ms&endpoints=http,grpc,metrics&endpoint_name={service}-{endpoint}.service.consul"
 
 // NewHarness returns a conformance.ReadOnly harness on agent a. Registries
 // are opened by dns+srv:// URL, so the caller imports backends/dnssrv.
@@ -79,31 +80,46 @@ func (h *harness) Config() conformance.Config {
 func serviceID(in registry.Instance) string { return in.Service + "@" + in.Address }
 
 // Publish registers in with the agent, with its weight as Consul's passing
-// weight (0 becomes Consul's default, 1).
+// weight (0 becomes Consul's default, 1), and each named endpoint as the
+// service <service>-<name> at the endpoint's address, the way Consul's DNS
+// can answer for a second port.
 func (h *harness) Publish(ctx context.Context, in registry.Instance) (string, error) {
-	host, port, err := net.SplitHostPort(in.Address)
-	if err != nil {
-		return "", err
-	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return "", err
-	}
-	reg := &api.AgentServiceRegistration{ID: serviceID(in), Name: in.Service, Address: host, Port: p}
-	if in.Weight > 0 {
-		reg.Weights = &api.AgentWeights{Passing: int(in.Weight), Warning: 1}
-	}
-	if err := h.c.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{}.WithContext(ctx)); err != nil {
-		return "", fmt.Errorf("dnssrvtest: publish %s: %w", in.Address, err)
+	for _, one := range published(in) {
+		host, port, err := net.SplitHostPort(one.Address)
+		if err != nil {
+			return "", err
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return "", err
+		}
+		reg := &api.AgentServiceRegistration{ID: serviceID(one), Name: one.Service, Address: host, Port: p}
+		if in.Weight > 0 {
+			reg.Weights = &api.AgentWeights{Passing: int(in.Weight), Warning: 1}
+		}
+		if err := h.c.Agent().ServiceRegisterOpts(reg, api.ServiceRegisterOpts{}.WithContext(ctx)); err != nil {
+			return "", fmt.Errorf("dnssrvtest: publish %s: %w", one.Address, err)
+		}
 	}
 	return dnssrv.InstanceID(in.Address), nil
 }
 
-// Unpublish deregisters the instance from the agent.
+// published is what Publish registers: in, then a service per endpoint.
+func published(in registry.Instance) []registry.Instance {
+	out := []registry.Instance{in}
+	for _, e := range in.Endpoints {
+		out = append(out, registry.Instance{Service: in.Service + "-" + e.Name, Address: e.Address})
+	}
+	return out
+}
+
+// Unpublish deregisters the instance and its endpoints from the agent.
 func (h *harness) Unpublish(ctx context.Context, in registry.Instance) error {
 	opts := (&api.QueryOptions{}).WithContext(ctx)
-	if err := h.c.Agent().ServiceDeregisterOpts(serviceID(in), opts); err != nil {
-		return fmt.Errorf("dnssrvtest: unpublish %s: %w", in.Address, err)
+	for _, one := range published(in) {
+		if err := h.c.Agent().ServiceDeregisterOpts(serviceID(one), opts); err != nil {
+			return fmt.Errorf("dnssrvtest: unpublish %s: %w", one.Address, err)
+		}
 	}
 	return nil
 }
