@@ -233,6 +233,21 @@ func TestUnrelatedCatalogChurnReadCost(t *testing.T) {
 	if s, err := ws[1].Next(t.Context()); err != nil || len(s.Instances) != 1 {
 		t.Fatalf("watcher 1 after a check-less registration: %v, %v", s.Instances, err)
 	}
+	// And a check-less instance added to a service that has one already:
+	// no name, tag or check explains it.
+	body = `{"Node":"node-w9","Address":"10.2.0.10","Service":{"ID":"late-0","Service":"watched-0000","Port":81}}`
+	if err := catalogPut(t.Context(), a.Addr(), "register", body); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		s, err := ws[0].Next(t.Context())
+		if err != nil {
+			t.Fatalf("watcher 0 after a second, check-less instance: %v", err)
+		}
+		if len(s.Instances) == 2 {
+			break
+		}
+	}
 }
 
 // Issue #28: every check change anywhere made every watching process
