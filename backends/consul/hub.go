@@ -184,7 +184,8 @@ func (h *hub) readChecks(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 		index = meta.LastIndex
-		if !h.checksRead(checks, index, nodes, pass == 0) {
+		again := h.checksRead(checks, index, nodes, pass == 0 && filter != "")
+		if !again || filter == "" {
 			break
 		}
 	}
@@ -209,8 +210,14 @@ func (h *hub) checksFilter() (string, []string) {
 	if len(nodes) > 0 {
 		f += ` or (ServiceID == "" and Node matches ` + strconv.Quote(anyOf(nodes)) + ")"
 	}
+	if len(f) > maxFilter {
+		return "", nil // every check: the request line must fit the agent's 1 MB header limit
+	}
 	return f, nodes
 }
+
+// maxFilter bounds the checks filter, about 15,000 watched services.
+const maxFilter = 256 << 10
 
 // anyOf is a regular expression that matches exactly the names.
 func anyOf(names []string) string {
