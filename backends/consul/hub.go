@@ -175,9 +175,9 @@ func (h *hub) readChecks(ctx context.Context) (uint64, error) {
 		filter, nodes := h.checksFilter()
 		var checks api.HealthChecks
 		var meta *api.QueryMeta
-		_, err := h.d.call(ctx, func(ctx context.Context) (err error) {
+		err := h.d.hubRead(ctx, func(ctx context.Context) (err error) {
 			q := &api.QueryOptions{Datacenter: h.d.o.Datacenter, AllowStale: h.d.o.AllowStale, Filter: filter}
-			checks, meta, err = h.d.client.Health().State(api.HealthAny, q.WithContext(ctx))
+			checks, meta, err = h.d.watchClient.Health().State(api.HealthAny, q.WithContext(ctx))
 			return err
 		})
 		if err != nil {
@@ -362,12 +362,12 @@ const probeService = "_roster-probe"
 // index: the second tells a registration apart.)
 func (h *hub) extinct(ctx context.Context, index uint64) bool {
 	var gone, checks *api.QueryMeta
-	_, err := h.d.call(ctx, func(ctx context.Context) (err error) {
-		if _, gone, err = h.d.client.Health().Service(probeService, "", false, h.d.query(ctx)); err != nil {
+	err := h.d.hubRead(ctx, func(ctx context.Context) (err error) {
+		if _, gone, err = h.d.watchClient.Health().Service(probeService, "", false, h.d.query(ctx)); err != nil {
 			return err
 		}
 		q := &api.QueryOptions{Datacenter: h.d.o.Datacenter, AllowStale: h.d.o.AllowStale, Filter: noChecks}
-		_, checks, err = h.d.client.Health().State(api.HealthAny, q.WithContext(ctx))
+		_, checks, err = h.d.watchClient.Health().State(api.HealthAny, q.WithContext(ctx))
 		return err
 	})
 	return err == nil && gone.LastIndex > index && checks.LastIndex > index
@@ -435,6 +435,14 @@ func (h *hub) broadcast(err error) {
 	for st := range h.subs {
 		st.fail(err)
 	}
+}
+
+// hubRead runs one of the hub's non-blocking reads on the pool of
+// blocking queries, where its two queries leave room: a queue of
+// registrations on the other pool does not delay the watches.
+func (d *Driver) hubRead(ctx context.Context, req func(ctx context.Context) error) error {
+	_, err := d.run(ctx, []gate{d.watches}, d.o.Timeout, req)
+	return err
 }
 
 // wait stops the queries' goroutines, for Driver.Close (whose context
