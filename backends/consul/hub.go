@@ -3,7 +3,10 @@ package consul
 import (
 	"context"
 	"hash/fnv"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,17 +14,25 @@ import (
 )
 
 // hub follows the whole catalog for the driver's watches, so that
-// watching many services costs two blocking queries, not one per service:
+// watching many services costs a few queries, not one per service, and a
+// change wakes only the watches of the services it touches:
 //
-//   - /v1/health/state/any?index=…: every health check. A registration, a
+//   - /v1/health/state/any?index=…, filtered to match nothing: a cheap
+//     signal that some check changed. The hub then reads the checks of
+//     the watched services and of their nodes only (a server-side
+//     filter), never every check of the datacenter. A registration, a
 //     deregistration, a check going critical (a crashed instance) and a
 //     Roster Update (the check's notes carry a digest of the instance)
 //     change the checks of one service; the hub wakes the watches of
 //     exactly the services whose checks changed, which then read their
 //     service (a targeted, non-blocking read).
 //   - /v1/catalog/services?index=…: moves also when a service changes
-//     without its checks (metadata written by another tool). A move the
-//     checks query has not seen at the same index wakes every watch.
+//     without its checks (another tool's check-less registration). The
+//     hub compares the names and tags with the last answer: the services
+//     that appeared, went or changed tags explain the move, and only
+//     their watches wake. A move nothing explains (an instance added to
+//     or removed from a service without checks or tags changing) wakes
+//     the watches of the services the catalog holds, not of empty ones.
 //
 // Both run while at least one watch is open.
 type hub struct {
@@ -36,6 +47,8 @@ type hub struct {
 	seen    map[uint64]struct{} // indexes explained by the checks query
 	seenQ   []uint64            // seen, oldest first: bounded
 	caught  *sync.Cond          // signalled when checksN moves
+	nodes   []string            // the nodes of the watched services' checks, sorted
+	names   map[string]uint64   // the catalog's services: a print of their tags
 }
 
 // seenMax bounds the indexes the hub remembers.
@@ -60,6 +73,7 @@ func (h *hub) add(st *stream) {
 	if h.stop == nil {
 		h.stop = make(chan struct{})
 		h.checksN = 0
+		h.names, h.nodes = nil, nil
 		h.wg.Add(2)
 		go h.checksLoop(h.stop)
 		go h.catalogLoop(h.stop)
@@ -79,10 +93,10 @@ func (h *hub) remove(st *stream) {
 	}
 }
 
-// loop runs query (a blocking query from index) until stop, passing each
-// result to handle. A failure is reported to every watch and retried after
-// a backoff, from index 0.
-func (h *hub) loop(stop chan struct{}, query func(ctx context.Context, index uint64) (uint64, error)) {
+// loop runs query (a blocking query from index) until stop, after a
+// burst at most once per every. A failure is reported to every watch
+// and retried after a backoff, from index 0.
+func (h *hub) loop(stop chan struct{}, every time.Duration, query func(ctx context.Context, index uint64) (uint64, error)) {
 	defer h.wg.Done()
 	ctx, cancel := context.WithCancel(h.d.life)
 	defer cancel()
@@ -93,7 +107,7 @@ func (h *hub) loop(stop chan struct{}, query func(ctx context.Context, index uin
 		}
 		cancel()
 	}()
-	b := newBucket(watchBurst, watchEvery)
+	b := newBucket(watchBurst, every)
 	var index uint64
 	backoff := time.Duration(0)
 	for {
@@ -127,53 +141,131 @@ func (h *hub) loop(stop chan struct{}, query func(ctx context.Context, index uin
 	}
 }
 
+// noChecks is a filter no check matches: the signal query's answer is
+// empty, and its index is the checks table's.
+const noChecks = `CheckID == ""`
+
 func (h *hub) checksLoop(stop chan struct{}) {
-	h.loop(stop, func(ctx context.Context, index uint64) (uint64, error) {
+	h.loop(stop, watchEvery, func(ctx context.Context, index uint64) (uint64, error) {
+		if index > 0 {
+			var meta *api.QueryMeta
+			err := h.d.block(ctx, func(ctx context.Context) (err error) {
+				q := &api.QueryOptions{Datacenter: h.d.o.Datacenter, AllowStale: h.d.o.AllowStale,
+					WaitIndex: index, WaitTime: h.d.o.Wait, Filter: noChecks}
+				_, meta, err = h.d.watchClient.Health().State(api.HealthAny, q.WithContext(ctx))
+				return err
+			})
+			if err != nil {
+				return 0, err
+			}
+			if meta.LastIndex == index {
+				return index, nil // the wait ended with no change
+			}
+		}
+		return h.readChecks(ctx)
+	})
+}
+
+// readChecks reads the checks of the watched services and of their
+// nodes, and wakes the watches whose checks changed. A read that finds
+// nodes it did not ask for reads again at once, for their node checks.
+func (h *hub) readChecks(ctx context.Context) (uint64, error) {
+	var index uint64
+	for pass := range 2 {
+		filter, nodes := h.checksFilter()
 		var checks api.HealthChecks
 		var meta *api.QueryMeta
-		err := h.d.block(ctx, func(ctx context.Context) (err error) {
-			q := &api.QueryOptions{Datacenter: h.d.o.Datacenter, AllowStale: h.d.o.AllowStale, WaitIndex: index, WaitTime: h.d.o.Wait}
+		err := h.d.hubRead(ctx, func(ctx context.Context) (err error) {
+			q := &api.QueryOptions{Datacenter: h.d.o.Datacenter, AllowStale: h.d.o.AllowStale, Filter: filter}
 			checks, meta, err = h.d.watchClient.Health().State(api.HealthAny, q.WithContext(ctx))
 			return err
 		})
 		if err != nil {
 			return 0, err
 		}
-		h.checksRead(checks, meta.LastIndex)
-		return meta.LastIndex, nil
-	})
-}
-
-func (h *hub) catalogLoop(stop chan struct{}) {
-	first := true
-	h.loop(stop, func(ctx context.Context, index uint64) (uint64, error) {
-		var meta *api.QueryMeta
-		err := h.d.block(ctx, func(ctx context.Context) (err error) {
-			q := &api.QueryOptions{Datacenter: h.d.o.Datacenter, AllowStale: h.d.o.AllowStale, WaitIndex: index, WaitTime: h.d.o.Wait}
-			_, meta, err = h.d.watchClient.Catalog().Services(q.WithContext(ctx))
-			return err
-		})
-		if err != nil {
-			return 0, err
+		index = meta.LastIndex
+		again := h.checksRead(checks, index, nodes, pass == 0 && filter != "")
+		if !again || filter == "" {
+			break
 		}
-		if !first && meta.LastIndex != index && !h.explained(ctx, meta.LastIndex) {
-			h.wakeAll()
-		}
-		first = false
-		return meta.LastIndex, nil
-	})
-}
-
-// checksRead wakes the watches of the services whose checks changed, and
-// remembers the indexes the read explains.
-func (h *hub) checksRead(checks api.HealthChecks, index uint64) {
-	prints := map[string]uint64{}
-	for _, c := range checks {
-		prints[c.ServiceName] += checkPrint(c)
 	}
-	node := prints[""] // a node's own checks hide or show all its services
+	return index, nil
+}
+
+// checksFilter returns the filter of the watched services' checks and
+// of their nodes' own checks, and the nodes it names.
+func (h *hub) checksFilter() (string, []string) {
+	h.mu.Lock()
+	names := make([]string, 0, len(h.subs))
+	for st := range h.subs {
+		names = append(names, st.service)
+	}
+	nodes := h.nodes
+	h.mu.Unlock()
+	if len(names) == 0 {
+		return noChecks, nil
+	}
+	slices.Sort(names)
+	f := "ServiceName matches " + strconv.Quote(anyOf(slices.Compact(names)))
+	if len(nodes) > 0 {
+		f += ` or (ServiceID == "" and Node matches ` + strconv.Quote(anyOf(nodes)) + ")"
+	}
+	if len(f) > maxFilter {
+		return "", nil // every check: the request line must fit the agent's 1 MB header limit
+	}
+	return f, nodes
+}
+
+// maxFilter bounds the checks filter, about 15,000 watched services.
+const maxFilter = 256 << 10
+
+// anyOf is a regular expression that matches exactly the names.
+func anyOf(names []string) string {
+	var b strings.Builder
+	b.WriteString("^(?:")
+	for i, n := range names {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(regexp.QuoteMeta(n))
+	}
+	b.WriteString(")$")
+	return b.String()
+}
+
+// checksRead wakes the watches of the services whose checks changed, or
+// whose nodes' own checks changed, and remembers the indexes the read
+// explains. It reports whether the checks name nodes the read did not
+// ask for: on a first pass it then leaves the watches for the next.
+func (h *hub) checksRead(checks api.HealthChecks, index uint64, asked []string, first bool) (again bool) {
+	prints := map[string]uint64{}
+	nodePrints := map[string]uint64{}
+	nodesOf := map[string][]string{}
+	var nodes []string
+	for _, c := range checks {
+		if c.ServiceID == "" { // a node's own check hides or shows all its services
+			nodePrints[c.Node] += checkPrint(c)
+			continue
+		}
+		prints[c.ServiceName] += checkPrint(c)
+		nodesOf[c.ServiceName] = append(nodesOf[c.ServiceName], c.Node)
+		nodes = append(nodes, c.Node)
+	}
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	again = slices.ContainsFunc(nodes, func(n string) bool { _, ok := slices.BinarySearch(asked, n); return !ok })
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.nodes = nodes
+	if again && first {
+		return true
+	}
+	for svc, ns := range nodesOf {
+		slices.Sort(ns)
+		for _, n := range slices.Compact(ns) {
+			prints[svc] += nodePrints[n] * 31
+		}
+	}
 	for _, c := range checks {
 		h.remember(c.ModifyIndex)
 	}
@@ -181,17 +273,113 @@ func (h *hub) checksRead(checks api.HealthChecks, index uint64) {
 	h.checksN = max(h.checksN, index)
 	h.caught.Broadcast()
 	for st := range h.subs {
-		p := prints[st.service]*31 + node
+		p := prints[st.service]
 		if !st.printed || st.print != p {
 			st.print, st.printed = p, true
 			st.poke()
 		}
 	}
+	return again
 }
 
 func checkPrint(c *api.HealthCheck) uint64 {
 	f := fnv.New64a()
 	f.Write([]byte(c.Node + "\x00" + c.CheckID + "\x00" + c.Status + "\x00" + strconv.FormatUint(c.ModifyIndex, 10)))
+	return f.Sum64()
+}
+
+// catalogEvery paces the catalog query, which downloads every service
+// name: under churn its windows grow, and one answer explains a window.
+// A change with checks is not delayed by it.
+const catalogEvery = 250 * time.Millisecond
+
+func (h *hub) catalogLoop(stop chan struct{}) {
+	h.loop(stop, catalogEvery, func(ctx context.Context, index uint64) (uint64, error) {
+		var names map[string][]string
+		var meta *api.QueryMeta
+		err := h.d.block(ctx, func(ctx context.Context) (err error) {
+			q := &api.QueryOptions{Datacenter: h.d.o.Datacenter, AllowStale: h.d.o.AllowStale, WaitIndex: index, WaitTime: h.d.o.Wait}
+			names, meta, err = h.d.watchClient.Catalog().Services(q.WithContext(ctx))
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		if meta.LastIndex != index {
+			h.catalogRead(ctx, names, index, meta.LastIndex)
+		}
+		return meta.LastIndex, nil
+	})
+}
+
+// catalogRead wakes the watches of the services that appeared, went or
+// changed tags between the answers at from and index. If none did, and
+// no service came and went in between, and the checks query did not see
+// index either, something changed inside a service that the catalog
+// holds: their watches wake, not those of empty services.
+func (h *hub) catalogRead(ctx context.Context, names map[string][]string, from, index uint64) {
+	now := make(map[string]uint64, len(names))
+	for n, tags := range names {
+		now[n] = tagsPrint(tags)
+	}
+	h.mu.Lock()
+	before := h.names
+	h.names = now
+	h.mu.Unlock()
+	if before == nil {
+		return // the first answer: each watch read its state itself
+	}
+	changed := map[string]bool{}
+	for n, p := range now {
+		if q, ok := before[n]; !ok || p != q {
+			changed[n] = true
+		}
+	}
+	for n := range before {
+		if _, ok := now[n]; !ok {
+			changed[n] = true
+		}
+	}
+	switch {
+	case len(changed) > 0:
+		h.wake(func(st *stream) bool { return changed[st.service] })
+	case h.extinct(ctx, from):
+		// A service came and went between two answers. Only a watch that
+		// saw it in between holds a state to correct.
+		h.wake(func(st *stream) bool { _, ok := now[st.service]; return !ok && st.held })
+	case !h.explained(ctx, index):
+		h.wake(func(st *stream) bool { _, ok := now[st.service]; return ok })
+	}
+}
+
+// probeService is a name no one registers (Roster refuses it).
+const probeService = "_roster-probe"
+
+// extinct reports whether the last instance of a service went since
+// index. Consul answers a read of a service that does not exist with the
+// index of the last such removal, and a removal moves the checks table's
+// index too. (Before any removal the first read answers the catalog's
+// index: the second tells a registration apart.)
+func (h *hub) extinct(ctx context.Context, index uint64) bool {
+	var gone, checks *api.QueryMeta
+	err := h.d.hubRead(ctx, func(ctx context.Context) (err error) {
+		if _, gone, err = h.d.watchClient.Health().Service(probeService, "", false, h.d.query(ctx)); err != nil {
+			return err
+		}
+		q := &api.QueryOptions{Datacenter: h.d.o.Datacenter, AllowStale: h.d.o.AllowStale, Filter: noChecks}
+		_, checks, err = h.d.watchClient.Health().State(api.HealthAny, q.WithContext(ctx))
+		return err
+	})
+	return err == nil && gone.LastIndex > index && checks.LastIndex > index
+}
+
+func tagsPrint(tags []string) uint64 {
+	tags = slices.Clone(tags)
+	slices.Sort(tags)
+	f := fnv.New64a()
+	for _, t := range tags {
+		f.Write([]byte(t + "\x00"))
+	}
 	return f.Sum64()
 }
 
@@ -229,11 +417,14 @@ func (h *hub) explained(ctx context.Context, index uint64) bool {
 	return ok
 }
 
-func (h *hub) wakeAll() {
+// wake wakes the watches that match.
+func (h *hub) wake(match func(st *stream) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for st := range h.subs {
-		st.poke()
+		if match(st) {
+			st.poke()
+		}
 	}
 }
 
@@ -244,6 +435,14 @@ func (h *hub) broadcast(err error) {
 	for st := range h.subs {
 		st.fail(err)
 	}
+}
+
+// hubRead runs one of the hub's non-blocking reads on the pool of
+// blocking queries, where its two queries leave room: a queue of
+// registrations on the other pool does not delay the watches.
+func (d *Driver) hubRead(ctx context.Context, req func(ctx context.Context) error) error {
+	_, err := d.run(ctx, []gate{d.watches}, d.o.Timeout, req)
+	return err
 }
 
 // wait stops the queries' goroutines, for Driver.Close (whose context

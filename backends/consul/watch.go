@@ -170,6 +170,7 @@ type stream struct {
 	// guarded by d.hub.mu
 	print   uint64 // fingerprint of the service's checks, as last seen by the hub
 	printed bool
+	held    bool  // the last state has instances
 	err     error // a failed hub query, not yet reported
 }
 
@@ -214,6 +215,9 @@ func (st *stream) Next(outer context.Context) (driver.Snapshot, error) {
 			continue
 		}
 		st.last = &snap // changed or not: Registry drops repeats
+		st.d.hub.mu.Lock()
+		st.held = len(snap.Instances) > 0
+		st.d.hub.mu.Unlock()
 		return snap, nil
 	}
 }

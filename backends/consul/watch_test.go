@@ -11,27 +11,37 @@ import (
 	"time"
 )
 
-// The blocking-query rules of the hub's checks query, checked against a
-// scripted HTTP endpoint because a real agent cannot be made to send an
+// The blocking-query rules of the hub's checks queries, checked against
+// a scripted HTTP endpoint because a real agent cannot be made to send an
 // index that goes backwards or is 0 on demand. Everything else runs
-// against a real agent.
+// against a real agent. The hub blocks on a signal (a filter no check
+// matches), then reads the watched services' checks without blocking.
 func TestBlockingQueryRules(t *testing.T) {
-	const check = `[{"Node":"n","CheckID":"service:a","Status":"passing","ServiceName":"svc","ModifyIndex":%d}]`
+	const check = `[{"Node":"n","CheckID":"service:a","Status":"passing","ServiceID":"a","ServiceName":"svc","ModifyIndex":%d}]`
 	type step struct {
 		index string // index expected in the request ("" = none)
 		reply uint64 // X-Consul-Index of the answer
+	}
+	signals := []step{
+		{"10", 12}, // a change
+		{"12", 5},  // the index went backwards: reset
+		{"1", 7},   // never below 1
+	}
+	type content struct {
+		reply uint64
 		body  string
 	}
-	script := []step{
-		{"", 10, `[]`},                     // first read: not blocking
-		{"10", 12, fmt.Sprintf(check, 12)}, // a change of svc
-		{"12", 5, fmt.Sprintf(check, 12)},  // the index went backwards: reset
-		{"", 0, fmt.Sprintf(check, 12)},    // a fresh, non-blocking read; index 0 from the server
-		{"1", 7, fmt.Sprintf(check, 12)},   // never below 1
+	contents := []content{
+		{10, `[]`},                   // first read
+		{12, fmt.Sprintf(check, 12)}, // a change of svc (then again for its node's checks)
+		{5, fmt.Sprintf(check, 12)},  // the answer after the index went back
+		{0, fmt.Sprintf(check, 12)},  // a fresh read: index 0 from the server
+		{7, fmt.Sprintf(check, 12)},  // the change at 7
 	}
 	var mu sync.Mutex
 	var got []string
-	storm, reads := 0, 0
+	storm, reads, nContents, namedNodes := 0, 0, 0, false
+	var last content
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch r.URL.Path {
@@ -56,17 +66,36 @@ func TestBlockingQueryRules(t *testing.T) {
 			return
 		}
 		mu.Lock()
+		defer mu.Unlock()
+		q := r.URL.Query()
+		if q.Get("filter") != noChecks {
+			if q.Get("index") != "" {
+				t.Errorf("a checks read sent index=%q: it must not block", q.Get("index"))
+			}
+			// The first read that names nodes is the hub's second pass,
+			// for the checks of the nodes the read before found.
+			withNodes := strings.Contains(q.Get("filter"), "Node matches")
+			if !withNodes || namedNodes {
+				if nContents < len(contents) {
+					last = contents[nContents]
+				}
+				nContents++
+			}
+			namedNodes = withNodes
+			w.Header().Set("X-Consul-Index", fmt.Sprint(last.reply))
+			fmt.Fprint(w, last.body)
+			return
+		}
 		n := len(got)
-		got = append(got, r.URL.Query().Get("index"))
-		s := step{r.URL.Query().Get("index"), 7, fmt.Sprintf(check, 12)} // after the script: a storm of wake-ups without change
-		if n < len(script) {
-			s = script[n]
+		got = append(got, q.Get("index"))
+		s := step{q.Get("index"), 7} // after the script: a storm of wake-ups without change
+		if n < len(signals) {
+			s = signals[n]
 		} else {
 			storm++
 		}
-		mu.Unlock()
 		w.Header().Set("X-Consul-Index", fmt.Sprint(s.reply))
-		fmt.Fprint(w, s.body)
+		fmt.Fprint(w, `[]`)
 	}))
 	defer srv.Close()
 	d, err := NewDriver(Options{Address: strings.TrimPrefix(srv.URL, "http://"), Wait: 2 * time.Second})
@@ -100,12 +129,15 @@ func TestBlockingQueryRules(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for i, s := range script {
+	for i, s := range signals {
 		if got[i] != s.index {
-			t.Errorf("request %d sent index=%q, want %q (all: %q)", i, got[i], s.index, got[:len(script)])
+			t.Errorf("signal %d sent index=%q, want %q (all: %q)", i, got[i], s.index, got[:len(signals)])
 		}
 	}
-	for i, idx := range got[len(script):] {
+	if nContents != len(contents) {
+		t.Errorf("%d reads of the checks, want %d: one per change, none per wake-up without one", nContents, len(contents))
+	}
+	for i, idx := range got[len(signals):] {
 		if idx != "7" {
 			t.Errorf("storm request %d sent index=%q, want 7", i, idx)
 		}

@@ -23,8 +23,9 @@
 // that the Lease owns. [ObjectName] gives both names. A heartbeat renews
 // the Lease. If it finds either object gone or replaced, it returns
 // registry.ErrNotFound and the lease registers again. Readers ignore a slice whose Lease has lapsed, so a crashed
-// instance leaves watchers at its TTL. Every registrant also sweeps lapsed
-// registrations each sweep_interval. Expiry compares the writer's clock
+// instance leaves watchers at its TTL. The registrants of a namespace elect
+// one sweeper (the Lease roster-sweeper), which deletes lapsed registrations
+// each sweep_interval. Expiry compares the writer's clock
 // with the reader's, so keep clocks in sync.
 //
 // The client's rate limit is 200 requests a second by default, option
@@ -103,8 +104,9 @@ type Options struct {
 	Namespace string
 	// RequestTimeout bounds each call; default 5s.
 	RequestTimeout time.Duration
-	// SweepInterval: how often a driver holding registrations deletes
-	// expired ones; default 10s.
+	// SweepInterval: how often the namespace's elected sweeper deletes
+	// expired registrations, and the other registrants check it is
+	// alive; default 10s.
 	SweepInterval time.Duration
 }
 
@@ -121,6 +123,7 @@ type Driver struct {
 	inf       *generation // nil until the first Watch; replaced after a failure
 	sweeping  bool
 	stopSweep chan struct{}
+	sw        sweeper // owned by the sweep goroutine
 	wg        sync.WaitGroup
 }
 
@@ -173,6 +176,7 @@ func (d *Driver) Close() error {
 		inf.stop()
 	}
 	d.wg.Wait()
+	d.releaseSweeper()
 	return nil
 }
 
