@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,6 +54,12 @@ type TemplateConfig struct {
 //	service "name"   the instances of a service ([]registry.Instance; the
 //	                 last good list while the registry fails)
 //	stale "name"     whether that list is stale
+//	quote VALUE      VALUE as one double-quoted string, \ and " escaped
+//
+// Registrants choose what a template prints, so every value printed must
+// hold only letters, digits and . : - _ / + = , @ % [ ], or come from
+// quote: a version such as "1; } server {" cannot add a block to the
+// file. Any other value fails the render.
 //
 // A template that does not parse or whose first render fails is an error
 // at once; a later render error is logged and leaves the file as it is.
@@ -74,13 +81,14 @@ func (a *Agent) RunTemplates(ctx context.Context, cfg TemplateConfig) error {
 	}
 	for first := true; ; first = false {
 		changes := a.events.wait()
-		changed, err := renderAll(cfg.Templates, tpls)
-		switch {
-		case err != nil && first:
+		changed, err := renderAll(cfg.Templates, tpls, first)
+		if err != nil && first {
 			return err
-		case err != nil:
+		}
+		if err != nil {
 			fmt.Fprintf(cfg.Log, "roster agent: template: %v\n", err)
-		case changed && cfg.Exec != "":
+		}
+		if changed && cfg.Exec != "" {
 			runExec(ctx, cfg.Exec, cfg.Env, cfg.Log)
 		}
 		switch debounce(ctx, changes, a.events, cfg.Debounce, cfg.Reload) {
@@ -113,6 +121,9 @@ func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.
 			return in.Stale, err
 		},
 	}
+	for k, f := range safeFuncs {
+		funcs[k] = f
+	}
 	out := make([]*template.Template, 0, len(ts))
 	for _, t := range ts {
 		b, err := os.ReadFile(t.In)
@@ -123,6 +134,7 @@ func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.
 		if err != nil {
 			return nil, fmt.Errorf("%w: template: %v", registry.ErrInvalid, err)
 		}
+		guard(tpl)
 		out = append(out, tpl)
 	}
 	return out, nil
@@ -140,21 +152,36 @@ func (a *Agent) lookup(ctx context.Context, name string) (instanceList, error) {
 }
 
 // renderAll renders every template and writes the outputs that changed.
-func renderAll(ts []Template, tpls []*template.Template) (changed bool, err error) {
+// A template that fails leaves its output as it was, and the others are
+// still written, so that one hostile value freezes one file, not all;
+// but on the first render (all) a failure writes nothing.
+func renderAll(ts []Template, tpls []*template.Template, all bool) (changed bool, err error) {
+	var errs []error
+	bufs := make([]*bytes.Buffer, len(ts))
 	for i, t := range ts {
-		var buf bytes.Buffer
-		if err := tpls[i].Execute(&buf, nil); err != nil {
-			return changed, fmt.Errorf("render %s: %w", t.In, err)
+		bufs[i] = new(bytes.Buffer)
+		if err := tpls[i].Execute(bufs[i], nil); err != nil {
+			errs = append(errs, fmt.Errorf("render %s: %w; %s is kept as it was", t.In, err, t.Out))
+			bufs[i] = nil
 		}
-		if old, err := os.ReadFile(t.Out); err == nil && bytes.Equal(old, buf.Bytes()) {
+	}
+	if all && len(errs) > 0 {
+		return false, errors.Join(errs...)
+	}
+	for i, t := range ts {
+		if bufs[i] == nil {
 			continue
 		}
-		if err := writeAtomic(t.Out, buf.Bytes()); err != nil {
-			return changed, err
+		if old, err := os.ReadFile(t.Out); err == nil && bytes.Equal(old, bufs[i].Bytes()) {
+			continue
+		}
+		if err := writeAtomic(t.Out, bufs[i].Bytes()); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		changed = true
 	}
-	return changed, nil
+	return changed, errors.Join(errs...)
 }
 
 // writeAtomic replaces path with b: readers see the old file or the new

@@ -21,9 +21,12 @@
 // deregistering. [Tenants], also optional, opens registries of other
 // tenants for TenantIsolation.
 //
-// Every check uses services named "conf-<random>-…". So the suite never
-// touches other data in a shared deployment. It deregisters what it
-// registered. A failure names the contract that was broken.
+// Every check uses services named "conf-<start>-<run>-<random>-…". So the
+// suite never touches other data in a shared deployment. It deregisters
+// what it registered. Under RunChecks every record's TTL is at most
+// [MaxRecordTTL], so a killed run leaves nothing lasting, and
+// [CleanLeftovers] removes what runs killed earlier left. A failure names
+// the contract that was broken.
 package conformance
 
 import (

@@ -2,8 +2,6 @@ package conformance
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"runtime"
@@ -54,6 +52,9 @@ func Names() []string {
 type suite struct {
 	h   Harness
 	cfg Config
+	// maxTTL, when set, is the longest TTL the run may write
+	// (MaxRecordTTL under RunChecks): its drivers refuse longer ones.
+	maxTTL time.Duration
 }
 
 // Run runs every check as a subtest of t, named after the check
@@ -104,8 +105,19 @@ type Result struct {
 // RunChecks runs the checks outside "go test", one at a time, and reports
 // each result to report as it finishes. Names filters the checks to run
 // (all when empty). It is what "roster conformance URL" uses.
+//
+// Every record it writes has a TTL of at most [MaxRecordTTL], and the
+// run's marker tells other runs that its records are live, so that
+// [CleanLeftovers] leaves them alone. So TTLEdges checks only the TTLs
+// within that bound, and a Config.TTL above it fails every check.
 func RunChecks(ctx context.Context, h Harness, names []string, report func(Result)) []Result {
-	s := &suite{h: h, cfg: h.Config().withDefaults()}
+	s := &suite{h: h, cfg: h.Config().withDefaults(), maxTTL: MaxRecordTTL}
+	if r, err := s.newRegistry(ctx); err == nil {
+		// Without the marker, other runs may clean this run's records
+		// after two minutes; the checks then fail, which says enough.
+		_ = holdMarker(ctx, r)
+		defer r.Close()
+	}
 	want := map[string]bool{}
 	for _, n := range names {
 		want[n] = true
@@ -209,7 +221,25 @@ func (s *suite) wrap(d driver.Driver, err error) (*registry.Registry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.maxTTL > 0 {
+		d = boundedDriver{d, s.maxTTL}
+	}
 	return registry.New(d, s.options()...), nil
+}
+
+// boundedDriver refuses to write a record that would outlive a killed
+// run by more than max.
+type boundedDriver struct {
+	driver.Driver
+	max time.Duration
+}
+
+func (d boundedDriver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
+	if ttl > d.max {
+		return nil, fmt.Errorf("conformance: %s/%s: TTL %v is above the run's bound of %v, not written: %w",
+			inst.Service, inst.ID, ttl, d.max, registry.ErrInvalid)
+	}
+	return d.Driver.Register(ctx, inst, ttl)
 }
 
 // newRegistry wraps a new driver of the harness.
@@ -250,13 +280,6 @@ func (s *suite) openWith(t TB, open func(context.Context) (*registry.Registry, e
 	}
 	t.Cleanup(func() { _ = r.Close() })
 	return r
-}
-
-// service returns a fresh service name unique to this run.
-func service(base string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return "conf-" + hex.EncodeToString(b[:]) + "-" + base
 }
 
 var portMu sync.Mutex

@@ -39,6 +39,7 @@ type clientConfig struct {
 	mp           metric.MeterProvider
 	quarantine   *Quarantine
 	firstTimeout time.Duration
+	idle         time.Duration
 }
 
 // WithSelector sets the selector options (strategy, filters) used for
@@ -92,6 +93,15 @@ func withFirstSnapshotTimeout(d time.Duration) Option {
 	return func(c *clientConfig) { c.firstTimeout = d }
 }
 
+// defaultServiceIdle is how long a service no call asked for stays
+// followed. So a client that calls ever new names (an agent picking for
+// its host's programs, say) follows only those in use.
+const defaultServiceIdle = 10 * time.Minute
+
+// withServiceIdle replaces defaultServiceIdle. With d 0 or less no
+// sweep runs on its own: tests call Client.sweep (export_test.go).
+func withServiceIdle(d time.Duration) Option { return func(c *clientConfig) { c.idle = d } }
+
 // WithTracerProvider and WithMeterProvider set the OpenTelemetry providers
 // (default: the global ones, no-ops until an SDK is installed).
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *clientConfig) { c.tp = tp } }
@@ -114,12 +124,18 @@ type Client struct {
 	mu       sync.Mutex
 	closed   bool
 	services map[string]*service
+
+	// epoch counts idle sweeps; a call stamps its service with it, so
+	// the hot path reads no clock. Guarded by mu.
+	epoch     int64
+	stopSweep chan struct{}
+	swept     chan struct{}
 }
 
 // NewClient returns a Client that discovers services in reg. It does not
 // own reg: close the Client before the Registry.
 func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
-	cfg := clientConfig{firstTimeout: 10 * time.Second}
+	cfg := clientConfig{firstTimeout: 10 * time.Second, idle: defaultServiceIdle}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -156,7 +172,64 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	}
 	c.chain = Chain(c.attempt, mw...)
 	c.pool.New = func() any { r := &Request{}; r.reset(); return r }
+	c.stopSweep, c.swept = make(chan struct{}), make(chan struct{})
+	if cfg.idle > 0 {
+		go c.sweepEvery(cfg.idle / 2)
+	} else {
+		close(c.swept)
+	}
 	return c, nil
+}
+
+// sweepEvery runs sweep each period until Close.
+func (c *Client) sweepEvery(period time.Duration) {
+	defer close(c.swept)
+	t := time.NewTicker(max(period, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stopSweep:
+			return
+		case <-t.C:
+			c.sweep()
+		}
+	}
+}
+
+// sweep starts a new epoch and stops following the services no call
+// asked for in the last two whole ones. At a sweep every idle/2, that is
+// a service idle for between idle and 1.5×idle. Its watch is closed; the
+// next call follows it again. Two kinds are kept however idle. One still
+// waiting for its first snapshot, so that no call waiting for it fails.
+// One served stale, so that an outage of the registry never costs it the
+// instances it last knew.
+func (c *Client) sweep() {
+	c.mu.Lock()
+	c.epoch++
+	var idle []*service
+	for name, s := range c.services {
+		if s.used <= c.epoch-3 && isClosed(s.ready) && s.staleAt.Load() == 0 {
+			delete(c.services, name)
+			idle = append(idle, s)
+		}
+	}
+	c.mu.Unlock()
+	for _, s := range idle {
+		s.stop()
+		c.tel.forget(s.name)
+		if c.cfg.quarantine == nil { // the client's own: nobody else asks it about s
+			c.q.drop(s.name)
+		}
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // defaultChain is throttle, retry, quarantine: the throttle judges whole
@@ -323,6 +396,8 @@ func (c *Client) Close() error {
 	svcs := c.services
 	c.services = map[string]*service{}
 	c.mu.Unlock()
+	close(c.stopSweep)
+	<-c.swept
 	for _, s := range svcs {
 		s.stop()
 	}
@@ -355,6 +430,7 @@ func (c *Client) service(ctx context.Context, name string) (*service, error) {
 		c.services[name] = s
 		created = true
 	}
+	s.used = c.epoch
 	c.mu.Unlock()
 	if !created {
 		select {
@@ -399,6 +475,7 @@ type service struct {
 	ready     chan struct{} // closed when the first usable snapshot is in
 	readyOnce sync.Once
 	staleAt   atomic.Int64 // monoNow when the served state went stale; 0 fresh
+	used      int64        // the client's epoch at the last call; c.mu held
 
 	cancel    context.CancelFunc
 	done      chan struct{} // follow ended

@@ -43,3 +43,17 @@ func (c *Client) Pick(ctx context.Context, service string, o selector.PickOption
 func Report(ctx context.Context, p mwhook.Pending, class Class, latency time.Duration) {
 	report(ctx, p, class, latency)
 }
+
+// WithServiceIdle replaces the 10 minutes a service may go uncalled
+// before the client stops following it; 0 or less: sweeps only by Sweep.
+func WithServiceIdle(d time.Duration) Option { return withServiceIdle(d) }
+
+// Sweep runs one idle sweep, as the client does every idle/2.
+func (c *Client) Sweep() { c.sweep() }
+
+// Followed is how many services the client follows.
+func (c *Client) Followed() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.services)
+}

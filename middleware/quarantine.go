@@ -256,6 +256,9 @@ func (q *Quarantine) Ejected(service string) []string {
 
 // forget drops the state of instances that left the service, so that a
 // new instance reusing an ID starts clean and memory stays bounded.
+// drop forgets everything about service, which nobody calls any more.
+func (q *Quarantine) drop(service string) { q.services.Delete(service) }
+
 func (q *Quarantine) forget(service string, keep func(id string) bool) {
 	sv, ok := q.services.Load(service)
 	if !ok {

@@ -147,6 +147,13 @@ func (t *telemetry) setStale(service string, since int64) {
 	t.mu.Unlock()
 }
 
+// forget drops a service no longer followed from the staleness gauge.
+func (t *telemetry) forget(service string) {
+	t.mu.Lock()
+	delete(t.staleSince, service)
+	t.mu.Unlock()
+}
+
 func (t *telemetry) close() {
 	if t.reg != nil {
 		_ = t.reg.Unregister()

@@ -4,8 +4,8 @@
 #   - redis-server from Debian's packages (apt-get) when it is missing;
 #   - ZooKeeper 3.8 from Debian's zookeeper package (apt-get, with its Java
 #     runtime) when it is missing; tests run it as a plain JVM process;
-#   - php-cli, php-curl, python3 and chromium likewise (roster agent's
-#     example clients and dashboard test);
+#   - php-cli, php-curl, python3, chromium and nginx likewise (roster
+#     agent's example clients, dashboard and template tests);
 #   - a Consul agent (v1.13.9, MPL-2.0) built once from the Go module proxy
 #     into $ROSTER_CACHE (default ~/.cache/roster), reused afterwards;
 #   - kube-apiserver v1.34.2 (Apache-2.0), built the same way (tools/kube);
@@ -46,6 +46,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v php >/dev/null 2>&1 && php -r 'exit(function_exists("curl_init") ? 0 : 1);' || missing+=(php-cli php-curl)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# nginx for the template test's nginx -t. On a host with systemd, Debian
+# starts its service too: systemctl disable --now nginx if unwanted.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] || lean+=(zookeeper libslf4j-java)
 if [ $((${#missing[@]} + ${#lean[@]})) -gt 0 ]; then
 	echo "== installing ${missing[*]} ${lean[*]} (apt)"

@@ -34,9 +34,26 @@ type agentFlags struct {
 	passEnv     []string
 	socketMode  os.FileMode
 	debounce    time.Duration
+	// The agent's bounds, agent.Config's fields of the same names.
+	readTimeout, writeTimeout, idleTimeout, serviceIdle time.Duration
+	maxConns, maxServices, maxTokens                    int
+}
+
+// config is the agent.Config the flags describe.
+func (fl agentFlags) config(reg *registry.Registry) agent.Config {
+	return agent.Config{Registry: reg, Strategy: selector.Strategy(fl.strategy), TokenTTL: fl.tokenTTL,
+		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir,
+		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
+		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle}
 }
 
 func newAgent() *cobra.Command {
+	cmd, _ := newAgentCmd()
+	return cmd
+}
+
+// newAgentCmd returns the agent command and the flags it parses into.
+func newAgentCmd() (*cobra.Command, *agentFlags) {
 	var fl agentFlags
 	cmd := &cobra.Command{
 		Use:   "agent --registry URL [--listen 127.0.0.1:PORT | unix:/path]",
@@ -75,7 +92,19 @@ See docs/agent.md for the API.`,
 	passEnvVar(f, &fl.passEnv, "--exec")
 	modeVar(f, &fl.socketMode, "socket-mode", 0o660, "permissions of the --listen unix: socket, whatever the umask")
 	durationVar(f, &fl.debounce, "debounce", 200*time.Millisecond, time.Millisecond, time.Minute, "quiet time before re-rendering the templates after a change")
-	return cmd
+	durationVar(f, &fl.readTimeout, "read-timeout", 30*time.Second, 100*time.Millisecond, maxTimeout,
+		"how long a client may take to send a request, headers and body; a trickling one is cut off")
+	durationVar(f, &fl.writeTimeout, "write-timeout", 30*time.Second, 100*time.Millisecond, maxTimeout,
+		"how long writing an answer may take once it is due (a long poll's when its wait ends)")
+	durationVar(f, &fl.idleTimeout, "idle-timeout", 2*time.Minute, 100*time.Millisecond, maxTimeout,
+		"how long a kept-alive connection may wait between requests")
+	intVar(f, &fl.maxConns, "max-conns", 1024, 1, 1<<20, "connections open at a time; more wait to be accepted")
+	intVar(f, &fl.maxServices, "max-services", 1024, 1, 1<<20,
+		"services followed for clients, and local registrations; one more is 429 too_many")
+	intVar(f, &fl.maxTokens, "max-tokens", 1<<16, 1, 1<<24, "pick tokens waiting for a report; past it the oldest expires")
+	durationVar(f, &fl.serviceIdle, "service-idle", 5*time.Minute, time.Second, 24*time.Hour,
+		"how long a service no pick or long poll asked for stays followed")
+	return cmd, &fl
 }
 
 func (fl agentFlags) validate() ([]agent.Template, error) {
@@ -140,8 +169,7 @@ func runAgent(cmd *cobra.Command, fl agentFlags) error {
 		return err
 	}
 	defer reg.Close()
-	a, err := agent.New(agent.Config{Registry: reg, Strategy: selector.Strategy(fl.strategy), TokenTTL: fl.tokenTTL,
-		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir})
+	a, err := agent.New(fl.config(reg))
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func TestFlagLimits(t *testing.T) {
 		{reg(mem, "--check-http", "localhost:8080/healthz"), []string{"--check-http", "http:// or https://"}},
 		{reg(mem, "--check-http", "ftp://127.0.0.1/healthz"), []string{"--check-http", "http:// or https://"}},
 		{reg(mem, "--meta", "novalue"), []string{"--meta", "key=value"}},
-		{[]string{"conformance", mem, "--ttl", "-1s"}, []string{`"--ttl"`, "from 0s to 1h"}},
+		{[]string{"conformance", mem, "--ttl", "-1s"}, []string{`"--ttl"`, "from 0s to 30s"}},
 		{[]string{"conformance", mem, "--ttl", "5ms"}, []string{"--ttl", "below this backend's minimum of 10ms"}},
 		{[]string{"conformance", etcd, "--ttl", "1s"}, []string{"--ttl", "below this backend's minimum of 2s"}},
 		{[]string{"conformance", mem, "--expiry-slack", "0s"}, []string{`"--expiry-slack"`, "from 10ms to 1h"}},

@@ -65,8 +65,11 @@ func newConformance() *cobra.Command {
 		Long: `conformance runs Roster's backend conformance suite against the registry at URL
 (or --registry, $ROSTER_REGISTRY) and prints one line per check.
 
-It only touches services named conf-<random>-…, and deregisters what it
-registers. Checks that need control of the server (restart, wipe, partition,
+It only touches services named conf-<start>-<run>-…, and deregisters what it
+registers. Every record it writes has a TTL of at most 30s, so a run killed
+outright leaves nothing listed for longer. It first removes what earlier runs
+killed that way left: records of runs older than two minutes whose marker
+(conf-<start>-<run>-run) is gone, and conf-<8 hex>-… records of older versions. Checks that need control of the server (restart, wipe, partition,
 deleting keys by hand) are reported as not run. Notes the backend gives about
 the deployment (say, Redis without keyspace notifications) are printed before
 the results (on stderr with --json). The exit status is 1 if any check fails.`,
@@ -83,7 +86,8 @@ the results (on stderr with --json). The exit status is 1 if any check fails.`,
 		},
 	}
 	f := cmd.Flags()
-	durationVar(f, &cr.cfg.TTL, "ttl", 0, 0, maxTimeout, "TTL of the liveness checks, up to 1h and at least the backend's minimum (default max(3s, the backend's minimum))")
+	durationVar(f, &cr.cfg.TTL, "ttl", 0, 0, conformance.MaxRecordTTL,
+		"TTL of the liveness checks, up to 30s and at least the backend's minimum (default max(3s, the backend's minimum))")
 	durationVar(f, &cr.cfg.ExpirySlack, "expiry-slack", 1500*time.Millisecond, 10*time.Millisecond, maxTimeout,
 		"how late after its TTL a crashed instance may disappear (10ms to 1h)")
 	durationVar(f, &cr.cfg.Propagation, "propagation", 2*time.Second, 10*time.Millisecond, maxTimeout,
@@ -120,6 +124,8 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 	if err != nil {
 		return err
 	}
+	h := urlHarness{u, cr.cfg}
+	notes = append(notes, cleanLeftovers(cmd.Context(), h)...)
 	out := cmd.OutOrStdout()
 	row := rowPrinter(out, names)
 	if !cr.asJSON {
@@ -135,7 +141,7 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 	}
 	var passed, failed, notRun int
 	rows := []resultJSON{}
-	conformance.RunChecks(cmd.Context(), urlHarness{u, cr.cfg}, names, func(r conformance.Result) {
+	conformance.RunChecks(cmd.Context(), h, names, func(r conformance.Result) {
 		res := "pass"
 		switch {
 		case r.Skipped:
@@ -164,6 +170,20 @@ func (cr *conformanceCmd) run(cmd *cobra.Command, u string) error {
 		return exitError{1}
 	}
 	return nil
+}
+
+// cleanLeftovers removes what earlier killed runs left, and returns a
+// note saying so when there was any.
+func cleanLeftovers(ctx context.Context, h urlHarness) []string {
+	cleaned, err := conformance.CleanLeftovers(ctx, h)
+	if len(cleaned) == 0 && err == nil {
+		return nil
+	}
+	note := fmt.Sprintf("removed what earlier killed runs left in %d services", len(cleaned))
+	if err != nil {
+		note += fmt.Sprintf(" (not all: %v)", err)
+	}
+	return []string{note}
 }
 
 // sharedMem rewrites "mem://", which opens a private server for each
