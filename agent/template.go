@@ -53,6 +53,9 @@ type TemplateConfig struct {
 //	service "name"   the instances of a service ([]registry.Instance; the
 //	                 last good list while the registry fails)
 //	stale "name"     whether that list is stale
+//	endpoint I "n"   the address of instance I's endpoint n, as
+//	                 registry.Instance.Endpoint resolves it; "" when I
+//	                 serves no n (so {{with}} skips it)
 //
 // A template that does not parse or whose first render fails is an error
 // at once; a later render error is logged and leaves the file as it is.
@@ -112,6 +115,7 @@ func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.
 			in, err := a.lookup(ctx, name)
 			return in.Stale, err
 		},
+		"endpoint": endpointAddress,
 	}
 	out := make([]*template.Template, 0, len(ts))
 	for _, t := range ts {
@@ -126,6 +130,12 @@ func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.
 		out = append(out, tpl)
 	}
 	return out, nil
+}
+
+// endpointAddress is the templates' endpoint function.
+func endpointAddress(in registry.Instance, name string) string {
+	e, _ := in.Endpoint(name) // the zero Endpoint when in serves no name
+	return e.Address
 }
 
 // lookup returns a service's current list, waiting for the first one.

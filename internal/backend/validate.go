@@ -203,6 +203,11 @@ func validateEndpoints(eps []driver.Endpoint) error {
 	return nil
 }
 
+// ValidateEndpointName checks a name a caller asks for, such as the
+// agent's pick ?endpoint=, as a registration's names are checked. The
+// error names field.
+func ValidateEndpointName(field, name string) error { return validateEndpointName(field, name) }
+
 // validateEndpointName checks an IANA service name as Kubernetes does
 // for port names: [a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?.
 func validateEndpointName(field, name string) error {
