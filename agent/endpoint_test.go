@@ -119,3 +119,26 @@ func TestTemplateEndpoint(t *testing.T) {
 		t.Errorf("rendered %q, want %q: the http ports, and not grpc-only's", got, want)
 	}
 }
+
+// TestRegisterEndpoints: a local registration announces its endpoints,
+// and a pick by name reaches them.
+func TestRegisterEndpoints(t *testing.T) {
+	f := newMemFixture(t, agent.Config{})
+	var in registry.Instance
+	body := map[string]any{"service": "web", "ttl": "10s", "endpoints": []map[string]string{
+		{"name": "http", "address": "127.0.0.1:8080"}, {"name": "grpc", "address": "LOCALHOST:9090", "protocol": "grpc"}}}
+	if st := do(t, "POST", f.url+"/v1/register", body, &in); st != http.StatusOK {
+		t.Fatalf("register: %d", st)
+	}
+	if in.Address != "127.0.0.1:8080" || len(in.Endpoints) != 2 || in.Endpoints[1].Address != "localhost:9090" {
+		t.Fatalf("registered %+v, want the first endpoint as primary and canonical addresses", in)
+	}
+	if p := f.pick(agent.PickRequest{Service: "web", Endpoint: "grpc"}); p.Endpoint != in.Endpoints[1] {
+		t.Errorf("pick grpc: %+v, want %+v", p.Endpoint, in.Endpoints[1])
+	}
+	var e agent.Error
+	bad := map[string]any{"service": "web", "address": "127.0.0.1:1", "endpoints": []map[string]string{{"name": "Bad", "address": "127.0.0.1:2"}}}
+	if st := do(t, "POST", f.url+"/v1/register", bad, &e); st != http.StatusBadRequest || !contains(e.Error, "endpoints[0].name") {
+		t.Errorf("register with a bad endpoint name: %d %+v", st, e)
+	}
+}
