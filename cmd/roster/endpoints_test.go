@@ -34,9 +34,11 @@ func TestRegisterEndpointsOnce(t *testing.T) {
 	}
 	defer w.Close()
 	httpPort, grpcPort := portSaying(t, "hello from http"), portSaying(t, "hello from grpc")
-	// An instance whose one port is a named grpc one serves no http.
-	if _, err := reg.Register(context.Background(), registry.Instance{ID: "grpc-only", Service: "api", Address: "127.0.0.1:1",
-		Endpoints: []registry.Endpoint{{Name: "grpc", Address: "127.0.0.1:1"}}}); err != nil {
+	// An instance whose one port is a named grpc one serves no http. It
+	// answers, so that a call sent there shows, not just fails over.
+	grpcOnly := "127.0.0.1" + portSaying(t, "hello from grpc-only")
+	if _, err := reg.Register(context.Background(), registry.Instance{ID: "grpc-only", Service: "api", Address: grpcOnly,
+		Endpoints: []registry.Endpoint{{Name: "grpc", Address: grpcOnly}}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -52,8 +54,8 @@ func TestRegisterEndpointsOnce(t *testing.T) {
 		t.Fatalf("registered %+v, want the primary grpc and endpoints %+v", sidecar, wantEps)
 	}
 
-	checkLsEndpoints(t, url, sidecar)
-	checkPickEndpoints(t, url, sidecar)
+	checkLsEndpoints(t, url, sidecar, grpcOnly)
+	checkPickEndpoints(t, url, sidecar, grpcOnly)
 
 	agent := startAgent(t, "--registry", url, "--strategy", "round_robin")
 	for _, c := range []struct{ endpoint, want string }{{"grpc", wantEps[0].Address}, {"http", wantEps[1].Address}} {
@@ -62,7 +64,7 @@ func TestRegisterEndpointsOnce(t *testing.T) {
 			p := agentPick(t, agent.url, c.endpoint)
 			want := c.want
 			if p.Instance.ID == "grpc-only" {
-				want = "127.0.0.1:1"
+				want = grpcOnly
 			}
 			if p.Endpoint.Address != want || p.Endpoint.Name != c.endpoint {
 				t.Fatalf("agent pick endpoint=%s: %s at %+v, want %s", c.endpoint, p.Instance.ID, p.Endpoint, want)
@@ -73,18 +75,23 @@ func TestRegisterEndpointsOnce(t *testing.T) {
 			t.Errorf("agent picks of endpoint=%s: %v", c.endpoint, seen)
 		}
 	}
-	for name, argv := range map[string][]string{
+	clients := map[string][]string{
 		"php":    {"php", "../../examples/php/client.php"},
 		"python": {"python3", "../../examples/python/roster_agent.py"},
-	} {
-		lines, err := runClientArgs(t, agent.url, t.TempDir(), argv, 20, "endpoint=http")
+	}
+	caches := map[string]string{}
+	for name, argv := range clients {
+		caches[name] = t.TempDir()
+		lines, err := runClientArgs(t, agent.url, caches[name], argv, 20, "endpoint=http")
 		t.Logf("%s client, endpoint=http: %d calls, the first %q", name, len(lines), lines[0])
-		for _, l := range lines {
-			if l != "ok "+sidecar.ID+" hello from http" {
-				t.Errorf("%s client, endpoint=http: %q (exit %v), want every call on the http port", name, l, err)
-				break
-			}
-		}
+		checkCalls(t, name, lines, err, "ok "+sidecar.ID+" hello from http")
+	}
+	// With the agent down, the clients pick from the list they saved, by
+	// the same rule: grpc-only, whose one port is grpc, is never called.
+	agent.stop(t)
+	for name, argv := range clients {
+		lines, err := runClientArgs(t, agent.url, caches[name], argv, 20, "endpoint=http")
+		checkCalls(t, name+" (agent down)", lines, err, "fallback "+sidecar.ID+" hello from http")
 	}
 
 	start := time.Now()
@@ -104,6 +111,17 @@ func TestRegisterEndpointsOnce(t *testing.T) {
 	}
 	if snap := waitListed(t, w, 1, 10*time.Second); snap.Instances[0].ID != "grpc-only" {
 		t.Errorf("left listed: %+v", snap.Instances)
+	}
+}
+
+// checkCalls fails unless every line of a client run is want.
+func checkCalls(t *testing.T, client string, lines []string, err error, want string) {
+	t.Helper()
+	for _, l := range lines {
+		if l != want {
+			t.Errorf("%s client, endpoint=http: %q (exit %v), want every call on the http port", client, l, err)
+			return
+		}
 	}
 }
 
@@ -127,7 +145,7 @@ func sidecarID(t *testing.T, snap registry.Snapshot) string {
 
 // checkLsEndpoints: roster ls lists the instance once, with both
 // endpoints, in text and in JSON.
-func checkLsEndpoints(t *testing.T, url string, in registry.Instance) {
+func checkLsEndpoints(t *testing.T, url string, in registry.Instance, grpcOnly string) {
 	t.Helper()
 	out, errOut, code := run(t, 20*time.Second, "ls", "api", "--registry", url)
 	rows := strings.Split(strings.TrimSpace(out), "\n")
@@ -138,7 +156,7 @@ func checkLsEndpoints(t *testing.T, url string, in registry.Instance) {
 	}
 	for _, r := range rows[1:] {
 		f := strings.Fields(r)
-		if f[0] == in.ID && f[2] != want || f[0] == "grpc-only" && f[2] != "grpc=127.0.0.1:1" {
+		if f[0] == in.ID && f[2] != want || f[0] == "grpc-only" && f[2] != "grpc="+grpcOnly {
 			t.Errorf("ls api row %q, want the endpoints %s", r, want)
 		}
 	}
@@ -154,7 +172,7 @@ func checkLsEndpoints(t *testing.T, url string, in registry.Instance) {
 
 // checkPickEndpoints: roster pick --endpoint picks only instances that
 // serve the name, and shows that endpoint's address.
-func checkPickEndpoints(t *testing.T, url string, in registry.Instance) {
+func checkPickEndpoints(t *testing.T, url string, in registry.Instance, grpcOnly string) {
 	t.Helper()
 	out, errOut, code := run(t, 20*time.Second, "pick", "api", "--endpoint", "http", "--count", "50", "--json", "--registry", url)
 	var rows []struct {
@@ -169,7 +187,7 @@ func checkPickEndpoints(t *testing.T, url string, in registry.Instance) {
 		t.Errorf("pick --endpoint http: %+v, want 50 picks of %s at %+v", r, in.ID, in.Endpoints[1])
 	}
 	out, _, code = run(t, 20*time.Second, "pick", "api", "--endpoint", "grpc", "--strategy", "round_robin", "--count", "10", "--registry", url)
-	if code != 0 || !strings.Contains(out, in.Endpoints[0].Address) || !strings.Contains(out, "127.0.0.1:1 ") || strings.Contains(out, in.Endpoints[1].Address) {
+	if code != 0 || !strings.Contains(out, in.Endpoints[0].Address) || !strings.Contains(out, grpcOnly+" ") || strings.Contains(out, in.Endpoints[1].Address) {
 		t.Errorf("pick --endpoint grpc: exit %d\n%s", code, out)
 	}
 	if _, errOut, code := run(t, 20*time.Second, "pick", "api", "--endpoint", "GRPC", "--registry", url); code != 1 || !strings.Contains(errOut, "--endpoint") {
