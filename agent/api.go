@@ -387,6 +387,9 @@ func classify(err error) (int, string) {
 		return http.StatusServiceUnavailable, "stale"
 	case errors.Is(err, registry.ErrUnavailable):
 		return http.StatusServiceUnavailable, "unavailable"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// The request ended while the registry's first answer was awaited.
+		return http.StatusServiceUnavailable, "unavailable"
 	case errors.Is(err, registry.ErrClosed):
 		return http.StatusServiceUnavailable, "closed"
 	}

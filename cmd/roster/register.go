@@ -34,7 +34,7 @@ func newRegister() *cobra.Command {
 		endpoints     []string
 	)
 	cmd := &cobra.Command{
-		Use:   "register --service S --addr HOST:PORT [--endpoint NAME=HOST:PORT…] [flags] [-- CMD ARGS…]",
+		Use:   "register --service S (--addr HOST:PORT | --endpoint NAME=HOST:PORT…) [flags] [-- CMD ARGS…]",
 		Short: "Keep a process registered: a sidecar for non-Go services",
 		Long: `register announces an instance and keeps it alive with heartbeats.
 
