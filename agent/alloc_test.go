@@ -20,9 +20,10 @@ import (
 func TestWireDoesNotAllocate(t *testing.T) {
 	tok := tokenID{seq: 12345, key: [keyLen]byte{1, 2, 3}}
 	in := registry.Instance{ID: "i-1", Service: "api", Address: "10.0.0.1:80", Version: "v1", Tags: []string{"a"},
-		Metadata: map[string]string{"b": "2", "a": "1"}}
+		Metadata:  map[string]string{"b": "2", "a": "1"},
+		Endpoints: []registry.Endpoint{{Name: "http", Address: "10.0.0.1:80"}, {Name: "grpc", Address: "10.0.0.1:90", Protocol: "grpc"}}}
 	buf := make([]byte, 0, 1024)
-	if n := testing.AllocsPerRun(1000, func() { buf = appendPick(buf[:0], tok, &in, false) }); n != 0 {
+	if n := testing.AllocsPerRun(1000, func() { buf = appendPick(buf[:0], tok, &in, in.Endpoints[1], false) }); n != 0 {
 		t.Errorf("appendPick allocates %.1f times, want 0", n)
 	}
 	pick := []byte(`{"service":"api","strategy":"p2c"}`)

@@ -120,13 +120,17 @@ type pickRequest struct {
 	Version  string   `json:"version,omitempty"`  // only instances of this version
 	Zone     string   `json:"zone,omitempty"`     // only instances in this zone
 	Tags     []string `json:"tags,omitempty"`     // only instances with all of these tags
+	// Endpoint names the port to call, such as "grpc": only instances
+	// that serve it, as registry.Instance.Endpoint decides.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // pickResponse is the answer of POST /v1/pick.
 type pickResponse struct {
 	Token    string            `json:"token"` // give it back in the report
 	Instance registry.Instance `json:"instance"`
-	Stale    bool              `json:"stale"` // picked from the last good list while the registry fails
+	Endpoint registry.Endpoint `json:"endpoint"` // the port to call: the one asked for, or the primary
+	Stale    bool              `json:"stale"`    // picked from the last good list while the registry fails
 }
 
 // jsonCall serves call over HTTP: the request body is its JSON argument,
@@ -153,7 +157,8 @@ func (a *Agent) pickToken(ctx context.Context, req pickRequest) (pickResponse, e
 	if err != nil {
 		return pickResponse{}, err
 	}
-	return pickResponse{Token: id.String(), Instance: p.Instance, Stale: p.Stale}, nil
+	e, _ := p.Instance.Endpoint(req.Endpoint) // the pick excluded the instances without it
+	return pickResponse{Token: id.String(), Instance: p.Instance, Endpoint: e, Stale: p.Stale}, nil
 }
 
 // handlePick serves POST /v1/pick, the hot path: see wire.go.
@@ -170,7 +175,8 @@ func (a *Agent) handlePick(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	*buf = appendPick((*buf)[:0], id, &p.Instance, p.Stale)
+	e, _ := p.Instance.Endpoint(req.Endpoint) // the pick excluded the instances without it
+	*buf = appendPick((*buf)[:0], id, &p.Instance, e, p.Stale)
 	writeBody(w, http.StatusOK, *buf)
 }
 
@@ -187,6 +193,11 @@ func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, toke
 	if err := backend.ValidateService(req.Service); err != nil {
 		return mwhook.Pending{}, tokenID{}, err
 	}
+	if req.Endpoint != "" {
+		if err := backend.ValidateEndpointName("endpoint", req.Endpoint); err != nil {
+			return mwhook.Pending{}, tokenID{}, err
+		}
+	}
 	if _, err := a.view(req.Service); err != nil { // the dashboard and metrics show what is picked from
 		return mwhook.Pending{}, tokenID{}, err
 	}
@@ -195,6 +206,9 @@ func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, toke
 		return mwhook.Pending{}, tokenID{}, err
 	}
 	p, err := mwhook.Pick(c, ctx, req.Service, selector.PickOptions{Key: req.Key, Exclude: req.excludes()})
+	if errors.Is(err, selector.ErrAllExcluded) && req.Endpoint != "" {
+		err = fmt.Errorf("%w by the filters and endpoint %q", err, req.Endpoint)
+	}
 	if err != nil {
 		return mwhook.Pending{}, tokenID{}, err
 	}
@@ -206,23 +220,29 @@ func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, toke
 // excludes returns the routing filter of a pick request, or nil. It
 // copies the filter out of req, so that req stays on the stack: the pick
 // goes through a function value, past which escape analysis cannot see.
+// The endpoint is filtered here until the selector routes by it.
 func (req *pickRequest) excludes() func(*registry.Instance) bool {
-	if req.Version == "" && req.Zone == "" && len(req.Tags) == 0 {
+	if req.Version == "" && req.Zone == "" && len(req.Tags) == 0 && req.Endpoint == "" {
 		return nil
 	}
-	f := &routeFilter{req.Version, req.Zone, req.Tags}
+	f := &routeFilter{req.Version, req.Zone, req.Endpoint, req.Tags}
 	return f.excluded
 }
 
 // routeFilter is the hard routing filter of one pick request.
 type routeFilter struct {
-	version, zone string
-	tags          []string
+	version, zone, endpoint string
+	tags                    []string
 }
 
 func (f *routeFilter) excluded(in *registry.Instance) bool {
 	if f.version != "" && in.Version != f.version || f.zone != "" && in.Zone != f.zone {
 		return true
+	}
+	if f.endpoint != "" {
+		if _, ok := in.Endpoint(f.endpoint); !ok {
+			return true
+		}
 	}
 	for _, t := range f.tags {
 		if !slices.Contains(in.Tags, t) {
@@ -366,6 +386,9 @@ func classify(err error) (int, string) {
 	case errors.Is(err, middleware.ErrStale):
 		return http.StatusServiceUnavailable, "stale"
 	case errors.Is(err, registry.ErrUnavailable):
+		return http.StatusServiceUnavailable, "unavailable"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// The request ended while the registry's first answer was awaited.
 		return http.StatusServiceUnavailable, "unavailable"
 	case errors.Is(err, registry.ErrClosed):
 		return http.StatusServiceUnavailable, "closed"

@@ -19,7 +19,7 @@
 //
 //	GET    /v1/services               the registry's services
 //	GET    /v1/services/{service}     its instances (?index=N&wait=30s long-polls)
-//	POST   /v1/pick                   {"service", filters} → {"token","instance","stale"}
+//	POST   /v1/pick                   {"service", filters, "endpoint"} → {"token","instance","endpoint","stale"}
 //	POST   /v1/report                 {"token","outcome","latency_ms"} → 204
 //	POST   /v1/register               a local registration, held as a lease
 //	GET    /v1/register               the local registrations
@@ -28,7 +28,7 @@
 //	GET    /metrics                   Prometheus, through OpenTelemetry
 //	GET    /                          the dashboard
 //
-// Routing filters (version, zone, tags) are hard. A pick never returns an
+// Routing filters (version, zone, tags, endpoint) are hard. A pick never returns an
 // instance they reject, and fails with 503 when none is left. A token is
 // reported once. Its pick counts in flight for at most
 // selector.DefaultInflightBound, so a worker that died mid-call does not

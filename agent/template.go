@@ -55,6 +55,9 @@ type TemplateConfig struct {
 //	                 last good list while the registry fails)
 //	stale "name"     whether that list is stale
 //	quote VALUE      VALUE as one double-quoted string, \ and " escaped
+//	endpoint I "n"   the address of instance I's endpoint n, as
+//	                 registry.Instance.Endpoint resolves it; "" when I
+//	                 serves no n (so {{with}} skips it)
 //
 // Registrants choose what a template prints, so every value printed must
 // hold only letters, digits and . : - _ / + = , @ % [ ], or come from
@@ -120,6 +123,7 @@ func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.
 			in, err := a.lookup(ctx, name)
 			return in.Stale, err
 		},
+		"endpoint": endpointAddress,
 	}
 	for k, f := range safeFuncs {
 		funcs[k] = f
@@ -138,6 +142,12 @@ func (a *Agent) parseTemplates(ctx context.Context, ts []Template) ([]*template.
 		out = append(out, tpl)
 	}
 	return out, nil
+}
+
+// endpointAddress is the templates' endpoint function.
+func endpointAddress(in registry.Instance, name string) string {
+	e, _ := in.Endpoint(name) // the zero Endpoint when in serves no name
+	return e.Address
 }
 
 // lookup returns a service's current list, waiting for the first one.

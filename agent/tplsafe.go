@@ -94,6 +94,19 @@ func guard(t *template.Template) {
 	}
 }
 
+// constant reports whether a pipeline is one literal, such as {{"\n"}}.
+// The template's author wrote it, not a registrant.
+func constant(p *parse.PipeNode) bool {
+	if len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
+		return false
+	}
+	switch p.Cmds[0].Args[0].(type) {
+	case *parse.StringNode, *parse.NumberNode, *parse.BoolNode:
+		return true
+	}
+	return false
+}
+
 func guardNode(n parse.Node) {
 	switch n := n.(type) {
 	case *parse.ListNode:
@@ -104,7 +117,7 @@ func guardNode(n parse.Node) {
 			guardNode(c)
 		}
 	case *parse.ActionNode:
-		if len(n.Pipe.Decl) > 0 { // {{$x := …}} prints nothing
+		if len(n.Pipe.Decl) > 0 || constant(n.Pipe) { // {{$x := …}} prints nothing
 			return
 		}
 		id := parse.NewIdentifier(checkName).SetPos(n.Pos)

@@ -198,6 +198,8 @@ func decodePick(b []byte) (pickRequest, bool) {
 			dst = &req.Version
 		case "zone":
 			dst = &req.Zone
+		case "endpoint":
+			dst = &req.Endpoint
 		default:
 			return false
 		}
@@ -249,11 +251,13 @@ func outcomeName(v []byte) string {
 
 // appendPick appends the JSON of a pick answer, with the newline of
 // json.Encoder.
-func appendPick(b []byte, id tokenID, in *registry.Instance, stale bool) []byte {
+func appendPick(b []byte, id tokenID, in *registry.Instance, e registry.Endpoint, stale bool) []byte {
 	b = append(b, `{"token":"`...)
 	b = appendToken(b, id)
 	b = append(b, `","instance":`...)
 	b = appendInstance(b, in)
+	b = append(b, `,"endpoint":`...)
+	b = appendEndpoint(b, &e)
 	b = append(b, `,"stale":`...)
 	b = strconv.AppendBool(b, stale)
 	return append(b, "}\n"...)
@@ -284,6 +288,25 @@ func appendInstance(b []byte, in *registry.Instance) []byte {
 	if len(in.Metadata) > 0 {
 		b = append(b, `,"metadata":`...)
 		b = appendMap(b, in.Metadata)
+	}
+	if len(in.Endpoints) > 0 {
+		b = append(b, `,"endpoints":`...)
+		sep := byte('[')
+		for n := range in.Endpoints {
+			b = appendEndpoint(append(b, sep), &in.Endpoints[n])
+			sep = ','
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
+}
+
+// appendEndpoint appends e as encoding/json does.
+func appendEndpoint(b []byte, e *registry.Endpoint) []byte {
+	b = appendMember(b, '{', "name", e.Name)
+	b = appendMember(b, ',', "address", e.Address)
+	if e.Protocol != "" {
+		b = appendMember(b, ',', "protocol", e.Protocol)
 	}
 	return append(b, '}')
 }

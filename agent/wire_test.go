@@ -20,6 +20,7 @@ func FuzzDecodePick(f *testing.F) {
 		`{}`, `{"service":"api",}`, `{"service":"a\"pi"}`, `{"service":"ápi"}`, `{"Service":"api"}`,
 		`{"service":"api"}{"service":"web"}`, `{"service":"api"} x`, `{"service":"api","service":"web"}`,
 		`{"service":null}`, `{"service":1}`, `{"tags":["a"]}`, `{"bogus":"x"}`, `{"service":"a\u0001"}`, `{"service"`,
+		`{"service":"api","endpoint":"grpc"}`, `{"endpoint":"g\"rpc"}`, `{"Endpoint":"grpc"}`,
 	} {
 		f.Add(seed)
 	}
@@ -69,6 +70,9 @@ func FuzzAppendPick(f *testing.F) {
 		in := registry.Instance{ID: id, Service: service, Address: address, Version: version, Zone: zone, Weight: weight}
 		if tag != "" {
 			in.Tags = []string{tag, "z" + tag}
+			// Endpoints of hostile strings too: names and protocols
+			// are validated on registration, not on the way out.
+			in.Endpoints = []registry.Endpoint{{Name: tag, Address: address}, {Name: mk, Address: mv, Protocol: tag}}
 		}
 		if mk != "" {
 			in.Metadata = map[string]string{mk: mv, "m" + mk: mv + mv}
@@ -80,11 +84,15 @@ func FuzzAppendPick(f *testing.F) {
 func checkAppendPick(t *testing.T, in registry.Instance, stale bool, seq uint64) {
 	t.Helper()
 	tok := tokenID{seq: seq, key: [keyLen]byte{0xff, 1, 0xa0}}
+	e, _ := in.Endpoint("")
+	if len(in.Endpoints) > 0 {
+		e = in.Endpoints[len(in.Endpoints)-1]
+	}
 	var want bytes.Buffer
-	if err := json.NewEncoder(&want).Encode(pickResponse{Token: tok.String(), Instance: in, Stale: stale}); err != nil {
+	if err := json.NewEncoder(&want).Encode(pickResponse{Token: tok.String(), Instance: in, Endpoint: e, Stale: stale}); err != nil {
 		t.Fatal(err)
 	}
-	if got := appendPick(nil, tok, &in, stale); !bytes.Equal(got, want.Bytes()) {
+	if got := appendPick(nil, tok, &in, e, stale); !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("%+v:\n got %s\nwant %s", in, got, want.Bytes())
 	}
 }

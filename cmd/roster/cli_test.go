@@ -338,11 +338,13 @@ func TestUntrustedStringsEscaped(t *testing.T) {
 	evil := registry.Instance{
 		ID: "x\nforged-row 6.6.6.6:1", Service: "web", Address: "127.0.0.1:1\x1b[2J", Version: "1\r2", Zone: "\u202ez",
 		Weight: 1, Tags: []string{"t,u", "\x00"}, Metadata: map[string]string{"k": "v\nID ADDRESS", "a=b": "c,d"},
+		Endpoints: []registry.Endpoint{{Name: "h\nforged", Address: "1.2.3.4:5,x=6.6.6.6:1"}, {Name: "g", Address: "a:1", Protocol: "p/q\x1b[2J"}},
 	}
 	var tbl bytes.Buffer
 	printInstances(&tbl, []registry.Instance{evil})
 	changed := evil
 	changed.Version, changed.Tags = "v\x1b]0;title\x07", []string{"\n"}
+	changed.Endpoints = []registry.Endpoint{{Name: "\x1b[1m", Address: "\r"}}
 	prev := registry.Snapshot{Instances: []registry.Instance{evil}}
 	for out, lines := range map[string]int{
 		tbl.String(): 2, // the header and one row
@@ -353,7 +355,8 @@ func TestUntrustedStringsEscaped(t *testing.T) {
 	} {
 		assertNoControls(t, strings.TrimSuffix(out, "\n"), lines)
 	}
-	for _, want := range []string{`"x\nforged-row 6.6.6.6:1"`, `"127.0.0.1:1\x1b[2J"`, `"1\r2"`, `"\u202ez"`, `"t,u"`, `"\x00"`, `k="v\nID ADDRESS"`, `"a=b"="c,d"`} {
+	for _, want := range []string{`"x\nforged-row 6.6.6.6:1"`, `"127.0.0.1:1\x1b[2J"`, `"1\r2"`, `"\u202ez"`, `"t,u"`, `"\x00"`, `k="v\nID ADDRESS"`, `"a=b"="c,d"`,
+		`"h\nforged"="1.2.3.4:5,x=6.6.6.6:1",g=a:1/"p/q\x1b[2J"`} {
 		if !strings.Contains(tbl.String(), want) {
 			t.Errorf("table lacks %s:\n%s", want, tbl.String())
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/roster-go/roster/internal/backend"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
@@ -80,10 +81,10 @@ func listServices(cmd *cobra.Command, reg *registry.Registry, asJSON bool) error
 
 func printInstances(w io.Writer, ins []registry.Instance) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tADDRESS\tVERSION\tZONE\tWEIGHT\tTAGS\tMETADATA")
+	fmt.Fprintln(tw, "ID\tADDRESS\tENDPOINTS\tVERSION\tZONE\tWEIGHT\tTAGS\tMETADATA")
 	for _, in := range ins {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", quote(in.ID), quote(in.Address), dash(quote(in.Version)), dash(quote(in.Zone)),
-			in.Weight, dash(tagString(in.Tags)), dash(metaString(in.Metadata)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", quote(in.ID), quote(in.Address), dash(endpointString(in.Endpoints)),
+			dash(quote(in.Version)), dash(quote(in.Zone)), in.Weight, dash(tagString(in.Tags)), dash(metaString(in.Metadata)))
 	}
 	tw.Flush()
 }
@@ -111,6 +112,20 @@ func tagString(tags []string) string {
 	q := make([]string, len(tags))
 	for i, t := range tags {
 		q[i] = quoteUnless(t, ",")
+	}
+	return strings.Join(q, ",")
+}
+
+// endpointString renders endpoints as --endpoint spells them,
+// name=host:port/protocol joined by commas; a part holding a separator
+// or an unprintable rune is quoted.
+func endpointString(eps []registry.Endpoint) string {
+	q := make([]string, len(eps))
+	for i, e := range eps {
+		q[i] = quoteUnless(e.Name, ",=/") + "=" + quoteUnless(e.Address, ",=/")
+		if e.Protocol != "" {
+			q[i] += "/" + quoteUnless(e.Protocol, ",=/")
+		}
 	}
 	return strings.Join(q, ",")
 }
@@ -214,6 +229,9 @@ func changedFields(a, b registry.Instance) string {
 	if !maps.Equal(a.Metadata, b.Metadata) {
 		f = append(f, "metadata="+metaString(b.Metadata))
 	}
+	if !slices.Equal(a.Endpoints, b.Endpoints) {
+		f = append(f, "endpoints="+endpointString(b.Endpoints))
+	}
 	return "(" + strings.Join(f, " ") + ")"
 }
 
@@ -221,6 +239,7 @@ func newPick() *cobra.Command {
 	var (
 		strategy string
 		key      string
+		endpoint string
 		count    int
 		asJSON   bool
 	)
@@ -232,6 +251,11 @@ func newPick() *cobra.Command {
 			st, err := selector.ParseStrategy(strategy)
 			if err != nil {
 				return err
+			}
+			if endpoint != "" {
+				if err := backend.ValidateEndpointName("--endpoint", endpoint); err != nil {
+					return err
+				}
 			}
 			reg, err := openRegistry(cmd)
 			if err != nil {
@@ -250,7 +274,7 @@ func newPick() *cobra.Command {
 			counts := map[string]int{}
 			var picked []registry.Instance
 			for range count {
-				in, done, err := sel.Pick(cmd.Context(), selector.PickOptions{Key: key})
+				in, done, err := sel.Pick(cmd.Context(), selector.PickOptions{Key: key, Exclude: servesNo(endpoint)})
 				if err != nil {
 					return fmt.Errorf("%s: %w", args[0], err)
 				}
@@ -264,27 +288,43 @@ func newPick() *cobra.Command {
 			if asJSON {
 				type row struct {
 					registry.Instance
-					Picks int `json:"picks"`
+					Endpoint registry.Endpoint `json:"endpoint"` // the address to call
+					Picks    int               `json:"picks"`
 				}
 				rows := []row{}
 				for _, in := range picked {
-					rows = append(rows, row{in, counts[in.ID]})
+					e, _ := in.Endpoint(endpoint)
+					rows = append(rows, row{in, e, counts[in.ID]})
 				}
 				return json.NewEncoder(out).Encode(rows)
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tADDRESS\tWEIGHT\tPICKS")
 			for _, in := range picked {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", quote(in.ID), quote(in.Address), in.Weight, counts[in.ID])
+				e, _ := in.Endpoint(endpoint) // the picks excluded the instances without it
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", quote(in.ID), quote(e.Address), in.Weight, counts[in.ID])
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().StringVar(&strategy, "strategy", string(selector.P2CEWMA), "selection strategy: "+strategyNames())
 	cmd.Flags().StringVar(&key, "key", "", "affinity key for consistent_hash and maglev (a user ID, …)")
+	cmd.Flags().StringVar(&endpoint, "endpoint", "", "pick only instances serving this endpoint, such as grpc, and show its address")
 	intVar(cmd.Flags(), &count, "count", 1, 1, maxPicks, fmt.Sprintf("number of picks (1 to %d)", maxPicks))
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// servesNo returns the pick filter of --endpoint: it rejects the
+// instances that do not serve it, as registry.Instance.Endpoint decides.
+func servesNo(endpoint string) func(*registry.Instance) bool {
+	if endpoint == "" {
+		return nil
+	}
+	return func(in *registry.Instance) bool {
+		_, ok := in.Endpoint(endpoint)
+		return !ok
+	}
 }
 
 func strategyNames() string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,9 +31,10 @@ func newRegister() *cobra.Command {
 		checkInterval time.Duration
 		drain         time.Duration
 		passEnv       []string
+		endpoints     []string
 	)
 	cmd := &cobra.Command{
-		Use:   "register --service S --addr HOST:PORT [flags] [-- CMD ARGS…]",
+		Use:   "register --service S (--addr HOST:PORT | --endpoint NAME=HOST:PORT…) [flags] [-- CMD ARGS…]",
 		Short: "Keep a process registered: a sidecar for non-Go services",
 		Long: `register announces an instance and keeps it alive with heartbeats.
 
@@ -52,8 +54,13 @@ the backends' password and token variables): --pass-env NAME lets one through.
 
 If the registry cannot be reached, CMD starts anyway and roster keeps trying to
 register in the background, with backoff, saying so on stderr. Invalid input
-(service, address, metadata, TTL, registry URL) fails at once, before CMD
+(service, address, endpoint, metadata, TTL, registry URL) fails at once, before CMD
 starts.
+
+A process that serves several ports announces them in one registration, with
+one drain: --endpoint http=10.0.0.5:8080 --endpoint grpc=:9090/grpc (a port
+without a host takes the primary's). The primary is --addr, or without it the
+first endpoint.
 
 Without CMD it keeps the registration alive until it is signalled.`,
 		Args: cobra.ArbitraryArgs,
@@ -70,6 +77,13 @@ Without CMD it keeps the registration alive until it is signalled.`,
 				in.Metadata = md
 			}
 			in.Tags = tags
+			var err error
+			if in.Endpoints, err = parseEndpoints(endpoints, in.Address); err != nil {
+				return err
+			}
+			if in.Address == "" && len(in.Endpoints) == 0 {
+				return fmt.Errorf("%w: --addr or --endpoint is required", registry.ErrInvalid)
+			}
 			if cmd.ArgsLenAtDash() < 0 && len(args) > 0 {
 				return fmt.Errorf("%w: unexpected arguments %q (put the command after --)", registry.ErrInvalid, args)
 			}
@@ -91,7 +105,8 @@ Without CMD it keeps the registration alive until it is signalled.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&in.Service, "service", "", "service name (required)")
-	f.StringVar(&in.Address, "addr", "", "instance address host:port (required)")
+	f.StringVar(&in.Address, "addr", "", "instance address host:port, the primary (default: the first --endpoint)")
+	f.StringArrayVar(&endpoints, "endpoint", nil, "named endpoint NAME=HOST:PORT[/PROTOCOL], e.g. grpc=:9090/grpc (repeatable)")
 	f.StringVar(&in.ID, "id", "", "instance ID (default <service>-<host>-<port>-<random>)")
 	f.StringVar(&in.Version, "version", "", "version, for canary routing")
 	f.StringVar(&in.Zone, "zone", "", "zone, for zone-aware routing")
@@ -105,8 +120,37 @@ Without CMD it keeps the registration alive until it is signalled.`,
 	passEnvVar(f, &passEnv, "CMD")
 	durationVar(f, &drain, "drain", 5*time.Second, 0, maxTimeout, "wait between deregistering and signalling CMD (0 to 1h)")
 	cmd.MarkFlagRequired("service")
-	cmd.MarkFlagRequired("addr")
 	return cmd
+}
+
+// parseEndpoints reads the --endpoint flags: NAME=HOST:PORT[/PROTOCOL].
+// A port without a host (":9090") takes the host of primary, or of the
+// first endpoint when primary is empty.
+func parseEndpoints(flags []string, primary string) ([]registry.Endpoint, error) {
+	var eps []registry.Endpoint
+	for _, f := range flags {
+		name, addr, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: --endpoint %q is not NAME=HOST:PORT[/PROTOCOL]", registry.ErrInvalid, f)
+		}
+		addr, proto, _ := strings.Cut(addr, "/")
+		if strings.HasPrefix(addr, ":") {
+			if primary == "" && len(eps) > 0 {
+				primary = eps[0].Address
+			}
+			host, _, err := net.SplitHostPort(primary)
+			if err != nil || host == "" {
+				return nil, fmt.Errorf("%w: --endpoint %q has no host, and neither has --addr or a first endpoint", registry.ErrInvalid, f)
+			}
+			addr = net.JoinHostPort(host, addr[1:])
+		}
+		canon, err := backend.CanonicalAddress(addr)
+		if err != nil {
+			return nil, fmt.Errorf("--endpoint %q: %w", f, err)
+		}
+		eps = append(eps, registry.Endpoint{Name: name, Address: canon, Protocol: proto})
+	}
+	return eps, nil
 }
 
 func runSidecar(cmd *cobra.Command, in registry.Instance, ttl time.Duration, opts []registry.RegisterOption, args []string, drain time.Duration, passEnv []string) error {
@@ -227,9 +271,9 @@ func (s *sidecar) registered(a announced) error {
 	}
 	inst := a.lease.Instance()
 	if a.lease.State() == registry.LeaseWithdrawn {
-		s.logf("started %s at %s; waiting for the health check (%v)", inst.ID, inst.Address, a.lease.Err())
+		s.logf("started %s at %s%s; waiting for the health check (%v)", inst.ID, inst.Address, endpointsNote(inst), a.lease.Err())
 	} else {
-		s.logf("registered %s at %s (ttl %v)", inst.ID, inst.Address, a.lease.TTL())
+		s.logf("registered %s at %s%s (ttl %v)", inst.ID, inst.Address, endpointsNote(inst), a.lease.TTL())
 	}
 	return nil
 }
@@ -314,6 +358,9 @@ func (s *sidecar) close() {
 func withID(in registry.Instance) (registry.Instance, error) {
 	if err := backend.ValidateService(in.Service); err != nil {
 		return in, err
+	}
+	if in.Address == "" && len(in.Endpoints) > 0 {
+		in.Address = in.Endpoints[0].Address // as Register does
 	}
 	addr, err := backend.CanonicalAddress(in.Address)
 	if err != nil {

@@ -314,6 +314,13 @@ func TestSidecarBadInputFailsBeforeTheChildStarts(t *testing.T) {
 		{"metadata", []string{"--registry", url, "--addr", "127.0.0.1:1", "--meta", "bad key=1"}, "metadata"},
 		{"ttl", []string{"--registry", url, "--addr", "127.0.0.1:1", "--ttl", "10ms"}, "ttl"},
 		{"url", []string{"--registry", "nope://somewhere", "--addr", "127.0.0.1:1"}, "no backend"},
+		{"no address", []string{"--registry", url}, "--addr or --endpoint is required"},
+		{"endpoint syntax", []string{"--registry", url, "--endpoint", "grpc"}, `--endpoint "grpc" is not NAME=HOST:PORT`},
+		{"endpoint host", []string{"--registry", url, "--endpoint", "grpc=:9090"}, "has no host"},
+		{"endpoint address", []string{"--registry", url, "--endpoint", "grpc=127.0.0.1:0"}, `--endpoint "grpc=127.0.0.1:0"`},
+		{"endpoint name", []string{"--registry", url, "--addr", "127.0.0.1:1", "--endpoint", "GRPC=:2"}, "endpoints[0].name"},
+		{"endpoint twice", []string{"--registry", url, "--endpoint", "a=127.0.0.1:1", "--endpoint", "a=:2"}, "endpoints[1].name"},
+		{"endpoint protocol", []string{"--registry", url, "--endpoint", "a=127.0.0.1:1/H2"}, "endpoints[0].protocol"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "started")

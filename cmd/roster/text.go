@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/roster-go/roster/registry"
 )
 
 // plural returns "1 instance", "2 instances", "0 instances"; nouns whose
@@ -19,6 +21,15 @@ func plural(n int, noun string) string {
 }
 
 var irregular = map[string]string{"retry": "retries"}
+
+// endpointsNote is " (http=…,grpc=…)" for an instance with named
+// endpoints, for the sidecar's log lines; "" for one with one port.
+func endpointsNote(in registry.Instance) string {
+	if len(in.Endpoints) == 0 {
+		return ""
+	}
+	return " (" + endpointString(in.Endpoints) + ")"
+}
 
 // signalName names a signal as people know it ("SIGTERM"), where
 // os.Signal.String gives its description ("terminated").

@@ -9,7 +9,7 @@
 // If the agent cannot be reached, the client falls back to the last list
 // it saved for the service (a JSON file, written atomically), so a
 // restart of the agent costs no call. The saved list is filtered as the
-// agent would filter it (version, zone, tags). An answer of the agent is
+// agent would filter it (version, zone, tags, endpoint). An answer of the agent is
 // never overridden by the saved list: an error it answers (503
 // no_instances, stale, ...) is thrown as a RosterAgentError with its code,
 // since the agent knows better than a file that may be minutes old.
@@ -50,8 +50,10 @@ final class RosterAgent
     }
 
     /**
-     * Picks an instance of $service. $opts: strategy, key, version, zone, tags.
-     * Returns ['instance' => [...], 'token' => string|null, 'fallback' => bool].
+     * Picks an instance of $service. $opts: strategy, key, version, zone, tags,
+     * endpoint (the port to call by name, such as "grpc": only instances that serve it).
+     * Returns ['instance' => [...], 'endpoint' => ['name', 'address', ...], 'token' => string|null,
+     * 'fallback' => bool]; call the endpoint's address.
      * Throws RosterAgentError when the agent answers an error.
      */
     public function pick(string $service, array $opts = []): array
@@ -63,7 +65,8 @@ final class RosterAgent
         [$status, $body] = $this->request('POST', '/v1/pick', ['service' => $service] + $opts, $timeout);
         if ($status === 200 && isset($body['instance']['address'])) {
             $this->saveList($service);
-            return ['instance' => $body['instance'], 'token' => $body['token'] ?? null, 'fallback' => false];
+            $endpoint = $body['endpoint'] ?? self::endpoint($body['instance'], (string)($opts['endpoint'] ?? ''));
+            return ['instance' => $body['instance'], 'endpoint' => $endpoint, 'token' => $body['token'] ?? null, 'fallback' => false];
         }
         if ($status !== 0 && isset($body['code']) && is_string($body['code'])) {
             // The agent answered: its list is newer than ours, and its
@@ -77,14 +80,16 @@ final class RosterAgent
         if (!$list) {
             throw new RuntimeException("roster agent unreachable (status $status) and no saved instance of $service matches " . json_encode(array_diff_key($opts, ['strategy' => 0, 'key' => 0])));
         }
-        return ['instance' => self::weightedRandom($list), 'token' => null, 'fallback' => true];
+        $in = self::weightedRandom($list);
+        return ['instance' => $in, 'endpoint' => self::endpoint($in, (string)($opts['endpoint'] ?? '')), 'token' => null, 'fallback' => true];
     }
 
-    /** Returns the instances of $list that the pick filters of $opts (version, zone, tags) accept. */
+    /** Returns the instances of $list that the pick filters of $opts (version, zone, tags, endpoint) accept. */
     private static function matching(array $list, array $opts): array
     {
         $tags = (array)($opts['tags'] ?? []);
-        return array_values(array_filter($list, function ($in) use ($opts, $tags): bool {
+        $endpoint = (string)($opts['endpoint'] ?? '');
+        return array_values(array_filter($list, function ($in) use ($opts, $tags, $endpoint): bool {
             if (!is_array($in) || !isset($in['address'])) {
                 return false;
             }
@@ -93,8 +98,28 @@ final class RosterAgent
                     return false;
                 }
             }
-            return !array_diff($tags, (array)($in['tags'] ?? []));
+            return !array_diff($tags, (array)($in['tags'] ?? [])) && self::endpoint($in, $endpoint) !== null;
         }));
+    }
+
+    /**
+     * Returns the endpoint of $in called $name, by the agent's rule (Go's
+     * Instance.Endpoint): "" is the primary, address; so is a name $in does
+     * not announce, unless its primary is named itself, when it serves no
+     * such name (null).
+     */
+    public static function endpoint(array $in, string $name): ?array
+    {
+        $primaryNamed = false;
+        foreach ((array)($in['endpoints'] ?? []) as $e) {
+            if ($name !== '' && is_array($e) && ($e['name'] ?? null) === $name && isset($e['address'])) {
+                return $e;
+            }
+            if (is_array($e) && ($e['address'] ?? null) === $in['address']) {
+                $primaryNamed = true;
+            }
+        }
+        return $name !== '' && $primaryNamed ? null : ['name' => '', 'address' => $in['address']];
     }
 
     /** Reports the outcome of a picked call: success, business, failure, fatal or abort. */
@@ -109,6 +134,7 @@ final class RosterAgent
     /**
      * Runs $call(array $instance) on an instance of $service, retrying on
      * another one when it throws, up to $attempts; reports every attempt.
+     * With an endpoint in $opts, $instance['address'] is that endpoint's.
      */
     public function call(string $service, callable $call, array $opts = [], int $attempts = 3): mixed
     {
@@ -117,7 +143,7 @@ final class RosterAgent
             $p = $this->pick($service, $opts);
             $start = hrtime(true);
             try {
-                $result = $call($p['instance']);
+                $result = $call(['address' => $p['endpoint']['address']] + $p['instance']);
                 $this->report($p['token'], 'success', (hrtime(true) - $start) / 1e6);
                 return $result;
             } catch (Throwable $e) {

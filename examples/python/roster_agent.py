@@ -4,11 +4,11 @@
 pick an instance, call it, report the outcome by token. If the agent
 cannot be reached, fall back to the last list saved for the service (a
 JSON file, replaced atomically), filtered as the agent filters (version,
-zone, tags). An error the agent answers (503 no_instances, stale, ...) is
+zone, tags, endpoint). An error the agent answers (503 no_instances, stale, ...) is
 raised as AgentError with its code, never served from the saved list:
 the agent knows better than a file that may be minutes old.
 
-    python3 roster_agent.py SERVICE [CALLS] [version=v2] [zone=hz-1] [tags=a,b] [strategy=...] [key=...]
+    python3 roster_agent.py SERVICE [CALLS] [version=v2] [zone=hz-1] [tags=a,b] [endpoint=http] [strategy=...] [key=...]
     env: ROSTER_AGENT (default http://127.0.0.1:7946), ROSTER_CACHE_DIR (default the temp dir)
 
 Prints one line per call: "ok <instance id> <answer>", "fallback ..."
@@ -35,13 +35,31 @@ class AgentError(RuntimeError):
         self.status = status
 
 
-def matching(instances, version="", zone="", tags=(), **_):
+def endpoint(instance, name=""):
+    """The endpoint of instance called name, by the agent's rule (Go's Instance.Endpoint).
+
+    "" is the primary, address; so is a name the instance does not
+    announce, unless its primary is named itself: then it serves no such
+    name (None)."""
+    primary_named = False
+    for e in instance.get("endpoints") or []:
+        if not isinstance(e, dict):
+            continue
+        if name and e.get("name") == name and e.get("address"):
+            return e
+        if e.get("address") == instance["address"]:
+            primary_named = True
+    return None if name and primary_named else {"name": "", "address": instance["address"]}
+
+
+def matching(instances, version="", zone="", tags=(), endpoint_name="", **_):
     """The instances the pick filters accept, as the agent applies them."""
     return [i for i in instances
             if isinstance(i, dict) and i.get("address")
             and (not version or i.get("version") == version)
             and (not zone or i.get("zone") == zone)
-            and all(t in (i.get("tags") or []) for t in tags)]
+            and all(t in (i.get("tags") or []) for t in tags)
+            and endpoint(i, endpoint_name) is not None]
 
 
 # Seconds a pick waits for the agent when no list of the service is saved.
@@ -100,31 +118,38 @@ class RosterAgent:
             return []
 
     def pick(self, service, **opts):
-        """Returns (instance, token, fallback). opts: strategy, key, version, zone, tags.
+        """Returns (instance, token, fallback). opts: strategy, key, version, zone, tags, endpoint.
 
-        Raises AgentError when the agent answers an error."""
+        With endpoint (a port's name, such as "grpc") only instances that
+        serve it are picked, and the instance's "address" is that
+        endpoint's (the record's own is in "endpoints"). Raises AgentError
+        when the agent answers an error."""
         self.last_fallback = False
         # With no saved list to fall back on, a slow answer beats none: an
         # agent's first pick of a service waits for the registry.
         timeout = None if os.path.exists(self._list_file(service)) else max(self.timeout, COLD_TIMEOUT)
         status, body = self._request("POST", "/v1/pick", dict(service=service, **opts), timeout)
+        name = opts.get("endpoint", "")
         if status == 200 and isinstance(body, dict) and isinstance(body.get("instance"), dict):
             self._save_list(service)
-            return body["instance"], body.get("token"), False
+            e = body.get("endpoint") or endpoint(body["instance"], name)
+            return dict(body["instance"], address=e["address"]), body.get("token"), False
         if status != 0 and isinstance(body, dict) and isinstance(body.get("code"), str):
             # The agent answered: its no_instances or stale is the truth.
             raise AgentError("roster agent: pick %s: %d %s: %s" % (service, status, body["code"], body.get("error", "")),
                              body["code"], status)
         # No answer, or one that is not the agent's (a proxy's error page).
         self.last_fallback = True
-        instances = matching(self._load_list(service), **opts)
+        instances = matching(self._load_list(service), endpoint_name=name, **opts)
         if not instances:
             raise RuntimeError("roster agent unreachable (status %d) and no saved instance of %s matches %s"
                                % (status, service, {k: v for k, v in opts.items() if k not in ("strategy", "key")}))
         weights = [max(0, int(i.get("weight", 0))) for i in instances]
         if sum(weights) == 0:
-            return random.choice(instances), None, True
-        return random.choices(instances, weights=weights)[0], None, True
+            chosen = random.choice(instances)
+        else:
+            chosen = random.choices(instances, weights=weights)[0]
+        return dict(chosen, address=endpoint(chosen, name)["address"]), None, True
 
     def report(self, token, outcome, latency_ms):
         if token is not None:

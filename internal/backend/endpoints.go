@@ -49,5 +49,6 @@ func ParseEndpoints(s string) ([]driver.Endpoint, bool) {
 }
 
 // ValidateEndpointName checks an endpoint name given elsewhere than in
-// an instance (a read-only driver's options), naming field.
+// an instance (the agent's pick, a read-only driver's options) as a
+// registration's names are checked. The error names field.
 func ValidateEndpointName(field, name string) error { return validateEndpointName(field, name) }
