@@ -21,12 +21,14 @@ import (
 // readers of a service, periodic resync and stale marking. A Registry is
 // safe for concurrent use.
 type Registry struct {
-	drv    driver.Driver // the backend's driver behind guard and checked
-	raw    driver.Driver // the backend's driver itself, for As
-	name   string
-	log    *slog.Logger
-	obs    Observer
-	resync time.Duration
+	drv driver.Driver // the backend's driver behind guard and checked
+	// loopback: loopback addresses may be registered and are served.
+	loopback bool
+	raw      driver.Driver // the backend's driver itself, for As
+	name     string
+	log      *slog.Logger
+	obs      Observer
+	resync   time.Duration
 	// recovery is the window a watch holds its last instances after a
 	// backend fault (see recovery.go).
 	recovery time.Duration
@@ -49,8 +51,12 @@ func New(d driver.Driver, opts ...Option) *Registry {
 	if o.name == "" {
 		o.name = fmt.Sprintf("%T", d)
 	}
+	loopback := o.loopback
+	if l, ok := d.(backend.Local); ok && l.Local() {
+		loopback = true
+	}
 	return &Registry{
-		drv: checked{Driver: backend.Guard(d), rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
+		drv: checked{Driver: backend.Guard(d), rep: &reporter{log: o.logger}, loopback: loopback}, loopback: loopback, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
 		lookupTimeout: DefaultLookupTimeout, leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }
@@ -101,7 +107,7 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	for _, f := range opts {
 		f(&o)
 	}
-	inst, err := prepare(inst, o.drained)
+	inst, err := prepare(inst, o.drained, r.loopback)
 	if err != nil {
 		return nil, err
 	}
@@ -119,8 +125,9 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 }
 
 // prepare validates an instance and fills in its defaults (canonical
-// address, ID, weight).
-func prepare(inst Instance, drained bool) (Instance, error) {
+// address, ID, weight). Loopback addresses pass only when loopback is
+// allowed.
+func prepare(inst Instance, drained, loopback bool) (Instance, error) {
 	inst = inst.Clone()
 	if err := backend.ValidateService(inst.Service); err != nil {
 		return inst, err
@@ -134,6 +141,9 @@ func prepare(inst Instance, drained bool) (Instance, error) {
 	}
 	inst.Address = addr
 	if err := canonicalEndpoints(inst.Endpoints); err != nil {
+		return inst, err
+	}
+	if err := checkLoopback(inst, loopback); err != nil {
 		return inst, err
 	}
 	if inst.ID == "" {
