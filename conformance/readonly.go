@@ -32,6 +32,7 @@ var readOnlyChecks = map[string]func(TB, *suite, ReadOnly){
 	"WatchSeveralChangesAtOnce": roWatchSeveral,
 	"WatchIgnoresOtherServices": roWatchOtherServices,
 	"LookupFromWatchCache":      roLookupFromCache,
+	"UndialableRecordNotServed": roUndialableNotServed,
 }
 
 func (s *suite) runReadOnly(t TB, c check, ro ReadOnly) {
