@@ -20,7 +20,9 @@ import (
 // corrupted write. checked wraps a driver so that every record it reads is
 // checked once, here, for every backend: a record is served only when its
 // service is the one asked for, its address is a valid host:port (read in
-// its canonical form) and its fields are within the limits. Anything else
+// its canonical form) that the address policy allows (no metadata,
+// link-local, multicast or broadcast address; loopback only when allowed)
+// and its fields are within the limits. Anything else
 // is skipped and reported (a rate-limited slog warning), never served.
 type checked struct {
 	driver.Driver

@@ -21,19 +21,20 @@ import (
 // readers of a service, periodic resync and stale marking. A Registry is
 // safe for concurrent use.
 type Registry struct {
-	drv driver.Driver // the backend's driver behind guard and checked
-	// loopback: loopback addresses may be registered and are served.
-	loopback bool
-	raw      driver.Driver // the backend's driver itself, for As
-	name     string
-	log      *slog.Logger
-	obs      Observer
-	resync   time.Duration
+	drv    driver.Driver // the backend's driver behind guard and checked
+	raw    driver.Driver // the backend's driver itself, for As
+	name   string
+	log    *slog.Logger
+	obs    Observer
+	resync time.Duration
 	// recovery is the window a watch holds its last instances after a
 	// backend fault (see recovery.go).
 	recovery time.Duration
 	// lookupTimeout bounds Lookup and Services without a deadline.
 	lookupTimeout time.Duration
+	// loopback: loopback addresses may be registered and are served
+	// (the server is on this host, or AllowLoopback).
+	loopback bool
 
 	mu      sync.Mutex
 	closed  bool
@@ -96,7 +97,9 @@ func (r *Registry) checkOpen() error {
 // Lease is deregistered or the Registry is closed. An empty ID is filled
 // in with NewID; Weight 0 becomes DefaultWeight unless the Drained option
 // asks for an instance that starts out of rotation. The address is
-// rewritten to its canonical form (see CanonicalAddress). The first write
+// rewritten to its canonical form (see CanonicalAddress); addresses no
+// client should dial are refused, loopback unless the registry is on
+// loopback or AllowLoopback (docs/security.md). The first write
 // happens before Register returns, so an unreachable backend or invalid
 // input is an error here, not later; invalid input writes nothing.
 func (r *Registry) Register(ctx context.Context, inst Instance, opts ...RegisterOption) (*Lease, error) {
