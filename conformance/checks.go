@@ -51,6 +51,9 @@ var checks = []check{
 	{name: "ContextCancellation", run: contextCancel},
 	{name: "ConcurrentRegistrations", run: concurrentRegistrations},
 	{name: "LookupFromWatchCache", run: lookupFromCache},
+	{name: "ForeignDuplicateNeverWins", run: foreignDuplicate, needs: "ForeignWriter", needsOK: has1[ForeignWriter]},
+	{name: "UndialableAddressRefused", run: undialableRefused},
+	{name: "UndialableRecordNotServed", run: undialableNotServed},
 	// Load the backend: run alone, with the fault checks, so that the
 	// timing bounds of the others are not measured beside them.
 	{name: "ManyLeasesThenClose", fault: true, run: manyLeases},

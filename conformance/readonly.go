@@ -33,6 +33,7 @@ var readOnlyChecks = map[string]func(TB, *suite, ReadOnly){
 	"WatchIgnoresOtherServices": roWatchOtherServices,
 	"LookupFromWatchCache":      roLookupFromCache,
 	"Endpoints":                 roEndpoints,
+	"UndialableRecordNotServed": roUndialableNotServed,
 }
 
 func (s *suite) runReadOnly(t TB, c check, ro ReadOnly) {

@@ -208,12 +208,15 @@ func (t *standaloneT) runCleanups() {
 
 // ---- helpers shared by the checks ----
 
-// options are the Registry options the harness declared.
+// options are the Registry options the harness declared. Loopback is
+// allowed: the checks register 127.0.0.1 addresses that nobody dials,
+// and "roster conformance" runs them against remote deployments too.
 func (s *suite) options() []registry.Option {
+	opts := []registry.Option{registry.AllowLoopback()}
 	if s.cfg.ResyncInterval == 0 {
-		return nil
+		return opts
 	}
-	return []registry.Option{registry.WithResyncInterval(s.cfg.ResyncInterval)}
+	return append(opts, registry.WithResyncInterval(s.cfg.ResyncInterval))
 }
 
 // wrap makes a Registry of a driver the harness made, as a user would.

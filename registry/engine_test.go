@@ -319,7 +319,7 @@ func (hangingRegistration) Deregister(ctx context.Context) error {
 // of 100 leases its grace (32 at a time: 20s) against a backend that
 // hangs.
 func TestShutdownHonoursItsContext(t *testing.T) {
-	r := registry.New(hangingDriver{memory.NewDriver(memory.NewServer())})
+	r := registry.New(hangingDriver{memory.NewDriver(memory.NewServer())}, registry.AllowLoopback())
 	for range 100 {
 		if _, err := r.Register(t.Context(), registry.Instance{Service: "api", Address: "127.0.0.1:1"}); err != nil {
 			t.Fatal(err)

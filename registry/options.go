@@ -21,6 +21,7 @@ type options struct {
 	resync   time.Duration
 	recovery time.Duration
 	observer Observer
+	loopback bool
 }
 
 // WithLogger sets the logger for background events (re-registrations,
@@ -73,6 +74,15 @@ func WithRecoveryWindow(d time.Duration) Option { return func(o *options) { o.re
 
 // WithObserver installs hooks called on discovery events (for metrics).
 func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
+
+// AllowLoopback lets the registry register and serve loopback addresses
+// (127.0.0.1, [::1], localhost) although its backend's server is not on
+// this host. Without it they are allowed only when the server is (a
+// registry URL whose hosts are loopback, or mem://): an address that
+// means "this host" sends every client elsewhere to itself. The URL
+// option loopback=allow, read by Open, is the same. docs/security.md has
+// the whole address policy.
+func AllowLoopback() Option { return func(o *options) { o.loopback = true } }
 
 func withName(n string) Option { return func(o *options) { o.name = n } }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,11 +20,14 @@ import (
 // corrupted write. checked wraps a driver so that every record it reads is
 // checked once, here, for every backend: a record is served only when its
 // service is the one asked for, its address is a valid host:port (read in
-// its canonical form) and its fields are within the limits. Anything else
+// its canonical form) that the address policy allows (no metadata,
+// link-local, multicast or broadcast address; loopback only when allowed)
+// and its fields are within the limits. Anything else
 // is skipped and reported (a rate-limited slog warning), never served.
 type checked struct {
 	driver.Driver
-	rep *reporter
+	rep      *reporter
+	loopback bool // loopback addresses are served (see AllowLoopback)
 }
 
 // reportEvery bounds the warnings about skipped records: one line per
@@ -57,7 +61,8 @@ func (p *reporter) skipped(service string, in driver.Instance, err error) {
 }
 
 // checkRecord returns in as served (its address canonical) or an error.
-func checkRecord(service string, in driver.Instance) (driver.Instance, error) {
+// Loopback addresses pass only when loopback is allowed.
+func checkRecord(service string, in driver.Instance, loopback bool) (driver.Instance, error) {
 	if in.Service != service {
 		return in, backend.Invalid("service", "record of %q listed under %q", in.Service, service)
 	}
@@ -66,7 +71,27 @@ func checkRecord(service string, in driver.Instance) (driver.Instance, error) {
 		return in, err
 	}
 	in.Address = addr
-	return in, backend.ValidateFields(in)
+	if err := backend.ValidateFields(in); err != nil {
+		return in, err
+	}
+	return in, checkLoopback(in, loopback)
+}
+
+// checkLoopback applies the loopback rule to the primary address and to
+// every endpoint's.
+func checkLoopback(in driver.Instance, allowed bool) error {
+	if allowed {
+		return nil
+	}
+	if err := backend.CheckLoopback("address", in.Address, false); err != nil {
+		return err
+	}
+	for n, e := range in.Endpoints {
+		if err := backend.CheckLoopback("endpoints["+strconv.Itoa(n)+"].address", e.Address, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CheckSnapshot holds a snapshot from elsewhere — a file, another
@@ -76,7 +101,7 @@ func checkRecord(service string, in driver.Instance) (driver.Instance, error) {
 func CheckSnapshot(s Snapshot) error {
 	ids := make(map[string]bool, len(s.Instances))
 	for i, in := range s.Instances {
-		ok, err := checkRecord(s.Service, in)
+		ok, err := checkRecord(s.Service, in, true)
 		switch {
 		case err == nil && ok.Address != in.Address:
 			err = backend.Invalid("address", "%q is not in canonical form %q", in.Address, ok.Address)
@@ -103,7 +128,7 @@ func (c checked) filter(service string, s Snapshot) Snapshot {
 	}
 	var out []Instance // nil while every record so far is served as read
 	for i, in := range s.Instances {
-		ok, err := checkRecord(service, in)
+		ok, err := checkRecord(service, in, c.loopback)
 		if err == nil && i > 0 && in.ID == s.Instances[i-1].ID {
 			err = backend.Invalid("id", "%q listed twice", in.ID)
 		}

@@ -32,6 +32,9 @@ type Registry struct {
 	recovery time.Duration
 	// lookupTimeout bounds Lookup and Services without a deadline.
 	lookupTimeout time.Duration
+	// loopback: loopback addresses may be registered and are served
+	// (the server is on this host, or AllowLoopback).
+	loopback bool
 
 	mu      sync.Mutex
 	closed  bool
@@ -49,8 +52,12 @@ func New(d driver.Driver, opts ...Option) *Registry {
 	if o.name == "" {
 		o.name = fmt.Sprintf("%T", d)
 	}
+	loopback := o.loopback
+	if l, ok := d.(backend.Local); ok && l.Local() {
+		loopback = true
+	}
 	return &Registry{
-		drv: checked{Driver: backend.Guard(d), rep: &reporter{log: o.logger}}, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
+		drv: checked{Driver: backend.Guard(d), rep: &reporter{log: o.logger}, loopback: loopback}, loopback: loopback, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
 		lookupTimeout: DefaultLookupTimeout, leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
 }
@@ -90,7 +97,9 @@ func (r *Registry) checkOpen() error {
 // Lease is deregistered or the Registry is closed. An empty ID is filled
 // in with NewID; Weight 0 becomes DefaultWeight unless the Drained option
 // asks for an instance that starts out of rotation. The address is
-// rewritten to its canonical form (see CanonicalAddress). The first write
+// rewritten to its canonical form (see CanonicalAddress); addresses no
+// client should dial are refused, loopback unless the registry is on
+// loopback or AllowLoopback (docs/security.md). The first write
 // happens before Register returns, so an unreachable backend or invalid
 // input is an error here, not later; invalid input writes nothing.
 func (r *Registry) Register(ctx context.Context, inst Instance, opts ...RegisterOption) (*Lease, error) {
@@ -101,7 +110,7 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 	for _, f := range opts {
 		f(&o)
 	}
-	inst, err := prepare(inst, o.drained)
+	inst, err := prepare(inst, o.drained, r.loopback)
 	if err != nil {
 		return nil, err
 	}
@@ -119,8 +128,9 @@ func (r *Registry) Register(ctx context.Context, inst Instance, opts ...Register
 }
 
 // prepare validates an instance and fills in its defaults (canonical
-// address, ID, weight).
-func prepare(inst Instance, drained bool) (Instance, error) {
+// address, ID, weight). Loopback addresses pass only when loopback is
+// allowed.
+func prepare(inst Instance, drained, loopback bool) (Instance, error) {
 	inst = inst.Clone()
 	if err := backend.ValidateService(inst.Service); err != nil {
 		return inst, err
@@ -134,6 +144,9 @@ func prepare(inst Instance, drained bool) (Instance, error) {
 	}
 	inst.Address = addr
 	if err := canonicalEndpoints(inst.Endpoints); err != nil {
+		return inst, err
+	}
+	if err := checkLoopback(inst, loopback); err != nil {
 		return inst, err
 	}
 	if inst.ID == "" {

@@ -189,6 +189,10 @@ func (d *Driver) Limits() driver.Limits {
 	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Millisecond}
 }
 
+// Local reports whether the agent is on this host: then loopback
+// addresses are served (see registry.AllowLoopback).
+func (d *Driver) Local() bool { return backend.LocalHosts(d.o.Address) }
+
 // Close implements driver.Driver: pending watches return ErrClosed,
 // requests still running are cancelled and waited for, and idle
 // connections are closed. The agent keeps what was registered

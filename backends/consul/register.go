@@ -195,6 +195,32 @@ func fromConsul(e *api.ServiceEntry) driver.Instance {
 	return in
 }
 
+// standing is what decides between entries that claim one service ID
+// (the same ID registered on two nodes). Live: the node is an agent's
+// (its serfHealth check passes) and the service has a check of its own;
+// a catalog registration of an invented node has neither. Own: Roster's
+// check and fields.
+func standing(e *api.ServiceEntry) backend.Standing {
+	var st backend.Standing
+	var serf, checked, ours bool
+	for _, c := range e.Checks {
+		switch {
+		case c.CheckID == "serfHealth" && c.ServiceID == "":
+			serf = c.Status == api.HealthPassing
+		case c.ServiceID == e.Service.ID:
+			checked = true
+			ours = ours || c.CheckID == checkID(e.Service.ID)
+		}
+	}
+	if serf && checked {
+		st |= backend.Live
+	}
+	if _, ok := e.Service.Meta[metaFields]; ok && ours {
+		st |= backend.Own
+	}
+	return st
+}
+
 // encodeFields packs Roster's own fields into one Meta value:
 // "<weight>,<len(version)>,<version><zone>". The length prefix needs no
 // escaping, and the longest value (5 + 1 + 3 + 1 + 128 + 128 bytes) is

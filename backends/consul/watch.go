@@ -26,13 +26,14 @@ func (d *Driver) health(ctx context.Context, service string, gates []gate) (driv
 	if err != nil {
 		return driver.Snapshot{}, 0, err
 	}
-	snap := driver.Snapshot{Service: service, Instances: make([]driver.Instance, 0, len(entries)), At: time.Now()}
+	cands := make([]backend.Candidate, 0, len(entries))
 	for _, e := range entries {
 		if e.Service == nil || e.Service.Service != service {
 			continue
 		}
-		snap.Instances = append(snap.Instances, fromConsul(e))
+		cands = append(cands, backend.Candidate{Instance: fromConsul(e), Standing: standing(e)})
 	}
+	snap := driver.Snapshot{Service: service, Instances: backend.Resolve(service, cands), At: time.Now()}
 	snap.Revision = meta.LastIndex
 	return snap, meta.LastIndex, nil
 }

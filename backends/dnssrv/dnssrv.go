@@ -199,6 +199,12 @@ func (d *srvDriver) Limits() driver.Limits {
 	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second}
 }
 
+// Local reports whether the resolver is on this host: then loopback
+// addresses are served (see registry.AllowLoopback). A loopback stub
+// resolver that forwards to others (systemd-resolved) counts as local
+// too: name the zone's own server in the URL.
+func (d *srvDriver) Local() bool { return backend.LocalHosts(d.opts.Resolver) }
+
 // Close implements driver.Driver: there is no connection to release.
 func (d *srvDriver) Close() error { return nil }
 

@@ -187,6 +187,17 @@ func (d *pairDriver) Limits() driver.Limits {
 	return driver.Limits{MinTTL: max(a.MinTTL, b.MinTTL), TTLGranularity: max(a.TTLGranularity, b.TTLGranularity), MaxTTL: maxTTL}
 }
 
+// Local reports whether both sides are on this host: then loopback
+// addresses are served (see registry.AllowLoopback).
+func (d *pairDriver) Local() bool {
+	for _, s := range d.sides {
+		if l, ok := s.(backend.Local); !ok || !l.Local() {
+			return false
+		}
+	}
+	return true
+}
+
 // Close implements driver.Driver.
 func (d *pairDriver) Close() error {
 	return errors.Join(d.sides[0].Close(), d.sides[1].Close())

@@ -237,6 +237,11 @@ func (d *Driver) servicePrefix(service string) string { return d.prefix + "/" + 
 // Limits implements driver.Driver: TTLs of at least 2s, in whole seconds.
 func (d *Driver) Limits() driver.Limits { return limits }
 
+// Local reports whether every endpoint of the client is on this host (an
+// in-process server's are): then loopback addresses are served (see
+// registry.AllowLoopback).
+func (d *Driver) Local() bool { return backend.LocalHosts(d.cli.Endpoints()...) }
+
 // Close implements driver.Driver. It closes the client if New made it.
 func (d *Driver) Close() error {
 	d.stop()

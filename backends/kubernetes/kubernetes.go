@@ -118,6 +118,7 @@ type Driver struct {
 	reqT   time.Duration
 	sweepT time.Duration
 	closed atomic.Bool
+	local  bool // the apiserver is on this host
 
 	mu        sync.Mutex
 	inf       *generation // nil until the first Watch; replaced after a failure
@@ -147,6 +148,7 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("k8s: %w: %v", driver.ErrInvalid, err)
 	}
 	d := &Driver{cs: cs, ns: opts.Namespace, reqT: opts.RequestTimeout, sweepT: opts.SweepInterval, stopSweep: make(chan struct{})}
+	d.local = backend.LocalHosts(cfg.Host)
 	if d.ns == "" {
 		d.ns = "default"
 	}
@@ -161,6 +163,10 @@ func New(opts Options) (*Driver, error) {
 
 // Limits implements driver.Driver.
 func (d *Driver) Limits() driver.Limits { return limits }
+
+// Local reports whether the apiserver is on this host: then loopback
+// addresses are served (see registry.AllowLoopback).
+func (d *Driver) Local() bool { return d.local }
 
 // Close stops the informers and the sweeper.
 func (d *Driver) Close() error {

@@ -21,27 +21,30 @@ import (
 // the Leases by name. It also returns when the earliest of the Leases it
 // relied on lapses (zero if none), when the answer will change by itself.
 func instances(service string, slices []*discoveryv1.EndpointSlice, leases map[string]*coordv1.Lease, now time.Time) ([]driver.Instance, time.Time) {
-	var out []driver.Instance
+	var out []backend.Candidate
 	var next time.Time
 	for _, s := range slices {
 		if s.Labels[discoveryv1.LabelServiceName] != service {
 			continue
 		}
 		if s.Labels[discoveryv1.LabelManagedBy] != managedBy {
-			out = append(out, platformInstances(service, s)...)
+			for _, in := range platformInstances(service, s) {
+				out = append(out, backend.Candidate{Instance: in}) // no lease of Roster's vouches for it
+			}
 			continue
 		}
 		in, until, ok := rosterInstance(service, s, leases[s.Name], now)
 		if !ok {
 			continue
 		}
-		out = append(out, in)
+		out = append(out, backend.Candidate{Instance: in, Standing: backend.Live | backend.Own}) // its Lease is held
 		if next.IsZero() || until.Before(next) {
 			next = until
 		}
 	}
-	backend.SortInstances(out) // for dedupe: equal IDs adjacent
-	return dedupe(out), next
+	// A Pod in two slices while the controller moves it is one record
+	// twice; a slice naming a Roster instance's ID loses to its Lease.
+	return backend.Resolve(service, out), next
 }
 
 // rosterInstance decodes a Roster slice, live only while its own Lease is.
@@ -111,12 +114,6 @@ func endpointWeight(c discoveryv1.EndpointConditions, weight uint32) (uint32, bo
 		return 0, true
 	}
 	return 0, false
-}
-
-// dedupe keeps the first of instances sharing an ID (a Pod in two slices
-// while the controller moves it).
-func dedupe(in []driver.Instance) []driver.Instance {
-	return slices.CompactFunc(in, func(a, b driver.Instance) bool { return a.ID == b.ID })
 }
 
 // List implements driver.Driver with a consistent read of the apiserver.

@@ -278,6 +278,10 @@ func (d *Driver) Limits() driver.Limits {
 	return driver.Limits{MinTTL: 10 * time.Millisecond, TTLGranularity: time.Millisecond}
 }
 
+// Local reports true: the server is in this process, so loopback
+// addresses are served (see registry.AllowLoopback).
+func (d *Driver) Local() bool { return true }
+
 // Register implements driver.Driver.
 func (d *Driver) Register(_ context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
 	s, err := d.begin()

@@ -265,6 +265,10 @@ func (d *Driver) Limits() driver.Limits {
 	return driver.Limits{MinTTL: time.Second, TTLGranularity: time.Second, MaxTTL: 100 * 365 * 24 * time.Hour}
 }
 
+// Local reports whether every server is on this host: then loopback
+// addresses are served (see registry.AllowLoopback).
+func (d *Driver) Local() bool { return backend.LocalHosts(d.opts.Servers...) }
+
 // Close closes the connection.
 func (d *Driver) Close() error {
 	d.nc.Close()

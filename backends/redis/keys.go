@@ -396,28 +396,74 @@ func (ks *keysLayout) list(ctx context.Context, service string) (driver.Snapshot
 			return driver.Snapshot{}, ks.wrap("list "+service, err)
 		}
 	}
-	byID := map[string]driver.Instance{}
+	var cands []backend.Candidate
+	var from []string // the key of each candidate
+	seen := map[string]int{}
 	for i, k := range keys {
 		val, err := cmds[i].Result()
 		if err != nil {
 			continue // expired between SCAN and GET
 		}
-		in, ok := decodeArticle(service, strings.TrimPrefix(k, prefix), val)
+		suffix := strings.TrimPrefix(k, prefix)
+		in, ok := decodeArticle(service, suffix, val)
 		if !ok {
 			continue
 		}
-		// Keys are sorted: the address's own key comes before the
-		// suffixed copy of the same ID, and wins.
-		if _, dup := byID[in.ID]; !dup {
-			byID[in.ID] = in
+		var st backend.Standing
+		if strings.Contains(val, mdID+"=") && (suffix == in.Address || suffix == in.Address+":"+in.ID) {
+			st = backend.Own // where register writes it: under its own address
 		}
+		cands = append(cands, backend.Candidate{Instance: in, Standing: st})
+		from = append(from, k)
+		seen[in.ID]++
+	}
+	if err := ks.live(ctx, cands, from, seen); err != nil {
+		return driver.Snapshot{}, ks.wrap("list "+service, err)
 	}
 	s := driver.Snapshot{Service: service, Revision: uint64(now.UnixMicro()), At: time.Now(),
-		Instances: slices.Collect(maps.Values(byID))}
+		Instances: backend.Resolve(service, cands)}
 	if s.Instances == nil {
 		s.Instances = []driver.Instance{}
 	}
 	return s, nil
+}
+
+// live marks Live the candidates whose key has a TTL, among those whose
+// ID more than one key claims (seen counts them): a record without one
+// is nobody's lease. Keys are sorted, so key order alone would let any
+// writer hide an instance under a key that sorts first.
+func (ks *keysLayout) live(ctx context.Context, cands []backend.Candidate, keys []string, seen map[string]int) error {
+	var ttls []*goredis.DurationCmd
+	var which []int
+	for i, c := range cands {
+		if seen[c.ID] > 1 {
+			which = append(which, i)
+		}
+	}
+	if len(which) == 0 {
+		return nil
+	}
+	_, err := ks.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, i := range which {
+			ttls = append(ttls, p.PTTL(ctx, keys[i]))
+		}
+		return nil
+	})
+	var reply goredis.Error
+	if errors.As(err, &reply) {
+		// An ACL from before PTTL was needed (NOPERM): decide by layout
+		// alone rather than fail every read.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for n, i := range which {
+		if d, err := ttls[n].Result(); err == nil && d > 0 {
+			cands[i].Standing |= backend.Live
+		}
+	}
+	return nil
 }
 
 func (ks *keysLayout) services(ctx context.Context) ([]string, error) {

@@ -91,6 +91,13 @@ func (d *Driver) Client() goredis.UniversalClient { return d.c }
 // keys has whole seconds (SET EX / EXPIRE, min 1s).
 func (d *Driver) Limits() driver.Limits { return d.layout.limits() }
 
+// Local reports whether every server the client dials (the Sentinels of
+// a failover client) is on this host: then loopback addresses are served
+// (see registry.AllowLoopback).
+func (d *Driver) Local() bool {
+	return backend.LocalHosts(d.copts.Addrs...)
+}
+
 // Notes describes where this deployment makes the driver behave worse than
 // its best case, one sentence each ("roster conformance" prints them
 // before its results). Only layout keys has any: without keyspace

@@ -176,6 +176,10 @@ func (d *Driver) servicePath(service string) string { return d.root + "/" + serv
 // Limits implements driver.Driver: TTLs of at least 2s, in whole seconds.
 func (d *Driver) Limits() driver.Limits { return limits }
 
+// Local reports whether every server of the ensemble is on this host:
+// then loopback addresses are served (see registry.AllowLoopback).
+func (d *Driver) Local() bool { return backend.LocalHosts(d.opts.Servers...) }
+
 // Close implements driver.Driver: it closes every session, which deletes
 // the znodes still registered in them.
 func (d *Driver) Close() error {

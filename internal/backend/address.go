@@ -3,6 +3,7 @@ package backend
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -23,8 +24,9 @@ const MaxHostLen = 253
 //     rejected: resolvers read it as octal or not at all);
 //   - an IPv4-mapped IPv6 host is its IPv4 address
 //     ("[::ffff:10.0.0.1]:80" → "10.0.0.1:80");
-//   - the unspecified address ("0.0.0.0", "[::]") is rejected: it is
-//     where a server listens, not an address a client can dial;
+//   - an IP host no client should dial is rejected (see [Dialable]):
+//     the unspecified address, link-local and multicast addresses, the
+//     broadcast address and the cloud metadata addresses;
 //   - brackets hold only an IPv6 address ("[h]:80" is rejected);
 //   - any other host is a DNS-style name of letters, digits, '-', '_' and
 //     '.' (labels of 1 to 63 bytes that neither start nor end with '-',
@@ -92,12 +94,119 @@ func canonicalHost(host string, bracketed bool) (string, error) {
 	return hostName(host)
 }
 
-// dialable returns ip's text unless it is the unspecified address.
+// dialable returns ip's text unless Dialable refuses it.
 func dialable(ip netip.Addr) (string, error) {
-	if ip.IsUnspecified() {
-		return "", invalid("address", "%s is the unspecified address, where a server listens: register an address clients can reach", ip)
+	if err := Dialable(ip); err != nil {
+		return "", err
 	}
 	return ip.String(), nil
+}
+
+// Metadata addresses that are not link-local: AWS's IPv6 instance
+// metadata service and Alibaba Cloud's.
+var metadataAddrs = []netip.Addr{
+	netip.MustParseAddr("fd00:ec2::254"),
+	netip.MustParseAddr("100.100.100.200"),
+}
+
+// Dialable reports why no registry should hand ip to a client: an error
+// on "address", or nil. It refuses, on every backend, at Register and at
+// read:
+//
+//   - the unspecified address ("0.0.0.0", "::"), where a server listens;
+//   - link-local addresses (169.254.0.0/16, fe80::/10): they mean a
+//     different host on every link, and 169.254.169.254 is the cloud
+//     metadata service, which hands out credentials;
+//   - the other metadata addresses (fd00:ec2::254, 100.100.100.200);
+//   - multicast (224.0.0.0/4, ff00::/8) and the broadcast address
+//     255.255.255.255, which reach many hosts at once.
+//
+// Loopback is not refused here: whether it is allowed depends on where
+// the registry is (see [Loopback]).
+func Dialable(ip netip.Addr) error {
+	ip = ip.Unmap()
+	var why string
+	switch {
+	case ip.IsUnspecified():
+		why = "the unspecified address, where a server listens: register an address clients can reach"
+	case ip == netip.AddrFrom4([4]byte{169, 254, 169, 254}):
+		why = "the cloud metadata address"
+	case slices.Contains(metadataAddrs, ip):
+		why = "a cloud metadata address"
+	case ip.IsLinkLocalUnicast():
+		why = "link-local: it names another host on every link"
+	case ip.IsMulticast():
+		why = "multicast"
+	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		why = "the broadcast address"
+	default:
+		return nil
+	}
+	return invalid("address", "%s is %s", ip, why)
+}
+
+// Loopback reports whether the canonical address addr is on the local
+// host: a loopback IP (127.0.0.0/8, ::1), or the name "localhost" or a
+// name under it (RFC 6761). Other names are not resolved: a reader
+// cannot know what they resolve to where the client runs.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.Unmap().IsLoopback()
+	}
+	host = strings.ToLower(host)
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
+}
+
+// CheckLoopback refuses a loopback addr unless allowed, as an error on
+// field. Registry allows loopback when its backend's server is on this
+// host (see [Local]) or when asked to.
+func CheckLoopback(field, addr string, allowed bool) error {
+	if allowed || !Loopback(addr) {
+		return nil
+	}
+	return invalid(field, "%s is a loopback address and the registry is not on this host: "+
+		"clients elsewhere would dial themselves (allow it with registry.AllowLoopback or ?loopback=allow)", addr)
+}
+
+// Local is implemented by drivers that know whether their server runs
+// on this host. Registry then allows loopback addresses, as local
+// development registers them. A driver that does not implement it counts
+// as remote.
+type Local interface {
+	Local() bool
+}
+
+// LocalHosts reports whether every server of servers is on this host:
+// each is a host, a host:port or a URL, whose host is a loopback IP or
+// "localhost", or a Unix socket. An empty host is the local default of
+// the backends that have one. No server at all is false.
+func LocalHosts(servers ...string) bool {
+	for _, h := range servers {
+		if scheme, rest, ok := strings.Cut(h, "://"); ok {
+			if strings.HasPrefix(scheme, "unix") {
+				continue
+			}
+			h, _, _ = strings.Cut(rest, "/")
+		}
+		if strings.HasPrefix(h, "/") {
+			continue // a Unix socket's path
+		}
+		if hh, _, err := net.SplitHostPort(h); err == nil {
+			h = hh
+		}
+		h = strings.Trim(h, "[]")
+		if h == "" {
+			continue
+		}
+		if !Loopback(net.JoinHostPort(h, "1")) {
+			return false
+		}
+	}
+	return len(servers) > 0
 }
 
 // numericLabel reports whether a host's last label reads as a number to

@@ -3,11 +3,16 @@ package consultest
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/roster-go/roster/backends/consul"
 	"github.com/roster-go/roster/conformance"
@@ -168,4 +173,35 @@ func (h *harness) DeleteExternally(ctx context.Context, in registry.Instance) er
 		return fmt.Errorf("consultest: deregister %s: %s", in.ID, resp.Status)
 	}
 	return nil
+}
+
+// WriteForeign registers in through the catalog (PUT /v1/catalog/register)
+// on a node of its own, named to sort before the agent's, with no check:
+// what another team's tool or an external-service registrar writes.
+func (h *harness) WriteForeign(ctx context.Context, in registry.Instance) (func(context.Context) error, error) {
+	host, portS, err := net.SplitHostPort(in.Address)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil {
+		return nil, err
+	}
+	c, err := api.NewClient(&api.Config{Address: h.a.Addr(), Token: h.a.ManagementToken()})
+	if err != nil {
+		return nil, err
+	}
+	node := "0-foreign-" + strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(in.Service+"/"+in.ID))), 16)
+	reg := &api.CatalogRegistration{Node: node, Address: host, Service: &api.AgentService{
+		ID: in.ID, Service: in.Service, Address: host, Port: port,
+		Meta:    map[string]string{"weight": strconv.FormatUint(uint64(in.Weight), 10)},
+		Weights: api.AgentWeights{Passing: max(int(in.Weight), 1), Warning: 1},
+	}}
+	if _, err := c.Catalog().Register(reg, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+		return nil, fmt.Errorf("consultest: catalog register %s on %s: %w", in.ID, node, err)
+	}
+	return func(ctx context.Context) error {
+		_, err := c.Catalog().Deregister(&api.CatalogDeregistration{Node: node}, (&api.WriteOptions{}).WithContext(ctx))
+		return err
+	}, nil
 }

@@ -2,10 +2,14 @@ package kubetest
 
 import (
 	"context"
+	"hash/crc32"
+	"net"
 	"net/url"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kube "k8s.io/client-go/kubernetes"
@@ -203,4 +207,39 @@ func (h *harness) Wipe(ctx context.Context) error {
 		return err
 	}
 	return cs.CoordinationV1().Leases(h.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+}
+
+// WriteForeign writes in as another controller would: an EndpointSlice
+// of the service, not Roster's, named to sort first, whose endpoint
+// names in.ID as its Pod, with no Lease behind it.
+func (h *harness) WriteForeign(ctx context.Context, in registry.Instance) (func(context.Context) error, error) {
+	host, portS, err := net.SplitHostPort(in.Address)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.ParseInt(portS, 10, 32)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := h.s.Clientset(h.s.Addr())
+	if err != nil {
+		return nil, err
+	}
+	name := "0-foreign-" + strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(in.Service+"/"+in.ID))), 16)
+	p := int32(port)
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels:      map[string]string{discoveryv1.LabelServiceName: in.Service, discoveryv1.LabelManagedBy: "another-tool.example"},
+			Annotations: map[string]string{kubernetes.AnnotationWeight: strconv.FormatUint(uint64(in.Weight), 10)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Port: &p}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: h.ns, Name: in.ID}}},
+	}
+	if _, err := cs.DiscoveryV1().EndpointSlices(h.ns).Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return cs.DiscoveryV1().EndpointSlices(h.ns).Delete(ctx, name, metav1.DeleteOptions{})
+	}, nil
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -243,4 +244,33 @@ func (l *link) close() {
 	for _, p := range l.proxies {
 		_ = p.Close()
 	}
+}
+
+// WriteForeign writes in as a script following the keys layout's article
+// would: SET of the article's JSON under the address's key, with no
+// expiry. The hash layout keys records by ID: errors.ErrUnsupported.
+func (h *harness) WriteForeign(ctx context.Context, in registry.Instance) (func(context.Context) error, error) {
+	u, err := url.Parse(h.url)
+	if err != nil {
+		return nil, err
+	}
+	_, o, err := rredis.ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	if o.Layout == rredis.LayoutHash {
+		return nil, errors.ErrUnsupported
+	}
+	key := o.Prefix + ":" + in.Service + ":" + in.Address
+	val := fmt.Sprintf(`{"addr":%q,"version":"","weight":"%d","metadata":"roster_id=%s"}`, in.Address, in.Weight, in.ID)
+	c := h.admin()
+	defer c.Close()
+	if err := c.Set(ctx, key, val, 0).Err(); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		c := h.admin()
+		defer c.Close()
+		return c.Del(ctx, key).Err()
+	}, nil
 }
