@@ -75,6 +75,9 @@ func (st *hashStream) relist(ctx context.Context) error {
 	st.rev, st.lastID = s.Revision, lastID
 	st.listed = s
 	st.lastActive = time.Now()
+	if len(s.Instances) > 0 {
+		st.h.sweeps.kick(st.svc) // an idle service may have members again
+	}
 	return nil
 }
 
