@@ -30,8 +30,7 @@ type hashStream struct {
 	listed  driver.Snapshot // the last relist: the first state delivered
 	pending bool            // listed not yet delivered (the first Next)
 
-	lastActive time.Time // last log entry or relist
-	readFailed bool      // the last XREAD failed
+	readFailed bool // the last XREAD failed
 
 	sweepErr atomic.Pointer[error] // why the driver's sweeper gave up on the service
 
@@ -44,11 +43,12 @@ func (h *hashLayout) watch(ctx context.Context, service string) (driver.Stream, 
 	if err := st.relist(ctx); err != nil {
 		return nil, err
 	}
-	sub, err := h.mux.subscribe(ctx, service, st.keys.log, st.lastID)
+	sub, err := h.mux.subscribe(ctx, service, st.keys.log, st.keys.rev, st.lastID)
 	if err != nil {
 		return nil, err
 	}
 	st.sub = sub
+	sub.seen(st.rev)
 	st.pending = true
 	h.sweeps.add(st)
 	return st, nil
@@ -74,7 +74,9 @@ func (st *hashStream) relist(ctx context.Context) error {
 	}
 	st.rev, st.lastID = s.Revision, lastID
 	st.listed = s
-	st.lastActive = time.Now()
+	if st.sub != nil {
+		st.sub.seen(st.rev)
+	}
 	if len(s.Instances) > 0 {
 		st.h.sweeps.kick(st.svc) // an idle service may have members again
 	}
@@ -116,12 +118,12 @@ func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
 		if serr := st.sweepErr.Load(); serr != nil {
 			return driver.Snapshot{}, *serr
 		}
-		if time.Since(st.lastActive) >= st.h.o.Quiet {
+		if st.sub.stale.Swap(false) {
 			if s, ok, err := st.quietCheck(ctx); err != nil || ok {
 				return s, err
 			}
 		}
-		msgs, err := st.sub.wait(ctx, st.closed, st.h.o.Quiet-time.Since(st.lastActive))
+		msgs, err := st.sub.wait(ctx, st.closed)
 		if err != nil {
 			if s, ok, err := st.readFailure(ctx, err); err != nil || ok {
 				return s, err
@@ -137,19 +139,23 @@ func (st *hashStream) Next(ctx context.Context) (driver.Snapshot, error) {
 	}
 }
 
-// quietCheck runs after quiet without log entries. The revision counter
-// moves with every change, in the same script, so an unchanged counter
-// means nothing was missed: one GET instead of a relist, which reads every
-// record (megabytes at 10,000 instances, for every watching process each
-// quiet period). Anything else — a FLUSHALL, a failover that lost writes,
-// a counter that restarted, a failed read — relists.
+// quietCheck runs when the shard's quiet check (muxShard.checkRevs)
+// found the revision counter moved without log entries. The counter moves
+// with every change, in the same script, so an unchanged counter means
+// nothing was missed. The check reads it again, one GET, as an entry may
+// have arrived meanwhile. Anything else — a FLUSHALL, a failover that lost
+// writes, a counter that restarted, a failed read — relists.
 func (st *hashStream) quietCheck(ctx context.Context) (driver.Snapshot, bool, error) {
+	if msgs, err := st.sub.take(); len(msgs) > 0 || err != nil {
+		st.sub.requeue(msgs, err)
+		return driver.Snapshot{}, false, nil // entries first
+	}
 	rev, err := st.h.mux.client().Get(ctx, st.keys.rev).Uint64()
 	if errors.Is(err, goredis.Nil) {
 		rev, err = 0, nil // forgotten: an empty service
 	}
 	if err == nil && rev == st.rev {
-		st.lastActive = time.Now()
+		st.sub.seen(st.rev)
 		return driver.Snapshot{}, false, nil
 	}
 	return st.resync(ctx)
@@ -176,7 +182,7 @@ func (st *hashStream) readFailure(ctx context.Context, err error) (driver.Snapsh
 // deliver, changed or not (Registry drops repeats).
 func (st *hashStream) applyAll(ctx context.Context, msgs []goredis.XMessage) (driver.Snapshot, bool, error) {
 	st.readFailed = false
-	st.lastActive = time.Now()
+	defer func() { st.sub.seen(st.rev) }()
 	for _, m := range msgs {
 		if !idLess(st.lastID, m.ID) {
 			continue // already in the last relist

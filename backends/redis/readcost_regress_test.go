@@ -30,20 +30,21 @@ func watchMany(t *testing.T, r *registry.Registry, n int, name func(int) string)
 }
 
 // Watched services that stay empty cost the server (close to) nothing:
-// their sweeps stop once they are found empty. 300 of them, swept every
-// 100ms, cost 12,000 commands a second before. A registration in one of
-// them wakes its sweeps again: a crashed instance still leaves watchers
-// within its TTL and a sweep.
+// their sweeps stop once they are found empty, and one MGET per shared
+// read checks their revisions. 300 of them, swept every 100ms, cost 12,000
+// commands a second before, and their quiet checks one GET each per quiet
+// period. A registration in one of them wakes its sweeps again: a crashed
+// instance still leaves watchers within its TTL and a sweep.
 func TestHashIdleServicesCostNothing(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	ctx := t.Context()
 	rdb := srv.Client()
 	defer rdb.Close()
-	const n, sweep = 300, 100 * time.Millisecond
-	obs := open(t, fmt.Sprintf("redis://%s?sweep=%v", srv.Addr(), sweep))
+	const n, sweep, quiet = 300, 100 * time.Millisecond, 500 * time.Millisecond
+	obs := open(t, fmt.Sprintf("redis://%s?sweep=%v&quiet=%v", srv.Addr(), sweep, quiet))
 	ws := watchMany(t, obs, n, func(i int) string { return fmt.Sprintf("empty-%03d", i) })
-	time.Sleep(3 * sweep) // the first claims and sweeps
+	time.Sleep(quiet) // the first claims, sweeps and quiet checks
 	got := rate(ctx, t, rdb, 2*time.Second)
 	t.Logf("%d empty watched services: %.0f server commands/s", n, got)
 	// What remains: the registry's resync lists (n per 60s, 4 commands
