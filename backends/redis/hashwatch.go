@@ -30,7 +30,9 @@ type hashStream struct {
 	listed  driver.Snapshot // the last relist: the first state delivered
 	pending bool            // listed not yet delivered (the first Next)
 
-	readFailed bool // the last XREAD failed
+	relistedAt time.Time     // when the last resync's relist began
+	relistTook time.Duration // how long it took
+	readFailed bool          // the last XREAD failed
 
 	sweepErr atomic.Pointer[error] // why the driver's sweeper gave up on the service
 
@@ -221,13 +223,50 @@ func (st *hashStream) apply(m goredis.XMessage) bool {
 	return true
 }
 
+// Relists are throttled per watch. Another writer of the keyspace can
+// append log entries whose revisions do not follow, and each would cost
+// every watcher a relist: 582 such entries in a service of 100,000
+// records, with 3 watchers, took Redis's latency to 343ms for every
+// tenant. A watch relists at once after a calm spell, but at most once per
+// minRelistGap, and spends at most 1/relistShare of its time relisting.
+// Entries that arrive while it waits are covered by the relist.
+const (
+	minRelistGap = time.Second
+	relistShare  = 10
+)
+
 // resync relists; ok is always true: the state is delivered, changed or
 // not (Registry drops repeats).
 func (st *hashStream) resync(ctx context.Context) (driver.Snapshot, bool, error) {
-	if err := st.relist(ctx); err != nil {
+	if err := st.throttle(ctx); err != nil {
+		return driver.Snapshot{}, false, st.fail(ctx, err)
+	}
+	st.relistedAt = time.Now()
+	err := st.relist(ctx)
+	st.relistTook = time.Since(st.relistedAt)
+	if err != nil {
 		return driver.Snapshot{}, false, st.fail(ctx, err)
 	}
 	return st.listed, true, nil
+}
+
+// throttle waits until the watch may relist again.
+func (st *hashStream) throttle(ctx context.Context) error {
+	gap := max(minRelistGap, relistShare*st.relistTook)
+	d := time.Until(st.relistedAt.Add(gap))
+	if st.relistedAt.IsZero() || d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-st.closed:
+		return fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
+	}
 }
 
 func (st *hashStream) fail(ctx context.Context, err error) error {

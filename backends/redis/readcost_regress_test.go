@@ -1,10 +1,14 @@
 package redis_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	rredis "github.com/roster-go/roster/backends/redis"
 	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
@@ -62,4 +66,49 @@ func TestHashIdleServicesCostNothing(t *testing.T) {
 	if took := time.Since(start); took > time.Second+time.Second {
 		t.Errorf("the crashed instance left the watcher after %v, want within its TTL (1s) and a second", took)
 	}
+}
+
+// Log entries whose revisions do not follow (another writer of the
+// keyspace, buggy or hostile) make a watch relist, at most once a second:
+// 100 of them in a second cost a watch of a large service 100 relists
+// before. The watch still converges.
+func TestHashBadLogEntriesThrottled(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	rdb := srv.Client()
+	defer rdb.Close()
+	r := open(t, "redis://"+srv.Addr())
+	obs := open(t, "redis://"+srv.Addr())
+	const n = 50
+	for i := range n {
+		if _, err := r.Register(ctx, registry.Instance{Service: "bad", Address: fmt.Sprintf("10.0.0.%d:80", i+1)}, registry.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := watchMany(t, obs, 1, func(int) string { return "bad" })[0]
+	mon := startMonitor(t, srv.Addr())
+	_, from := mon.since(0)
+	const window, entries = 2 * time.Second, 200
+	for range entries {
+		rdb.XAdd(ctx, &goredis.XAddArgs{Stream: "roster:{bad}:log", Values: []string{"rev", "1", "op", "del", "id", "x"}})
+		time.Sleep(window / entries)
+	}
+	lines, _ := mon.since(from)
+	relists := 0
+	for _, l := range lines {
+		if l.isScript(rredis.SnapshotScriptSHA) {
+			relists++
+		}
+	}
+	t.Logf("%d bad log entries in %v: %d relists", entries, window, relists)
+	if max := int(window/time.Second) + 2; relists > max {
+		t.Errorf("%d bad log entries in %v: %d relists, want at most %d", entries, window, relists, max)
+	}
+	if _, err := r.Register(ctx, registry.Instance{Service: "bad", Address: "10.0.1.1:80"}, registry.WithTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nextWith(wctx, t, w, 0, n+1)
 }
