@@ -199,28 +199,41 @@ func (st *hashStream) applyAll(ctx context.Context, msgs []goredis.XMessage) (dr
 
 // apply applies one log entry; false when its revision does not follow.
 func (st *hashStream) apply(m goredis.XMessage) bool {
-	str := func(k string) string { v, _ := m.Values[k].(string); return v }
-	rev, err := strconv.ParseUint(str("rev"), 10, 64)
-	if err != nil || rev != st.rev+1 {
+	rev, put, ok := applyEntry(st.insts, st.rev, m)
+	if !ok {
 		return false
+	}
+	if put {
+		// A new member may expire before the sweep scheduled so far:
+		// sweep now, which learns the earliest deadline again.
+		st.h.sweeps.kick(st.svc)
+	}
+	st.rev, st.lastID = rev, m.ID
+	return true
+}
+
+// applyEntry applies a log entry to insts, at revision rev. It reports
+// the entry's revision and whether it was a put; ok is false when the
+// revision does not follow or the entry is not Roster's.
+func applyEntry(insts map[string]driver.Instance, rev uint64, m goredis.XMessage) (next uint64, put, ok bool) {
+	str := func(k string) string { v, _ := m.Values[k].(string); return v }
+	next, err := strconv.ParseUint(str("rev"), 10, 64)
+	if err != nil || next != rev+1 {
+		return 0, false, false
 	}
 	switch str("op") {
 	case "put":
 		in, err := decodeRecord(str("data"))
 		if err != nil || in.ID != str("id") {
-			return false
+			return 0, false, false
 		}
-		st.insts[in.ID] = in
-		// A new member may expire before the sweep scheduled so far:
-		// sweep now, which learns the earliest deadline again.
-		st.h.sweeps.kick(st.svc)
+		insts[in.ID] = in
+		return next, true, true
 	case "del":
-		delete(st.insts, str("id"))
-	default:
-		return false
+		delete(insts, str("id"))
+		return next, false, true
 	}
-	st.rev, st.lastID = rev, m.ID
-	return true
+	return 0, false, false
 }
 
 // Relists are throttled per watch. Another writer of the keyspace can

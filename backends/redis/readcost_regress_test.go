@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -111,4 +112,131 @@ func TestHashBadLogEntriesThrottled(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	nextWith(wctx, t, w, 0, n+1)
+}
+
+// A large service is read in pages: no script reads more than 1,000
+// records, so a relist does not block the server for other tenants. The
+// pages, and the log entries replayed after them, give the same state as
+// one atomic read, with writes going on meanwhile.
+func TestHashLargeServicePaged(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	rdb := srv.Client()
+	defer rdb.Close()
+	const n = 2500
+	deadline := float64(time.Now().Add(time.Hour).UnixMilli())
+	_, err := rdb.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i := range n {
+			id := fmt.Sprintf("p-%05d", i)
+			p.Set(ctx, "roster:{paged}:i:"+id, fmt.Sprintf(`{"id":%q,"service":"paged","address":"10.1.%d.%d:80"}`, id, i/250, i%250), time.Hour)
+			p.ZAdd(ctx, "roster:{paged}:idx", goredis.Z{Score: deadline, Member: id})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon := startMonitor(t, srv.Addr())
+	_, from := mon.since(0)
+	r := open(t, "redis://"+srv.Addr())
+	obs := open(t, "redis://"+srv.Addr())
+	w := watchMany(t, obs, 1, func(int) string { return "paged" })[0]
+	if s, err := obs.Lookup(ctx, "paged"); err != nil || len(s.Instances) != n {
+		t.Fatalf("Lookup: %d instances, %v; want %d", len(s.Instances), err, n)
+	}
+	const more = 20
+	for i := range more {
+		if _, err := r.Register(ctx, registry.Instance{Service: "paged", Address: fmt.Sprintf("10.2.0.%d:80", i+1)}, registry.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if i%5 == 0 { // a relist, while the registrations go on
+			rdb.XAdd(ctx, &goredis.XAddArgs{Stream: "roster:{paged}:log", Values: []string{"rev", "1", "op", "del", "id", "x"}})
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	nextWith(wctx, t, w, 0, n+more)
+	lines, _ := mon.since(from)
+	scans, inScript := 0, 0
+	for _, l := range lines {
+		switch {
+		case l.args[0] == "zscan":
+			scans++
+		case l.client == "lua" && l.args[0] == "get":
+			inScript++
+		}
+	}
+	if scans == 0 || inScript > 1000 {
+		t.Errorf("%d ZSCAN pages, %d records read inside scripts; want pages and at most 1,000", scans, inScript)
+	}
+}
+
+// A paged read that started before writes replays the log entries logged
+// since: its state is the state at the new head. When the log lost some
+// of them (trimmed), it reads atomically instead.
+func TestHashPagedReplay(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	rdb := srv.Client()
+	defer rdb.Close()
+	d := openDriver(t, "redis://"+srv.Addr())
+	var regs []driver.Registration
+	for i := range 1200 {
+		reg, err := d.Register(ctx, driver.Instance{ID: fmt.Sprintf("r-%04d", i), Service: "replay", Address: fmt.Sprintf("10.3.%d.%d:80", i/250, i%250)}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs = append(regs, reg)
+	}
+	rev, lastID, err := rredis.Head(ctx, d, "replay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reg := range regs[:10] {
+		if err := reg.Deregister(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Register(ctx, driver.Instance{ID: "late", Service: "replay", Address: "10.4.0.1:80"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	mon := startMonitor(t, srv.Addr())
+	// atomic reports whether the read fell back to one atomic script.
+	atomic := func(from int) bool {
+		lines, _ := mon.since(from)
+		return slices.ContainsFunc(lines, func(l monitorLine) bool {
+			return l.isScript(rredis.SnapshotScriptSHA) && l.args[len(l.args)-1] == "-1"
+		})
+	}
+	check := func(what string, wantAtomic bool) {
+		t.Helper()
+		_, from := mon.since(0)
+		s, err := rredis.PagedSnapshot(ctx, d, "replay", rev, lastID)
+		// MONITOR's lines are in order: once a marker shows, the read's have.
+		rdb.Echo(ctx, "mark-"+what)
+		mon.waitLines(t, from, 1, 5*time.Second, "marker", func(l monitorLine) bool { return l.args[0] == "echo" && l.args[1] == "mark-"+what })
+		if got := atomic(from); got != wantAtomic {
+			t.Errorf("%s: read atomically: %v, want %v", what, got, wantAtomic)
+		}
+		want, _ := d.List(ctx, "replay")
+		if err != nil || len(s.Instances) != 1191 || s.Revision != want.Revision {
+			t.Fatalf("%s: %d instances at revision %d, %v; want 1191 at %d", what, len(s.Instances), s.Revision, err, want.Revision)
+		}
+		has := func(id string) bool {
+			return slices.ContainsFunc(s.Instances, func(in driver.Instance) bool { return in.ID == id })
+		}
+		if !has("late") {
+			t.Fatalf("%s: the late registration is missing", what)
+		}
+		if has("r-0003") {
+			t.Fatalf("%s: a deregistered instance is listed", what)
+		}
+	}
+	check("replayed", false)
+	if err := rdb.XTrimMaxLen(ctx, "roster:{replay}:log", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("trimmed log", true)
 }
