@@ -28,6 +28,7 @@ import (
 type keysLayout struct {
 	*conn
 	warnFlags sync.Once // the notify-keyspace-events warning, once per driver
+	hub       keysHub   // what the driver's watches share
 }
 
 // limits: SET EX and EXPIRE take whole seconds.
@@ -371,33 +372,62 @@ func (ks *keysLayout) list(ctx context.Context, service string) (driver.Snapshot
 	if err != nil {
 		return driver.Snapshot{}, ks.wrap("list "+service, err)
 	}
-	prefix := ks.keyPrefix(service)
-	keys, err := ks.scan(ctx, globEscape(prefix)+"*")
+	keys, err := ks.scan(ctx, globEscape(ks.keyPrefix(service))+"*")
 	if err != nil {
 		return driver.Snapshot{}, ks.wrap("list "+service, err)
 	}
+	_, vals, err := ks.fetch(ctx, keys, false)
+	if err != nil {
+		return driver.Snapshot{}, ks.wrap("list "+service, err)
+	}
+	return ks.build(service, vals, now), nil
+}
+
+// fetch reads keys in one pipeline, after the server's clock when
+// withTime is set. Keys that are gone, or hold another type, are left out.
+func (ks *keysLayout) fetch(ctx context.Context, keys []string, withTime bool) (time.Time, map[string]string, error) {
+	vals := make(map[string]string, len(keys))
+	if len(keys) == 0 && !withTime {
+		return time.Time{}, vals, nil
+	}
+	var tc *goredis.TimeCmd
 	cmds := make([]*goredis.StringCmd, len(keys))
-	if len(keys) > 0 {
-		_, err = ks.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i, k := range keys {
-				cmds[i] = p.Get(ctx, k)
-			}
-			return nil
-		})
-		var reply goredis.Error
-		if err != nil && !errors.As(err, &reply) {
-			// A reply error (a key of another type under the prefix) only
-			// fails its own GET; anything else fails the list.
-			return driver.Snapshot{}, ks.wrap("list "+service, err)
+	_, err := ks.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if withTime {
+			tc = p.Time(ctx)
+		}
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	var reply goredis.Error
+	if err != nil && !errors.As(err, &reply) {
+		// A reply error (a key of another type under the prefix) only
+		// fails its own GET; anything else fails the read.
+		return time.Time{}, nil, err
+	}
+	var now time.Time
+	if withTime {
+		if now, err = tc.Result(); err != nil {
+			return time.Time{}, nil, err
 		}
 	}
-	byID := map[string]driver.Instance{}
 	for i, k := range keys {
-		val, err := cmds[i].Result()
-		if err != nil {
-			continue // expired between SCAN and GET
+		if v, err := cmds[i].Result(); err == nil {
+			vals[k] = v // else expired between SCAN and GET
 		}
-		in, ok := decodeArticle(service, strings.TrimPrefix(k, prefix), val)
+	}
+	return now, vals, nil
+}
+
+// build makes a snapshot of service from its keys' values, read after
+// the server's clock showed now.
+func (ks *keysLayout) build(service string, vals map[string]string, now time.Time) driver.Snapshot {
+	prefix := ks.keyPrefix(service)
+	byID := map[string]driver.Instance{}
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		in, ok := decodeArticle(service, strings.TrimPrefix(k, prefix), vals[k])
 		if !ok {
 			continue
 		}
@@ -412,7 +442,7 @@ func (ks *keysLayout) list(ctx context.Context, service string) (driver.Snapshot
 	if s.Instances == nil {
 		s.Instances = []driver.Instance{}
 	}
-	return s, nil
+	return s
 }
 
 func (ks *keysLayout) services(ctx context.Context) ([]string, error) {

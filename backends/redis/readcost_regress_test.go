@@ -114,6 +114,42 @@ func TestHashBadLogEntriesThrottled(t *testing.T) {
 	nextWith(wctx, t, w, 0, n+1)
 }
 
+// A driver's keys-layout watches share one keyspace subscription and one
+// scan per poll interval: 200 watched services held 200 pub/sub
+// connections and scanned the database 200 times per interval before.
+// An event still reaches the watch of its service at once.
+func TestKeysWatchesShareSubscriptionAndScan(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, "--notify-keyspace-events", "KEA")
+	ctx := t.Context()
+	rdb := srv.Client()
+	defer rdb.Close()
+	const n, poll = 200, 200 * time.Millisecond
+	obs := open(t, fmt.Sprintf("redis://%s?layout=keys&notify=on&poll=%v&client_name=keyswatch", srv.Addr(), poll))
+	ws := watchMany(t, obs, n, func(i int) string { return fmt.Sprintf("k-%03d", i) })
+	if got := pubsubClients(ctx, t, rdb); got != 1 {
+		t.Errorf("%d watched services: %d pub/sub connections, want 1", n, got)
+	}
+	before := commandStats(ctx, t, rdb)
+	const window = 2 * time.Second
+	time.Sleep(window)
+	after := commandStats(ctx, t, rdb)
+	scans := after["scan"] - before["scan"]
+	t.Logf("%d watched services, poll %v: %.0f SCAN in %v", n, poll, scans, window)
+	if max := float64(window/poll) + 2; scans > max {
+		t.Errorf("%d watched services, poll %v: %.0f SCAN in %v, want at most %.0f", n, poll, scans, window, max)
+	}
+	slow := open(t, "redis://"+srv.Addr()+"?layout=keys&notify=on&poll=1h")
+	w := watchMany(t, slow, 1, func(int) string { return "k-042" })[0]
+	if err := articleRegister(ctx, rdb, "k-042", "10.0.0.1:80"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	nextWith(wctx, t, w, 0, 1)
+	nextWith(wctx, t, ws[42], 42, 1)
+}
+
 // A large service is read in pages: no script reads more than 1,000
 // records, so a relist does not block the server for other tenants. The
 // pages, and the log entries replayed after them, give the same state as
