@@ -354,6 +354,10 @@ func (h *hashLayout) snapshot(ctx context.Context, c goredis.UniversalClient, se
 	s, lastID, err := h.snapshotOnce(ctx, c, service, relistPage)
 	if errors.Is(err, errPaged) {
 		s, lastID, err = h.pagedSnapshot(ctx, c, service, s.Revision, lastID)
+		if refused(err) {
+			// An ACL written before paging lacks ZSCAN, MGET or XRANGE.
+			s, lastID, err = h.snapshotOnce(ctx, c, service, -1)
+		}
 	}
 	if err != nil {
 		return driver.Snapshot{}, "", h.wrap("list "+service, err)

@@ -304,7 +304,9 @@ func (s *muxShard) loop() {
 // for quiet: one MGET of their revision counters, where each watch used
 // to send a GET (10,000 quiet watches, 1,000 commands a second). The
 // watches whose counter moved check again, and relist. A failed read
-// changes nothing: the shard's own read reports a broken link.
+// changes nothing: the shard's own read reports a broken link. A refused
+// one (an ACL written before MGET was needed) makes each watch check on
+// its own.
 func (s *muxShard) checkRevs() {
 	cutoff := time.Now().Add(-s.m.h.o.Quiet).UnixNano()
 	s.m.mu.Lock()
@@ -325,21 +327,27 @@ func (s *muxShard) checkRevs() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.m.h.o.Quiet)
 	defer cancel()
 	vals, err := s.m.client().MGet(ctx, keys...).Result()
-	if err != nil || len(vals) != len(subs) {
+	all := err != nil && refused(err)
+	if !all && (err != nil || len(vals) != len(subs)) {
 		return
 	}
 	for i, sub := range subs {
-		var rev uint64 // a missing counter is a forgotten, empty service
-		if v, ok := vals[i].(string); ok {
-			if rev, err = strconv.ParseUint(v, 10, 64); err != nil {
-				rev = ^uint64(0) // not a counter: relist
-			}
-		}
-		if rev != sub.rev.Load() {
+		if all || moved(vals[i], sub.rev.Load()) {
 			sub.stale.Store(true)
 			sub.poke()
 		}
 	}
+}
+
+// moved reports whether a revision counter read by MGET is not rev. A
+// missing counter is a forgotten, empty service: revision 0.
+func moved(v any, rev uint64) bool {
+	s, ok := v.(string)
+	if !ok {
+		return rev != 0
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return err != nil || n != rev
 }
 
 // seen records the watch's revision, for the quiet check.
