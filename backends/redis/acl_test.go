@@ -1,14 +1,19 @@
 package redis_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/roster-go/roster/conformance"
 	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // aclLine returns the "ACL SETUSER <user> …" line docs/security.md gives
@@ -92,4 +97,49 @@ func useAll(t *testing.T, r *registry.Registry) error {
 	}
 	_, err = r.Services(ctx)
 	return err
+}
+
+// A user with the hash ACL documented before the watches' quiet checks
+// used MGET and large services were read in pages (no +mget, +zscan,
+// +xrange) still gets both: each watch checks its own counter, and a
+// large service is read in one script.
+func TestACLBeforePagingStillWorks(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartACL(t)
+	line := aclLine(t, "roster-hash", "s3cret")
+	for _, c := range []string{"+mget", "+zscan", "+xrange"} {
+		if !strings.Contains(line, " "+c) {
+			t.Fatalf("the documented ACL has no %s", c)
+		}
+		line = strings.Replace(line, " "+c, "", 1)
+	}
+	if err := srv.SetUser(t.Context(), line); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const quiet = 300 * time.Millisecond
+	url := fmt.Sprintf("redis://roster-hash:s3cret@%s/0?quiet=%v", srv.Addr(), quiet)
+	d := openDriver(t, url)
+	const n = 1100 // past one page
+	for i := range n {
+		if _, err := d.Register(ctx, driver.Instance{ID: fmt.Sprintf("a-%04d", i), Service: "old-acl", Address: fmt.Sprintf("10.5.%d.%d:80", i/250, i%250)}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := d.List(ctx, "old-acl"); err != nil || len(s.Instances) != n {
+		t.Fatalf("List: %d instances, %v; want %d", len(s.Instances), err, n)
+	}
+	obs := open(t, url)
+	w := watchMany(t, obs, 1, func(int) string { return "old-acl" })[0]
+	// A change behind the log's back: only the quiet check finds it.
+	rdb := srv.Client()
+	defer rdb.Close()
+	if err := rdb.Set(ctx, "roster:{old-acl}:i:raw", `{"id":"raw","service":"old-acl","address":"10.6.0.1:80"}`, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.ZAdd(ctx, "roster:{old-acl}:idx", goredis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "raw"})
+	rdb.Incr(ctx, "roster:{old-acl}:rev")
+	wctx, cancel := context.WithTimeout(ctx, 4*quiet+5*time.Second)
+	defer cancel()
+	nextWith(wctx, t, w, 0, n+1)
 }

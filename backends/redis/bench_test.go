@@ -327,7 +327,7 @@ func sweepLoad(b *testing.B, lines []monitorLine, services int) {
 
 // commandStats reads INFO commandstats: calls per command (commands run
 // by scripts included).
-func commandStats(ctx context.Context, b *testing.B, rdb *goredis.Client) map[string]float64 {
+func commandStats(ctx context.Context, b testing.TB, rdb *goredis.Client) map[string]float64 {
 	info, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -212,14 +213,21 @@ return 0
 
 // snapshotScript reads the live members, their records, the revision and
 // the log's last ID in one atomic step, so a watch can resume from exactly
-// that point. Reply: {rev, lastID, id1, data1, id2, data2, …}.
+// that point. Reply: {rev, lastID, id1, data1, id2, data2, …}. With more
+// than ARGV[2] live members (unless it is negative) it reads no record and
+// replies {rev, lastID, now}: the caller pages (pagedSnapshot).
 //
-// KEYS: idx, rev, log. ARGV: instance key prefix.
+// KEYS: idx, rev, log. ARGV: instance key prefix, most members.
 var snapshotScript = luaScript(luaNow + `
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
 local out = {redis.call('GET', KEYS[2]) or '0', '0-0'}
 local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
 if last[1] then out[2] = last[1][1] end
+local most = tonumber(ARGV[2])
+if most >= 0 and redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') > most then
+  out[3] = tostring(now)
+  return out
+end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
 for _, id in ipairs(ids) do
   local v = redis.call('GET', ARGV[1] .. id)
   if v then
@@ -340,17 +348,39 @@ func (r *hashReg) Deregister(ctx context.Context) error {
 }
 
 // snapshot reads a service's live instances, its revision and the ID
-// of the last log entry, through c.
-func (h *hashLayout) snapshot(ctx context.Context, c goredis.Scripter, service string) (driver.Snapshot, string, error) {
-	k := h.hkeys(service)
-	res, err := snapshotScript.Run(ctx, c, []string{k.idx, k.rev, k.log}, k.inst).StringSlice()
+// of the last log entry, through c. A service of more than relistPage
+// members is read in pages.
+func (h *hashLayout) snapshot(ctx context.Context, c goredis.UniversalClient, service string) (driver.Snapshot, string, error) {
+	s, lastID, err := h.snapshotOnce(ctx, c, service, relistPage)
+	if errors.Is(err, errPaged) {
+		s, lastID, err = h.pagedSnapshot(ctx, c, service, s.Revision, lastID)
+		if refused(err) {
+			// An ACL written before paging lacks ZSCAN, MGET or XRANGE.
+			s, lastID, err = h.snapshotOnce(ctx, c, service, -1)
+		}
+	}
 	if err != nil {
 		return driver.Snapshot{}, "", h.wrap("list "+service, err)
 	}
+	return s, lastID, nil
+}
+
+// snapshotOnce runs snapshotScript. It returns errPaged, with the
+// revision, the last ID and no instances, when the service has more than
+// most members.
+func (h *hashLayout) snapshotOnce(ctx context.Context, c goredis.Scripter, service string, most int) (driver.Snapshot, string, error) {
+	k := h.hkeys(service)
+	res, err := snapshotScript.Run(ctx, c, []string{k.idx, k.rev, k.log}, k.inst, most).StringSlice()
+	if err != nil {
+		return driver.Snapshot{}, "", err
+	}
 	if len(res) < 2 {
-		return driver.Snapshot{}, "", h.wrap("list "+service, fmt.Errorf("short snapshot reply (%d items)", len(res)))
+		return driver.Snapshot{}, "", fmt.Errorf("short snapshot reply (%d items)", len(res))
 	}
 	rev, _ := strconv.ParseUint(res[0], 10, 64)
+	if len(res) == 3 {
+		return driver.Snapshot{Service: service, Revision: rev}, res[1], errPaged
+	}
 	s := driver.Snapshot{Service: service, Revision: rev, At: time.Now(), Instances: make([]driver.Instance, 0, (len(res)-2)/2)}
 	for i := 2; i+1 < len(res); i += 2 {
 		in, err := decodeRecord(res[i+1])

@@ -28,6 +28,7 @@ import (
 type keysLayout struct {
 	*conn
 	warnFlags sync.Once // the notify-keyspace-events warning, once per driver
+	hub       keysHub   // what the driver's watches share
 }
 
 // limits: SET EX and EXPIRE take whole seconds.
@@ -376,35 +377,68 @@ func (ks *keysLayout) list(ctx context.Context, service string) (driver.Snapshot
 	if err != nil {
 		return driver.Snapshot{}, ks.wrap("list "+service, err)
 	}
-	prefix := ks.keyPrefix(service)
-	keys, err := ks.scan(ctx, globEscape(prefix)+"*")
+	keys, err := ks.scan(ctx, globEscape(ks.keyPrefix(service))+"*")
 	if err != nil {
 		return driver.Snapshot{}, ks.wrap("list "+service, err)
 	}
+	_, vals, err := ks.fetch(ctx, keys, false)
+	if err != nil {
+		return driver.Snapshot{}, ks.wrap("list "+service, err)
+	}
+	s, err := ks.build(ctx, service, vals, now)
+	if err != nil {
+		return driver.Snapshot{}, ks.wrap("list "+service, err)
+	}
+	return s, nil
+}
+
+// fetch reads keys in one pipeline, after the server's clock when
+// withTime is set. Keys that are gone, or hold another type, are left out.
+func (ks *keysLayout) fetch(ctx context.Context, keys []string, withTime bool) (time.Time, map[string]string, error) {
+	vals := make(map[string]string, len(keys))
+	if len(keys) == 0 && !withTime {
+		return time.Time{}, vals, nil
+	}
+	var tc *goredis.TimeCmd
 	cmds := make([]*goredis.StringCmd, len(keys))
-	if len(keys) > 0 {
-		_, err = ks.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i, k := range keys {
-				cmds[i] = p.Get(ctx, k)
-			}
-			return nil
-		})
-		var reply goredis.Error
-		if err != nil && !errors.As(err, &reply) {
-			// A reply error (a key of another type under the prefix) only
-			// fails its own GET; anything else fails the list.
-			return driver.Snapshot{}, ks.wrap("list "+service, err)
+	_, err := ks.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if withTime {
+			tc = p.Time(ctx)
+		}
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, k)
+		}
+		return nil
+	})
+	var reply goredis.Error
+	if err != nil && !errors.As(err, &reply) {
+		// A reply error (a key of another type under the prefix) only
+		// fails its own GET; anything else fails the read.
+		return time.Time{}, nil, err
+	}
+	var now time.Time
+	if withTime {
+		if now, err = tc.Result(); err != nil {
+			return time.Time{}, nil, err
 		}
 	}
+	for i, k := range keys {
+		if v, err := cmds[i].Result(); err == nil {
+			vals[k] = v // else expired between SCAN and GET
+		}
+	}
+	return now, vals, nil
+}
+
+// build makes a snapshot of service from its keys' values, read after
+// the server's clock showed now.
+func (ks *keysLayout) build(ctx context.Context, service string, vals map[string]string, now time.Time) (driver.Snapshot, error) {
+	prefix := ks.keyPrefix(service)
 	var cands []backend.Candidate
 	var from []string // the key of each candidate
 	seen := map[string]int{}
-	for i, k := range keys {
-		val, err := cmds[i].Result()
-		if err != nil {
-			continue // expired between SCAN and GET
-		}
-		suffix := strings.TrimPrefix(k, prefix)
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		val, suffix := vals[k], strings.TrimPrefix(k, prefix)
 		in, ok := decodeArticle(service, suffix, val)
 		if !ok {
 			continue
@@ -418,7 +452,7 @@ func (ks *keysLayout) list(ctx context.Context, service string) (driver.Snapshot
 		seen[in.ID]++
 	}
 	if err := ks.live(ctx, cands, from, seen); err != nil {
-		return driver.Snapshot{}, ks.wrap("list "+service, err)
+		return driver.Snapshot{}, err
 	}
 	s := driver.Snapshot{Service: service, Revision: uint64(now.UnixMicro()), At: time.Now(),
 		Instances: backend.Resolve(service, cands)}

@@ -5,58 +5,102 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/roster-go/roster/registry/driver"
 )
 
-// keysStream follows one service in the keys layout: it relists every poll
-// interval, and at once when a keyspace event names one of the service's
-// keys (when the server publishes them). Events are only hints: they are
-// lost while disconnected and late under load, so polling stays on.
+// keysStream follows one service in the keys layout. The driver's
+// keysHub wakes it with the keys of its service after each poll interval's
+// scan, and with the key a keyspace event names (when the server
+// publishes them). Events are only hints: they are lost while
+// disconnected and late under load, so polling stays on. A watch reads
+// only the keys it is handed: an empty service costs nothing.
 type keysStream struct {
 	ks    *keysLayout
 	svc   string
 	last  driver.Snapshot
-	runID string // the server's run_id when last checked; "" unknown
-	epoch string // the keyspace's epoch token when last checked; "" unknown
+	vals  map[string]string // the service's keys and values, as last read
+	runID string            // the server's run_id when last checked; "" unknown
+	epoch string            // the keyspace's epoch token when last checked; "" unknown
 	// epochAt is when the epoch key's expiry was last pushed back.
 	epochAt time.Time
 
 	pending bool
-	ps      *goredis.PubSub // nil without notifications
-	hints   chan struct{}   // 1-buffered: "relist now"
-	done    chan struct{}   // hint goroutine finished
+	wake    chan struct{} // 1-buffered: the hub handed something over
 	closed  chan struct{}
 	once    sync.Once
+
+	mu    sync.Mutex          // guards what the hub hands over
+	dirty map[string]struct{} // keys named by events since the last read
+	scan  []string            // the keys of the last scan, unless read
+	isNew bool                // scan holds a scan not yet read
+	err   error               // the last scan's failure
 }
 
 func (ks *keysLayout) watch(ctx context.Context, service string) (driver.Stream, error) {
-	s, err := ks.list(ctx, service)
+	now, err := ks.c.Time(ctx).Result()
 	if err != nil {
-		return nil, err
+		return nil, ks.wrap("list "+service, err)
 	}
-	st := &keysStream{ks: ks, svc: service, last: s, pending: true, hints: make(chan struct{}, 1), closed: make(chan struct{})}
+	keys, err := ks.scan(ctx, globEscape(ks.keyPrefix(service))+"*")
+	if err != nil {
+		return nil, ks.wrap("list "+service, err)
+	}
+	_, vals, err := ks.fetch(ctx, keys, false)
+	if err != nil {
+		return nil, ks.wrap("list "+service, err)
+	}
+	last, err := ks.build(ctx, service, vals, now)
+	if err != nil {
+		return nil, ks.wrap("list "+service, err)
+	}
+	st := &keysStream{ks: ks, svc: service, last: last, vals: vals, pending: true,
+		wake: make(chan struct{}, 1), closed: make(chan struct{}), dirty: map[string]struct{}{}}
 	st.runID = ks.runID(ctx)
 	st.epoch, st.epochAt = ks.epochToken(ctx), time.Now()
-	if ks.notifyEnabled(ctx) {
-		db := ks.copts.DB
-		chans := []string{}
-		// Not "expire": heartbeats (EXPIRE) change nothing a watcher sees,
-		// and would make every watcher relist on every heartbeat.
-		for _, ev := range []string{"set", "del", "expired"} {
-			chans = append(chans, "__keyevent@"+strconv.Itoa(db)+"__:"+ev)
-		}
-		st.ps = ks.c.Subscribe(context.WithoutCancel(ctx), chans...)
-		st.done = make(chan struct{})
-		go st.listen()
-	}
+	ks.hub.join(ctx, st)
 	return st, nil
+}
+
+// touched records a key an event named; the hub's lock is held.
+func (st *keysStream) touched(key string) {
+	st.mu.Lock()
+	st.dirty[key] = struct{}{}
+	st.mu.Unlock()
+	st.poke()
+}
+
+// scanned hands over the keys of the service found by a scan, or the
+// scan's failure; the hub's lock is held.
+func (st *keysStream) scanned(keys []string, err error) {
+	st.mu.Lock()
+	st.scan, st.isNew, st.err = keys, err == nil, err
+	st.mu.Unlock()
+	st.poke()
+}
+
+func (st *keysStream) poke() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// work takes what the hub handed over: the keys to read, whether they
+// replace all the service's keys, and a scan's failure.
+func (st *keysStream) work() (keys []string, all bool, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	keys, all, err = st.scan, st.isNew, st.err
+	st.scan, st.isNew, st.err = nil, false, nil
+	for k := range st.dirty {
+		keys = append(keys, k)
+	}
+	clear(st.dirty)
+	return keys, all, err
 }
 
 // notifyEnabled decides whether to subscribe to keyspace events. When the
@@ -159,60 +203,65 @@ func (ks *keysLayout) notes(ctx context.Context) []string {
 	return nil
 }
 
-// listen turns events about the service's keys, and every
-// (re)subscription — events may have been lost before it — into hints.
-func (st *keysStream) listen() {
-	defer close(st.done)
-	prefix := st.ks.keyPrefix(st.svc)
-	for msg := range st.ps.ChannelWithSubscriptions() {
-		switch m := msg.(type) {
-		case *goredis.Message:
-			if !strings.HasPrefix(m.Payload, prefix) {
-				continue
-			}
-		case *goredis.Subscription:
-		default:
-			continue
-		}
-		select {
-		case st.hints <- struct{}{}:
-		default:
-		}
-	}
-}
-
 func (st *keysStream) Next(ctx context.Context) (driver.Snapshot, error) {
 	if s, ok, err := opening(st.svc, st.closed, &st.pending, st.last); ok {
 		return s, err
 	}
-	t := time.NewTimer(st.ks.o.Poll)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return driver.Snapshot{}, ctx.Err()
-	case <-st.closed:
-		return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
-	case <-st.hints:
-	case <-t.C:
+	for {
+		select {
+		case <-ctx.Done():
+			return driver.Snapshot{}, ctx.Err()
+		case <-st.closed:
+			return driver.Snapshot{}, fmt.Errorf("redis: watch %s: %w", st.svc, driver.ErrClosed)
+		case <-st.wake:
+		}
+		keys, all, err := st.work()
+		if err != nil {
+			return driver.Snapshot{}, err
+		}
+		if len(keys) == 0 && (!all || len(st.vals) == 0) {
+			continue // nothing to read: an empty service stays empty
+		}
+		s, err := st.read(ctx, keys, all)
+		if err != nil {
+			return driver.Snapshot{}, st.ks.wrap("watch "+st.svc, err)
+		}
+		if lost(st.last, s) {
+			// A restart (the pool re-dialled without an error) or a wipe
+			// looks like instances leaving: say so, so that the registry
+			// holds those whose leases have not yet written themselves back.
+			restarted, wiped := st.restarted(ctx), st.wiped(ctx)
+			if restarted || wiped {
+				st.last = s
+				return driver.Snapshot{}, fmt.Errorf("redis %s: watch %s: %s", st.ks.name, st.svc, fault(restarted))
+			}
+		} else {
+			st.keepEpoch(ctx)
+		}
+		st.last = s // changed or not: Registry drops repeats
+		return s, nil
 	}
-	s, err := st.ks.list(ctx, st.svc)
+}
+
+// read reads keys and returns the service's new state: keys replace the
+// service's keys when all is set, else they update them.
+func (st *keysStream) read(ctx context.Context, keys []string, all bool) (driver.Snapshot, error) {
+	now, vals, err := st.ks.fetch(ctx, keys, true)
 	if err != nil {
 		return driver.Snapshot{}, err
 	}
-	if lost(st.last, s) {
-		// A restart (the pool re-dialled without an error) or a wipe
-		// looks like instances leaving: say so, so that the registry
-		// holds those whose leases have not yet written themselves back.
-		restarted, wiped := st.restarted(ctx), st.wiped(ctx)
-		if restarted || wiped {
-			st.last = s
-			return driver.Snapshot{}, fmt.Errorf("redis %s: watch %s: %s", st.ks.name, st.svc, fault(restarted))
+	if !all {
+		for _, k := range keys {
+			if v, ok := vals[k]; ok {
+				st.vals[k] = v
+			} else {
+				delete(st.vals, k)
+			}
 		}
-	} else {
-		st.keepEpoch(ctx)
+		vals = st.vals
 	}
-	st.last = s // changed or not: Registry drops repeats
-	return s, nil
+	st.vals = vals
+	return st.ks.build(ctx, st.svc, vals, now)
 }
 
 // lost reports whether an instance of prev is missing from cur.
@@ -327,10 +376,7 @@ func (ks *keysLayout) runID(ctx context.Context) string {
 func (st *keysStream) Close() error {
 	st.once.Do(func() {
 		close(st.closed)
-		if st.ps != nil {
-			_ = st.ps.Close()
-			<-st.done
-		}
+		st.ks.hub.leave(st)
 	})
 	return nil
 }

@@ -59,7 +59,9 @@ func New(copts *goredis.UniversalOptions, o Options) (*Driver, error) {
 	cn.ports.Addrs, cn.ports.TLS = cp.Addrs[:1], cp.TLSConfig
 	cn.c.AddHook(answered{cn})
 	if o.Layout == LayoutKeys {
-		return &Driver{cn, &keysLayout{conn: cn}}, nil
+		ks := &keysLayout{conn: cn}
+		ks.hub.ks = ks
+		return &Driver{cn, ks}, nil
 	}
 	h := &hashLayout{conn: cn}
 	h.mux = &logMux{h: h}
@@ -111,6 +113,9 @@ func (d *Driver) Close() error {
 	if h, ok := d.layout.(*hashLayout); ok {
 		h.sweeps.close()
 		h.mux.close()
+	}
+	if ks, ok := d.layout.(*keysLayout); ok {
+		ks.hub.close()
 	}
 	if err := d.c.Close(); err != nil && !errors.Is(err, goredis.ErrClosed) {
 		return d.wrap("close", err)
