@@ -184,8 +184,8 @@ func primaryFirst(ports []discoveryv1.EndpointPort, want string) []discoveryv1.E
 // one Roster can carry ("http", "grpc"; not "kubernetes.io/h2c"), else
 // "udp" or "sctp" for those ports, else none (TCP).
 func protocol(p discoveryv1.EndpointPort) string {
-	if p.AppProtocol != nil && protocolName(*p.AppProtocol) {
-		return *p.AppProtocol
+	if p.AppProtocol != nil && protocolName(strings.ToLower(*p.AppProtocol)) {
+		return strings.ToLower(*p.AppProtocol) // "HTTP" is http
 	}
 	if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
 		return strings.ToLower(string(*p.Protocol))

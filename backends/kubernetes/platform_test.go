@@ -63,7 +63,7 @@ func TestPlatformPortsWithinLimits(t *testing.T) {
 		ports = append(ports, port(fmt.Sprintf("p%d", i), int32(1000+i)))
 	}
 	ports = append(ports, port("Bad_Name", 1), port("p1", 2), port("http", 8080))
-	h2c, grpc, udp := "kubernetes.io/h2c", "grpc", corev1.ProtocolUDP
+	h2c, grpc, udp := "kubernetes.io/h2c", "GRPC", corev1.ProtocolUDP
 	ports[0].AppProtocol, ports[1].AppProtocol, ports[2].Protocol = &grpc, &h2c, &udp
 	ins := platform{}.instances("svc", slice(ports...))
 	if len(ins) != 1 {
