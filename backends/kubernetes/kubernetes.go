@@ -15,8 +15,12 @@
 // kubernetes.io/service-name=<service>, whoever wrote them. So a Service's
 // Pods are instances with no Roster code in them. A ready endpoint is an
 // instance. A terminating one that still serves has weight 0. One that
-// does not serve is left out. Lookup reads the apiserver, and Watch runs
-// shared informers.
+// does not serve is left out. Each port of the Service is a named
+// endpoint of the instance. The primary is the port option's, else
+// "http", else the first. Version, weight and tags come from the Pod's
+// labels and annotations when the driver may list Pods, else from the
+// slice alone. Lookup reads the apiserver, and Watch runs shared
+// informers.
 //
 // Processes outside the cluster, such as VMs, register too. Register
 // writes a coordination.k8s.io Lease for the TTL and an EndpointSlice
@@ -73,10 +77,13 @@ const (
 	defaultSweepInterval  = 10 * time.Second
 )
 
-// Annotations an operator may set on a Service's EndpointSlices.
+// Annotations an operator may set on a Pod, or on a Service's
+// EndpointSlices for all their endpoints. A Pod's win. Tags are
+// comma-separated.
 const (
 	AnnotationWeight  = "roster.dev/weight"
 	AnnotationVersion = "roster.dev/version"
+	AnnotationTags    = "roster.dev/tags"
 )
 
 // Labels and annotations of the slices and Leases Roster writes.
@@ -108,6 +115,10 @@ type Options struct {
 	// expired registrations, and the other registrants check it is
 	// alive; default 10s.
 	SweepInterval time.Duration
+	// Port names the primary port of a Service's endpoints, where a
+	// Service has it; else the port named "http" is, else the first.
+	// Every port is a named endpoint either way.
+	Port string
 }
 
 // Driver is a driver.Driver on a Kubernetes namespace. Wrap it with
@@ -117,8 +128,12 @@ type Driver struct {
 	ns     string
 	reqT   time.Duration
 	sweepT time.Duration
+	port   string // Options.Port
 	closed atomic.Bool
 	local  bool // the apiserver is on this host
+
+	podsForbidden atomic.Bool // the apiserver refused to list Pods: slices only
+	warnPods      sync.Once
 
 	mu        sync.Mutex
 	inf       *generation // nil until the first Watch; replaced after a failure
@@ -147,10 +162,13 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k8s: %w: %v", driver.ErrInvalid, err)
 	}
-	d := &Driver{cs: cs, ns: opts.Namespace, reqT: opts.RequestTimeout, sweepT: opts.SweepInterval, stopSweep: make(chan struct{})}
+	d := &Driver{cs: cs, ns: opts.Namespace, reqT: opts.RequestTimeout, sweepT: opts.SweepInterval, port: opts.Port, stopSweep: make(chan struct{})}
 	d.local = backend.LocalHosts(cfg.Host)
 	if d.ns == "" {
 		d.ns = "default"
+	}
+	if d.port != "" && !portName(d.port) {
+		return nil, fmt.Errorf("k8s: %w: port %q: want a port name, [a-z0-9]([a-z0-9-]*[a-z0-9])? of at most %d bytes", driver.ErrInvalid, d.port, backend.MaxEndpointNameLen)
 	}
 	if d.reqT <= 0 {
 		d.reqT = defaultRequestTimeout

@@ -3,9 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/roster-go/roster/internal/backend"
@@ -18,9 +16,10 @@ import (
 )
 
 // instances turns a service's slices into its live instances at now, given
-// the Leases by name. It also returns when the earliest of the Leases it
-// relied on lapses (zero if none), when the answer will change by itself.
-func instances(service string, slices []*discoveryv1.EndpointSlice, leases map[string]*coordv1.Lease, now time.Time) ([]driver.Instance, time.Time) {
+// the Leases by name and how to read other controllers' slices (p). It
+// also returns when the earliest of the Leases it relied on lapses (zero
+// if none), when the answer will change by itself.
+func instances(service string, slices []*discoveryv1.EndpointSlice, leases map[string]*coordv1.Lease, p platform, now time.Time) ([]driver.Instance, time.Time) {
 	var out []backend.Candidate
 	var next time.Time
 	for _, s := range slices {
@@ -28,7 +27,7 @@ func instances(service string, slices []*discoveryv1.EndpointSlice, leases map[s
 			continue
 		}
 		if s.Labels[discoveryv1.LabelManagedBy] != managedBy {
-			for _, in := range platformInstances(service, s) {
+			for _, in := range p.instances(service, s) {
 				out = append(out, backend.Candidate{Instance: in}) // no lease of Roster's vouches for it
 			}
 			continue
@@ -63,67 +62,18 @@ func rosterInstance(service string, s *discoveryv1.EndpointSlice, l *coordv1.Lea
 	return in, until, true
 }
 
-// platformInstances reads the endpoints of a slice another controller
-// (the endpointslice controller, a mirror) wrote.
-func platformInstances(service string, s *discoveryv1.EndpointSlice) []driver.Instance {
-	if len(s.Ports) == 0 || s.Ports[0].Port == nil {
-		return nil
-	}
-	port := strconv.Itoa(int(*s.Ports[0].Port))
-	weight := uint32(backend.DefaultWeight)
-	if w, err := strconv.ParseUint(s.Annotations[AnnotationWeight], 10, 32); err == nil {
-		// Past the portable limit the registry would skip every endpoint
-		// of the slice: an operator's 100000 means "as heavy as can be".
-		weight = uint32(min(w, backend.MaxWeight))
-	}
-	var out []driver.Instance
-	for _, e := range s.Endpoints {
-		w, ok := endpointWeight(e.Conditions, weight)
-		if !ok || len(e.Addresses) == 0 {
-			continue
-		}
-		// Without a Pod to name it, an endpoint is known by its address
-		// ("fd00::1" is no ID: the registry would skip it).
-		in := driver.Instance{ID: backend.AddressID(e.Addresses[0]), Service: service, Address: net.JoinHostPort(e.Addresses[0], port),
-			Version: s.Annotations[AnnotationVersion], Weight: w}
-		if e.TargetRef != nil && e.TargetRef.Name != "" {
-			in.ID = e.TargetRef.Name
-		}
-		if e.Zone != nil {
-			in.Zone = *e.Zone
-		}
-		out = append(out, in)
-	}
-	return out
-}
-
-// endpointWeight applies the conditions: ready (nil means ready) and not
-// terminating serves at weight; serving but not ready (terminating,
-// draining) at 0; not serving is left out.
-func endpointWeight(c discoveryv1.EndpointConditions, weight uint32) (uint32, bool) {
-	ready := c.Ready == nil || *c.Ready
-	terminating := c.Terminating != nil && *c.Terminating
-	serving := ready
-	if c.Serving != nil {
-		serving = *c.Serving
-	}
-	switch {
-	case ready && !terminating:
-		return weight, true
-	case serving:
-		return 0, true
-	}
-	return 0, false
-}
-
 // List implements driver.Driver with a consistent read of the apiserver.
 func (d *Driver) List(ctx context.Context, service string) (driver.Snapshot, error) {
 	sl, leases, rev, err := d.read(ctx, discoveryv1.LabelServiceName+"="+service, labelLeaseService+"="+service)
 	if err != nil {
 		return driver.Snapshot{}, err
 	}
+	p, err := d.listPlatform(ctx, sl)
+	if err != nil {
+		return driver.Snapshot{}, err
+	}
 	now := time.Now()
-	ins, _ := instances(service, sl, leases, now)
+	ins, _ := instances(service, sl, leases, p, now)
 	return driver.Snapshot{Service: service, Instances: ins, Revision: rev, At: now}, nil
 }
 
@@ -140,7 +90,7 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 		if slices.Contains(out, svc) {
 			continue
 		}
-		if ins, _ := instances(svc, []*discoveryv1.EndpointSlice{s}, leases, now); len(ins) > 0 {
+		if ins, _ := instances(svc, []*discoveryv1.EndpointSlice{s}, leases, platform{port: d.port}, now); len(ins) > 0 {
 			out = append(out, svc)
 		}
 	}

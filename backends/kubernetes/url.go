@@ -18,7 +18,7 @@ import (
 // publicOptions are the URL options whose values may appear in errors:
 // all of them (the kubeconfig path is only a path; tokens never appear in
 // a k8s:// URL).
-var publicOptions = []string{"namespace", "kubeconfig", "context", "request_timeout", "sweep_interval", "qps"}
+var publicOptions = []string{"namespace", "kubeconfig", "context", "request_timeout", "sweep_interval", "qps", "port"}
 
 func openURL(_ context.Context, u *url.URL) (driver.Driver, error) {
 	opts, err := ParseURL(u)
@@ -51,8 +51,12 @@ func ParseURL(u *url.URL) (Options, error) {
 	q.Duration("request_timeout", &o.RequestTimeout)
 	q.Duration("sweep_interval", &o.SweepInterval)
 	q.Int("qps", &qps)
+	q.String("port", &o.Port)
 	if err := q.Err(); err != nil {
 		return o, err
+	}
+	if o.Port != "" && !portName(o.Port) {
+		return o, invalid(u, "option port=%q: want a port name, [a-z0-9]([a-z0-9-]*[a-z0-9])? of at most %d bytes", o.Port, backend.MaxEndpointNameLen)
 	}
 	if qps > maxQPS {
 		return o, invalid(u, "option qps=%d: at most %d", qps, maxQPS)

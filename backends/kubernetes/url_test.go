@@ -72,6 +72,19 @@ func TestParseURLQPS(t *testing.T) {
 	}
 }
 
+// TestParseURLPort: port names the primary port of Services' endpoints.
+func TestParseURLPort(t *testing.T) {
+	kc := url.QueryEscape(writeKubeconfig(t, "shop"))
+	o, err := parse(t, "k8s://?kubeconfig="+kc+"&port=grpc")
+	if err != nil || o.Port != "grpc" {
+		t.Fatalf("port=grpc: %q, %v", o.Port, err)
+	}
+	_, err = kubernetes.New(kubernetes.Options{Config: o.Config, Port: "Not_A_Port"})
+	if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "port") {
+		t.Fatalf("New with Port Not_A_Port: %v, want ErrInvalid naming port", err)
+	}
+}
+
 func TestParseURLInvalid(t *testing.T) {
 	kc := url.QueryEscape(writeKubeconfig(t, "shop"))
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
@@ -87,6 +100,8 @@ func TestParseURLInvalid(t *testing.T) {
 		"k8s://?kubeconfig=" + kc + "&qps=0",
 		"k8s://?kubeconfig=" + kc + "&qps=-5",
 		"k8s://?kubeconfig=" + kc + "&qps=100001",
+		"k8s://?kubeconfig=" + kc + "&port=HTTP",                  // port names are lower case
+		"k8s://?kubeconfig=" + kc + "&port=a-very-long-port-name", // over 15 bytes
 		"k8s://?kubeconfig=" + kc + "&token=" + secretToken,
 		"k8s://u:" + secretToken + "@?kubeconfig=" + kc,
 	} {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,23 +26,30 @@ import (
 // and the streams they wake. The first watch error ends the generation
 // (down closes); the next Watch starts a new one.
 type generation struct {
-	factory informers.SharedInformerFactory
-	slices  cache.SharedIndexInformer
-	leases  cache.SharedIndexInformer
-	probe   func(context.Context) error // a cheap call to the apiserver
-	stopCh  chan struct{}
-	down    chan struct{}
-	once    sync.Once
-	wg      sync.WaitGroup // the watchdog
-	rev     atomic.Uint64  // highest resourceVersion seen
-	probeRV atomic.Uint64  // highest resourceVersion a probe's list answered
+	factory  informers.SharedInformerFactory
+	slices   cache.SharedIndexInformer
+	leases   cache.SharedIndexInformer
+	pods     cache.SharedIndexInformer // nil when the driver may not list Pods
+	platform platform
+	probe    func(context.Context) error // a cheap call to the apiserver
+	stopCh   chan struct{}
+	down     chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup // the watchdog
+	rev      atomic.Uint64  // highest resourceVersion seen
+	probeRV  atomic.Uint64  // highest resourceVersion a probe's list answered
 
 	mu    sync.Mutex
 	subs  map[string]map[chan struct{}]struct{}
 	cause error // the first list or watch error, set before down closes
 }
 
-const byService = "service"
+// The informers' indexes: objects by service label, slices by the Pods
+// their endpoints name.
+const (
+	byService = "service"
+	byPod     = "pod"
+)
 
 // The watchdog: client-go retries a failed request for a while and the
 // reflector backs off in silence, so a generation checks the apiserver
@@ -97,7 +105,99 @@ func newGeneration(d *Driver) *generation {
 	}
 	g.slices = g.informer(&discoveryv1.EndpointSlice{}, discoveryv1.LabelServiceName, listWatch(g, slices.List, slices.Watch))
 	g.leases = g.informer(&coordv1.Lease{}, labelLeaseService, listWatch(g, leases.List, leases.Watch))
+	g.platform = platform{port: d.port}
 	return g
+}
+
+// addPods adds the Pod informer, before the factory starts.
+func (g *generation) addPods(d *Driver) {
+	g.slices.AddIndexers(cache.Indexers{byPod: slicePods})
+	g.pods = g.podInformer(d)
+	g.platform.pod = func(name string) *corev1.Pod {
+		o, ok, _ := g.pods.GetIndexer().GetByKey(d.ns + "/" + name)
+		if !ok {
+			return nil
+		}
+		return o.(*corev1.Pod)
+	}
+}
+
+// podInformer follows the namespace's Pods, keeping only their names,
+// UIDs, labels and annotations: a Pod's spec and status are most of its
+// size, and the slices already carry what Roster reads of them. A Pod
+// changing wakes the streams of the services whose slices name it.
+func (g *generation) podInformer(d *Driver) cache.SharedIndexInformer {
+	pods := d.cs.CoreV1().Pods(d.ns)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l, err := pods.List(ctx, o)
+			return l, g.notePods(d, err)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := pods.Watch(ctx, o)
+			return w, g.notePods(d, err)
+		},
+	}
+	i := g.factory.InformerFor(&corev1.Pod{}, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
+	})
+	i.SetTransform(func(o any) (any, error) {
+		if p, ok := o.(*corev1.Pod); ok {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
+				ResourceVersion: p.ResourceVersion, Labels: p.Labels, Annotations: p.Annotations}}, nil
+		}
+		return o, nil
+	})
+	i.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { g.fail(err) })
+	i.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { g.podChanged(o) },
+		UpdateFunc: func(_, o any) { g.podChanged(o) },
+		DeleteFunc: func(o any) { g.podChanged(o) },
+	})
+	return i
+}
+
+// notePods is note for the Pod informer: the apiserver refusing Pods now
+// (RBAC revoked) ends the generation as an outage, not as a refusal, so
+// that the next one reads slices only instead of failing every watch.
+func (g *generation) notePods(d *Driver, err error) error {
+	if d.forbidPods(err) {
+		g.fail(errPodsForbidden)
+		return err
+	}
+	return g.note(err)
+}
+
+// slicePods indexes a slice by the Pods its endpoints name.
+func slicePods(o any) ([]string, error) {
+	s, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[discoveryv1.LabelManagedBy] == managedBy {
+		return nil, nil
+	}
+	var out []string
+	for _, e := range s.Endpoints {
+		if e.TargetRef != nil && e.TargetRef.Kind == "Pod" && e.TargetRef.Name != "" {
+			out = append(out, e.TargetRef.Name)
+		}
+	}
+	return out, nil
+}
+
+// podChanged wakes the streams of the services whose slices name the Pod.
+func (g *generation) podChanged(o any) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	// The snapshot changed at the Pod's version, not its slice's.
+	g.seen(parseRV(p.ResourceVersion))
+	objs, _ := g.slices.GetIndexer().ByIndex(byPod, p.Name)
+	for _, s := range objs {
+		g.changed(s, discoveryv1.LabelServiceName)
+	}
 }
 
 // checkRV fails when the apiserver's resourceVersion rv is below what the
@@ -212,18 +312,23 @@ func (inf *generation) changed(o any, label string) {
 	if !ok {
 		return
 	}
-	for rv := parseRV(m.GetResourceVersion()); ; {
-		cur := inf.rev.Load()
-		if rv <= cur || inf.rev.CompareAndSwap(cur, rv) {
-			break
-		}
-	}
+	inf.seen(parseRV(m.GetResourceVersion()))
 	inf.mu.Lock()
 	defer inf.mu.Unlock()
 	for ch := range inf.subs[m.GetLabels()[label]] {
 		select {
 		case ch <- struct{}{}:
 		default:
+		}
+	}
+}
+
+// seen raises the highest resourceVersion seen to rv.
+func (inf *generation) seen(rv uint64) {
+	for {
+		cur := inf.rev.Load()
+		if rv <= cur || inf.rev.CompareAndSwap(cur, rv) {
+			return
 		}
 	}
 }
@@ -255,7 +360,7 @@ func (inf *generation) snapshot(service string) (driver.Snapshot, time.Time) {
 		leases[l.Name] = l
 	}
 	now := time.Now()
-	ins, next := instances(service, sl, leases, now)
+	ins, next := instances(service, sl, leases, inf.platform, now)
 	rev := max(inf.rev.Load(), parseRV(inf.slices.LastSyncResourceVersion()), parseRV(inf.leases.LastSyncResourceVersion()))
 	return driver.Snapshot{Service: service, Instances: ins, Revision: rev, At: now}, next
 }
@@ -280,6 +385,13 @@ func (d *Driver) current(ctx context.Context) (*generation, error) {
 	if err := inf.probe(ctx); err != nil {
 		return nil, wrap("watch", err)
 	}
+	withPods, err := d.podsReadable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if withPods {
+		inf.addPods(d)
+	}
 	ctx, cancel := d.call(ctx)
 	defer cancel()
 	inf.factory.Start(inf.stopCh)
@@ -296,6 +408,24 @@ func (d *Driver) current(ctx context.Context) (*generation, error) {
 	go inf.watchdog()
 	d.inf = inf
 	return inf, nil
+}
+
+// podsReadable reports whether the driver may list the namespace's Pods:
+// one cheap call per generation, until the apiserver first refuses.
+func (d *Driver) podsReadable(ctx context.Context) (bool, error) {
+	if d.podsForbidden.Load() {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(d.reqT, probeTimeout))
+	defer cancel()
+	_, err := d.cs.CoreV1().Pods(d.ns).List(ctx, metav1.ListOptions{Limit: 1})
+	if d.forbidPods(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, wrap("watch", err)
+	}
+	return true, nil
 }
 
 // Watch implements driver.Driver.

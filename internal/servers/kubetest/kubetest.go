@@ -16,11 +16,14 @@
 // which scripts/test.sh builds once from the Go module proxy (tools/kube).
 // A missing binary is an error, never a skip.
 //
-// There is no controller-manager. Nothing derives EndpointSlices from
-// Pods, garbage-collects owner references or deletes namespaces. So tests
-// write slices themselves, and use fresh names instead of deleting
-// namespaces. Start takes about 3s and 260 MB. A test package therefore
-// shares one Server (TestMain), and starts private ones only for faults.
+// No controller-manager runs unless a test calls [Server.StartControllers]:
+// then kube-controller-manager v1.34.2 (built as the apiserver is) runs
+// the controllers it names, such as "endpointslice", which derives
+// EndpointSlices from Services and Pods as in a cluster. Without it
+// nothing garbage-collects owner references or deletes namespaces. So
+// tests use fresh names instead of deleting namespaces. Start takes about
+// 3s and 260 MB. A test package therefore shares one Server (TestMain),
+// and starts private ones only for faults.
 package kubetest
 
 import (
@@ -81,6 +84,7 @@ type Server struct {
 
 	mu     sync.Mutex
 	proc   testserver.Process
+	kcm    testserver.Process // StartControllers
 	closed bool
 
 	proxies testserver.Proxies // the harness's Links, closed with the Server
@@ -323,6 +327,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	s.proxies.Close()
+	s.kcm.Stop(10 * time.Second)
 	s.stop()
 	err := s.etcd.Close()
 	return errors.Join(err, os.RemoveAll(s.dir))
