@@ -53,3 +53,29 @@ func TestProtectionDoesNotAllocate(t *testing.T) {
 		t.Fatalf("a failing or throttled call allocates %.1f times, want 0", n)
 	}
 }
+
+// TestEndpointDoDoesNotAllocate: a call to a named endpoint, the
+// client's or the context's, allocates nothing either.
+func TestEndpointDoDoesNotAllocate(t *testing.T) {
+	c, err := middleware.NewClient(portedRegistry(t), middleware.WithEndpoint("grpc"),
+		middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	httpCtx := middleware.ForEndpoint(ctx, "http")
+	i := 0
+	n := testing.AllocsPerRun(1000, func() {
+		c2 := ctx
+		if i++; i%2 == 0 {
+			c2 = httpCtx
+		}
+		if err := c.Do(c2, "api", noop); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != 0 {
+		t.Fatalf("Do to an endpoint allocates %.1f times per call, want 0", n)
+	}
+}

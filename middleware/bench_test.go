@@ -44,6 +44,23 @@ func BenchmarkDo(b *testing.B) {
 	}
 }
 
+// BenchmarkDoEndpoint is BenchmarkDo's serial case, 3 instances, with the
+// client's endpoint set and instances that announce endpoints.
+func BenchmarkDoEndpoint(b *testing.B) {
+	c, err := middleware.NewClient(portedRegistry(b), middleware.WithEndpoint("grpc"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Do(ctx, "api", noop); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkDoNoopTracer is BenchmarkDo with the OpenTelemetry no-op tracer
 // provider set explicitly, which skips the global delegate's allocations.
 func BenchmarkDoNoopTracer(b *testing.B) {

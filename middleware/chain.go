@@ -57,6 +57,7 @@ type Request struct {
 	Total int  // instances the service has, for panic thresholds
 
 	classify  Classifier
+	endpoint  string  // the endpoint name attempts pick for ("" the primary)
 	budget    *budget // the retry budget of the innermost Retry, for Hedge
 	tel       *telemetry
 	svc       *service

@@ -40,6 +40,7 @@ type clientConfig struct {
 	quarantine   *Quarantine
 	firstTimeout time.Duration
 	idle         time.Duration
+	endpoint     string
 }
 
 // WithSelector sets the selector options (strategy, filters) used for
@@ -58,6 +59,36 @@ func WithSelector(opts ...selector.Option) Option {
 //		WithMiddleware(Throttle(ThrottleConfig{}), Retry(RetryConfig{MaxAttempts: 5}), q.Middleware()))
 func WithMiddleware(mw ...Middleware) Option {
 	return func(c *clientConfig) { c.mw, c.mwSet = mw, true }
+}
+
+// WithEndpoint sends the client's calls to the endpoint called name of
+// each instance, such as "grpc" (default "", the primary Address). Only
+// instances that serve the name are picked, by the rule of
+// registry.Instance.Endpoint, and the Call gets the instance with that
+// endpoint's address in Address. ForEndpoint changes it for one call.
+func WithEndpoint(name string) Option { return func(c *clientConfig) { c.endpoint = name } }
+
+type endpointCtx struct{}
+
+// ForEndpoint returns a context whose calls go to the endpoint called
+// name, in place of the client's (WithEndpoint).
+func ForEndpoint(ctx context.Context, name string) context.Context {
+	endpointsInContext.Store(true)
+	return context.WithValue(ctx, endpointCtx{}, name)
+}
+
+// endpointsInContext is set once ForEndpoint has been called in the
+// process: until then a call does not look for a name in its context.
+var endpointsInContext atomic.Bool
+
+// endpointOf returns the endpoint name of a call with ctx.
+func (c *Client) endpointOf(ctx context.Context) string {
+	if endpointsInContext.Load() {
+		if name, ok := ctx.Value(endpointCtx{}).(string); ok {
+			return name
+		}
+	}
+	return c.cfg.endpoint
 }
 
 // WithClassifier replaces DefaultClassify.
@@ -264,6 +295,7 @@ func (c *Client) DoKey(ctx context.Context, service, key string, call Call) erro
 	req := c.pool.Get().(*Request)
 	req.Service, req.Key, req.Call, req.Start = service, key, call, time.Now()
 	req.classify, req.tel, req.Stale = c.cfg.classify, c.tel, stale
+	req.endpoint = c.endpointOf(ctx)
 	req.Total = s.sel.Len()
 	req.svc = s
 	err = c.chain(ctx, req)
@@ -292,7 +324,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	// The selector's fallback order, shared with contrib/rostergrpc: untried and
 	// admitted, then tried but admitted, then any (the excluders are
 	// advice, not a wall).
-	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Tried: req.wasTried, Avoid: req.avoided})
+	in, done, err := s.sel.Pick(ctx, selector.PickOptions{Key: req.Key, Tried: req.wasTried, Avoid: req.avoided, Endpoint: req.endpoint})
 	if err != nil {
 		return fmt.Errorf("%s: %w", req.Service, err)
 	}

@@ -19,6 +19,10 @@
 // the selector's strategy over the service's cached instances.
 // [WithMiddleware] replaces the chain, and [Hedge] is added that way.
 //
+// [WithEndpoint] sends a client's calls to a named port of each
+// instance, such as "grpc", and [ForEndpoint] one call. The Call then gets
+// the instance with that port's address in Address.
+//
 // Every attempt's error is classified by [DefaultClassify], or by
 // [WithClassifier]. A [BusinessError] is the application's answer, so it is
 // neither retried nor counted against the instance. A [FatalError] is

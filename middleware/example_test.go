@@ -63,3 +63,29 @@ func ExampleWithMiddleware() {
 	fmt.Println(c.Do(ctx, "user-svc", call), c.Do(ctx, "user-svc", call), q.Ejected("user-svc"))
 	// Output: <nil> <nil> [a]
 }
+
+// A process serving http and grpc registers both ports once; a client
+// set to "grpc" calls each instance on its grpc port. An instance with
+// one port serves every name.
+func ExampleWithEndpoint() {
+	ctx := context.Background()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	reg.Register(ctx, registry.Instance{ID: "a", Service: "user-svc", Endpoints: []registry.Endpoint{
+		{Name: "http", Address: "10.0.0.1:8080"},
+		{Name: "grpc", Address: "10.0.0.1:9090"},
+	}})
+
+	c, _ := middleware.NewClient(reg, middleware.WithEndpoint("grpc"))
+	defer c.Close()
+
+	call := func(ctx context.Context, in registry.Instance) error {
+		fmt.Println(in.Address) // dial the endpoint
+		return nil
+	}
+	c.Do(ctx, "user-svc", call)
+	c.Do(middleware.ForEndpoint(ctx, "http"), "user-svc", call) // this call only
+	// Output:
+	// 10.0.0.1:9090
+	// 10.0.0.1:8080
+}

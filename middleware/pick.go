@@ -27,8 +27,9 @@ func init() {
 }
 
 // pick picks an instance of service for a call that runs outside the
-// Client (roster agent's picks). o.Key and o.Exclude are the caller's;
-// the quarantine is the Avoid.
+// Client (roster agent's picks). o.Key, o.Exclude and o.Endpoint are the
+// caller's (an empty Endpoint: the call's, as in Do); the quarantine is
+// the Avoid.
 func (c *Client) pick(ctx context.Context, service string, o selector.PickOptions) (mwhook.Pending, error) {
 	s, err := c.service(ctx, service)
 	if err != nil {
@@ -40,6 +41,9 @@ func (c *Client) pick(ctx context.Context, service string, o selector.PickOption
 	}
 	total := s.sel.Len()
 	o.Tried = nil
+	if o.Endpoint == "" {
+		o.Endpoint = c.endpointOf(ctx)
+	}
 	o.Avoid = func(in *registry.Instance) bool { return !c.q.admit(service, in.ID, total) }
 	in, done, err := s.sel.Pick(ctx, o)
 	if err != nil {

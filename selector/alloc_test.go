@@ -115,3 +115,28 @@ func TestRoutedPickDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointPickDoesNotAllocate: once a name has been seen, picking
+// for it allocates nothing, routed or not.
+func TestEndpointPickDoesNotAllocate(t *testing.T) {
+	for _, st := range Strategies() {
+		s := mustNew(t, WithStrategy(st))
+		s.Update(ported())
+		i := 0
+		allocs := testing.AllocsPerRun(1000, func() {
+			o := PickOptions{Key: keys[i&1023], Endpoint: "grpc"}
+			if i%2 == 1 {
+				o.Endpoint, o.Route = "http", Route{Version: "2.0"}
+			}
+			i++
+			in, done, err := s.Pick(context.Background(), o)
+			if err != nil || in.Address == "" {
+				t.Fatal(in.Address, err)
+			}
+			done.Finish(nil)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocs per pick by endpoint, want 0", st, allocs)
+		}
+	}
+}

@@ -59,6 +59,34 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkPickEndpoint picks the "grpc" endpoint of instances that
+// announce http and grpc: BenchmarkPick's n=100, through the name's
+// cached picker.
+func BenchmarkPickEndpoint(b *testing.B) {
+	ctx := context.Background()
+	for _, st := range Strategies() {
+		b.Run(fmt.Sprintf("%s/n=100", st), func(b *testing.B) {
+			s := mustNew(b, WithStrategy(st))
+			snap := benchSnap(100)
+			for i := range snap.Instances {
+				in := &snap.Instances[i]
+				in.Endpoints = []registry.Endpoint{{Name: "http", Address: in.Address}, {Name: "grpc", Address: "10.9.0.1:90"}}
+			}
+			s.Update(snap)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				_, done, err := s.Pick(ctx, PickOptions{Key: keys[i&1023], Endpoint: "grpc"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done.Done(nil, time.Millisecond)
+				i++
+			}
+		})
+	}
+}
+
 func BenchmarkPickParallel(b *testing.B) {
 	ctx := context.Background()
 	for _, st := range Strategies() {

@@ -39,6 +39,10 @@
 // the calls to a canary, sticky per key. New instances ramp up their share
 // over a slow start, 30 s by default.
 //
+// PickOptions.Endpoint picks for a named port ("grpc"). Only instances
+// that serve it are picked, by registry.Instance.Endpoint's rule. The
+// Instance returned then holds that endpoint's address in Address.
+//
 // See docs/selector.md for the strategies, their defaults and the reasons
 // for them.
 package selector

@@ -186,3 +186,27 @@ func ExampleWithRoute() {
 	// pinned: 2.0
 	// split: about 5 % to the canary: true
 }
+
+// A pick for the "grpc" endpoint: an instance that announces it is
+// reached there, a one-port instance on its address, and an instance
+// whose only endpoint is http is not picked.
+func ExampleSelector_Pick_endpoint() {
+	ctx := context.Background()
+	sel, _ := selector.New(selector.WithStrategy(selector.RoundRobin))
+	sel.Update(registry.Snapshot{Service: "shop", Instances: []registry.Instance{
+		{ID: "a", Address: "10.0.0.1:8080", Weight: 100, Endpoints: []registry.Endpoint{
+			{Name: "http", Address: "10.0.0.1:8080"}, {Name: "grpc", Address: "10.0.0.1:9090"}}},
+		{ID: "b", Address: "10.0.0.2:7000", Weight: 100},
+		{ID: "c", Address: "10.0.0.3:8080", Weight: 100, Endpoints: []registry.Endpoint{
+			{Name: "http", Address: "10.0.0.3:8080"}}},
+	}})
+	var got []string
+	for range 4 {
+		inst, done, _ := sel.Pick(ctx, selector.PickOptions{Endpoint: "grpc"})
+		done.Finish(nil)
+		got = append(got, inst.ID+" "+inst.Address)
+	}
+	slices.Sort(got)
+	fmt.Println(slices.Compact(got))
+	// Output: [a 10.0.0.1:9090 b 10.0.0.2:7000]
+}

@@ -126,9 +126,20 @@ const maxRoutes = 64
 // routeCache holds the pickers of the Routes seen since the snapshot:
 // copy-on-write, so a lookup is one atomic load and a map read.
 type routeCache struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[Route]*Picker]
+	mu    sync.Mutex
+	m     atomic.Pointer[map[Route]*Picker]
+	names atomic.Pointer[[]served] // the pickers of endpoint names (serving)
 }
+
+// served is the picker of the instances that serve one endpoint name.
+type served struct {
+	name string
+	p    *Picker
+}
+
+// maxNames bounds the endpoint names whose pickers a snapshot caches. A
+// process asks for a few (http, grpc), so a scan beats a map.
+const maxNames = 16
 
 func newRouteCache() *routeCache { return &routeCache{} }
 
@@ -211,6 +222,12 @@ func ptrMap(m *map[Route]*Picker) map[Route]*Picker {
 // subset prepares a picker over the instances of p that keep accepts,
 // sharing their per-instance state.
 func (p *Picker) subset(keep func(*registry.Instance) bool) *Picker {
+	return p.subsetOf(func(in *registry.Instance) (registry.Instance, bool) { return *in, keep(in) })
+}
+
+// subsetOf prepares a picker over the instances of p that f accepts, as
+// f returns them, sharing their per-instance state.
+func (p *Picker) subsetOf(f func(*registry.Instance) (registry.Instance, bool)) *Picker {
 	var insts []registry.Instance
 	eps := map[string]*endpoint{}
 	for _, set := range []struct {
@@ -218,13 +235,54 @@ func (p *Picker) subset(keep func(*registry.Instance) bool) *Picker {
 		eps []*endpoint
 	}{{p.insts, p.eps}, {p.spare, p.spareEps}} {
 		for i := range set.in {
-			if keep(&set.in[i]) {
-				insts = append(insts, set.in[i])
-				eps[set.in[i].ID] = set.eps[i]
+			if in, ok := f(&set.in[i]); ok {
+				insts = append(insts, in)
+				eps[in.ID] = set.eps[i]
 			}
 		}
 	}
 	return p.sel.assemble(p.snap, insts, func(in *registry.Instance) *endpoint { return eps[in.ID] }, nil)
+}
+
+// serving returns the picker of the instances that serve the endpoint
+// called name, each with that endpoint's address in Address: from the
+// cache, or prepared now. It routes and splits as p does.
+func (p *Picker) serving(name string) *Picker {
+	c := p.routes
+	if c == nil {
+		return p // not a selector's own picker: it has no endpoints to choose
+	}
+	if l := c.names.Load(); l != nil {
+		for _, s := range *l {
+			if s.name == name {
+				return s.p
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old []served
+	if l := c.names.Load(); l != nil {
+		old = *l
+	}
+	for _, s := range old {
+		if s.name == name {
+			return s.p
+		}
+	}
+	q := p.subsetOf(func(in *registry.Instance) (registry.Instance, bool) {
+		e, ok := in.Endpoint(name)
+		out := *in
+		out.Address = e.Address
+		return out, ok
+	})
+	q.root(p.sel)
+	if len(old) >= maxNames {
+		return q
+	}
+	l := append(old[:len(old):len(old)], served{strings.Clone(name), q}) // a new array: readers keep theirs
+	c.names.Store(&l)
+	return q
 }
 
 // splitRoutes prepares the two sides of the selector's split, if any.

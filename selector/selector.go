@@ -148,12 +148,20 @@ type PickOptions struct {
 	// when it is zero, the context's Route (WithRoute) applies, and when
 	// that is absent too, the selector's Split (WithSplit).
 	Route Route
+	// Endpoint names the port the call is for, such as "grpc" (see
+	// registry.Instance.Endpoint); empty is the primary, Address. Pick
+	// then chooses among the instances that serve it, and the Instance
+	// it returns has that endpoint's address in Address. Route and Split
+	// apply within those instances.
+	Endpoint string
 }
 
 // plain reports whether o neither routes nor filters: a pick with it
 // needs neither Picker.routed nor the fallback order.
 func (o *PickOptions) plain() bool {
-	return o.Exclude == nil && o.Tried == nil && o.Avoid == nil && o.Route.zero()
+	// Lengths in one test, as in Route.zero: the common pick pays one.
+	return o.Exclude == nil && o.Tried == nil && o.Avoid == nil &&
+		len(o.Endpoint)|len(o.Route.Version)|len(o.Route.Zone)|len(o.Route.Tag)|len(o.Route.MetaKey)|len(o.Route.MetaValue) == 0
 }
 
 // step is a step of the fallback order of PickOptions.
@@ -340,6 +348,9 @@ func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, 
 // pickSlow is pick with routing, slow start and the fallback order of
 // PickOptions. It returns the picker it picked from (a route's) too.
 func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *registry.Instance, *endpoint, error) {
+	if o.Endpoint != "" && p.ports {
+		p = p.serving(o.Endpoint)
+	}
 	if p.mayRoute(o) {
 		p = p.routed(ctx, o)
 	}
@@ -477,11 +488,18 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 		return ep
 	}
 	p := s.assemble(snap, insts, stateOf, s.prev)
+	p.root(s)
+	p.ports = slices.ContainsFunc(insts, func(in registry.Instance) bool { return len(in.Endpoints) > 0 })
+	return p
+}
+
+// root makes p a picker that routes: it gets a cache of routes and
+// endpoints, and the selector's split.
+func (p *Picker) root(s *Selector) {
 	p.sel = s
 	p.routes = newRouteCache()
 	p.splitRoutes()
 	p.direct = len(p.insts) > 0 && p.canary == nil
-	return p
 }
 
 // assemble prepares a picker over insts (filtered), whose state ep
@@ -653,6 +671,7 @@ type Picker struct {
 	track  bool    // count requests in flight
 	keyed  bool    // the algorithm uses PickOptions.Key
 	direct bool    // instances and no split: a plain pick is the strategy's
+	ports  bool    // an instance names endpoints: PickOptions.Endpoint narrows
 
 	rest     *Picker // the others; nil without a split
 	rnd      rng

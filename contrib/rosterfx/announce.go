@@ -31,14 +31,20 @@ type Announcement struct {
 	// Addr, if set, is called at start, after the server's OnStart hooks,
 	// and gives Instance.Address (for servers listening on port 0).
 	Addr func() string
+	// Endpoints are the named ports the instance serves besides, or
+	// instead of, Address ("http", "grpc"). They join Instance.Endpoints
+	// in one registration, which leaves as one. Without an Address the
+	// first endpoint is the primary.
+	Endpoints []Endpoint
 	// HealthCheck, if set, must pass before the instance is registered
 	// (it is polled until the start deadline), and keeps running: while it
 	// fails the instance is withdrawn from the registry
 	// (registry.WithHealthCheck).
 	HealthCheck func(ctx context.Context) error
 	// HealthPath, if set and HealthCheck is not, is an HTTP path on the
-	// instance's own address ("/healthz"): the check is a GET of
-	// http://<address><path> wanting 2xx (HTTPHealthCheck).
+	// instance's "http" endpoint, else its Address ("/healthz"): the
+	// check is a GET of http://<address><path> wanting 2xx
+	// (HTTPHealthCheck).
 	HealthPath string
 	// HealthCheckInterval is the period of the running check (default 1s).
 	HealthCheckInterval time.Duration
@@ -60,6 +66,14 @@ type Announcement struct {
 	WaitRegistered bool
 	// Logger receives the background retries (default slog.Default()).
 	Logger *slog.Logger
+}
+
+// Endpoint is a named port of an announced instance, whose address is
+// read at start, once the server listens.
+type Endpoint struct {
+	Name     string        // "http", "grpc": [a-z0-9]([a-z0-9-]*[a-z0-9])?, at most 15 bytes
+	Protocol string        // optional, e.g. "grpc"
+	Addr     func() string // called at start, after the servers' OnStart hooks
 }
 
 // Retries of a registration while the registry cannot be reached: the
@@ -107,18 +121,17 @@ func (an *announcer) describe(inst registry.Instance) string {
 
 func (an *announcer) start(ctx context.Context) error {
 	a := an.a
-	inst := a.Instance.Clone()
-	if a.Addr != nil {
-		inst.Address = a.Addr()
-	}
-	if ip := net.ParseIP(inst.Host()); ip != nil && ip.IsUnspecified() {
-		// A server listening on every interface reports [::]:port, which
-		// no client can dial.
-		return fmt.Errorf("%s: the address is unspecified; announce a host clients can reach (set Instance.Address or Addr)", an.describe(inst))
+	inst, err := an.instance()
+	if err != nil {
+		return err
 	}
 	opts := append([]registry.RegisterOption(nil), a.Options...)
 	if a.HealthCheck == nil && a.HealthPath != "" {
-		a.HealthCheck = HTTPHealthCheck("http://" + inst.Address + a.HealthPath)
+		web, ok := inst.Endpoint("http")
+		if !ok {
+			web.Address = inst.Address
+		}
+		a.HealthCheck = HTTPHealthCheck("http://" + web.Address + a.HealthPath)
 	}
 	if a.HealthCheck != nil {
 		every := a.HealthCheckInterval
@@ -147,6 +160,37 @@ func (an *announcer) start(ctx context.Context) error {
 	}
 	an.retry(inst, opts, err)
 	return nil
+}
+
+// instance returns the instance to register, its addresses read now.
+func (an *announcer) instance() (registry.Instance, error) {
+	a := an.a
+	inst := a.Instance.Clone()
+	if a.Addr != nil {
+		inst.Address = a.Addr()
+	}
+	for _, e := range a.Endpoints {
+		if e.Addr == nil {
+			return inst, fmt.Errorf("%s: endpoint %q has no Addr", an.describe(inst), e.Name)
+		}
+		inst.Endpoints = append(inst.Endpoints, registry.Endpoint{Name: e.Name, Address: e.Addr(), Protocol: e.Protocol})
+	}
+	if inst.Address == "" && len(inst.Endpoints) > 0 {
+		inst.Address = inst.Endpoints[0].Address // the primary, as Register makes it
+	}
+	addrs := []string{inst.Address}
+	for _, e := range inst.Endpoints {
+		addrs = append(addrs, e.Address)
+	}
+	for _, addr := range addrs {
+		host, _, _ := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			// A server listening on every interface reports [::]:port,
+			// which no client can dial.
+			return inst, fmt.Errorf("%s: the address is unspecified (%s); announce a host clients can reach (set Instance.Address, Addr or the endpoint's Addr)", an.describe(inst), addr)
+		}
+	}
+	return inst, nil
 }
 
 func (an *announcer) logger() *slog.Logger {

@@ -22,6 +22,10 @@
 // watch shows the change, then waits DrainWindow for other watchers. Only
 // then does the server stop accepting.
 //
+// A process with several ports (HTTP and gRPC) announces them as
+// Announcement.Endpoints in one registration. It leaves as one, with one
+// deregistration and one drain window.
+//
 // That order holds only if the announcement's constructor takes the server
 // as a parameter. fx then builds the server first, starts it first and
 // stops it last. Without the dependency fx may reverse the order.

@@ -108,13 +108,22 @@ func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error
 	b.syncConns(s.ResolverState)
 	b.baseline()
 	if len(b.conns) == 0 {
-		b.resolverErr = fmt.Errorf("rostergrpc: service %s has no instances", b.service)
+		b.resolverErr = b.noInstances(s.ResolverState)
 		b.publish()
 		return balancer.ErrBadResolverState
 	}
 	b.resolverErr = nil
 	b.publish()
 	return nil
+}
+
+// noInstances is the error of a state with no instance: of the service,
+// or serving the endpoint the resolver was asked for.
+func (b *rosterBalancer) noInstances(rs resolver.State) error {
+	if name, _ := rs.Attributes.Value(endpointKey{}).(string); name != "" {
+		return fmt.Errorf("rostergrpc: service %s has no instances serving endpoint %q", b.service, name)
+	}
+	return fmt.Errorf("rostergrpc: service %s has no instances", b.service)
 }
 
 // configure takes the service, the dial's settings and the strategy from

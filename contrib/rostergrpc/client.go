@@ -56,7 +56,18 @@ type dialConfig struct {
 	quarantine  *middleware.Quarantine
 	classify    middleware.Classifier
 	serviceConf string
+	endpoint    string
 }
+
+// defaultEndpoint is the endpoint name a channel connects to by default.
+const defaultEndpoint = "grpc"
+
+// WithEndpoint sets the endpoint of each instance that the channel
+// connects to (default "grpc"; "" is the primary Address). The rule of
+// registry.Instance.Endpoint picks it: an instance that announces no
+// endpoints serves every name on its Address, and one whose primary is
+// another named endpoint ("http" only) is left out.
+func WithEndpoint(name string) Option { return func(c *dialConfig) { c.endpoint = name } }
 
 // WithStrategy sets the selector strategy (default selector.DefaultStrategy,
 // p2c_ewma). For ConsistentHash and Maglev, give each RPC a key with
@@ -143,7 +154,7 @@ func codeName(c codes.Code) string {
 // interceptors that let each retry avoid the instances its RPC already
 // tried. Options given to grpc.NewClient after these win.
 func DialOptions(reg *registry.Registry, opts ...Option) []grpc.DialOption {
-	c := dialConfig{retries: 3}
+	c := dialConfig{retries: 3, endpoint: defaultEndpoint}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -160,7 +171,7 @@ func DialOptions(reg *registry.Registry, opts ...Option) []grpc.DialOption {
 	set := &settings{quarantine: c.quarantine, classify: c.classify}
 	st := &starts{}
 	return []grpc.DialOption{
-		grpc.WithResolvers(&settingsResolver{b: newResolverBuilder(reg), set: set, starts: st}),
+		grpc.WithResolvers(&settingsResolver{b: newResolverBuilder(reg, c.endpoint), set: set, starts: st}),
 		grpc.WithDefaultServiceConfig(js),
 		grpc.WithChainUnaryInterceptor(st.unary, unaryTried),
 		grpc.WithChainStreamInterceptor(st.stream, streamTried),

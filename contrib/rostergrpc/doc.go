@@ -10,6 +10,10 @@
 //
 // The resolver serves roster:///service targets from the registry's watch.
 // It pushes every snapshot whole, one endpoint per instance ([InstanceOf]).
+// Each instance is reached on its endpoint named "grpc", or on its Address
+// when it announces no endpoints; [WithEndpoint] names another. An
+// instance whose primary is another named endpoint ("http" only) is left
+// out.
 // A registry outage never empties the list, as stale snapshots keep the
 // last instances. An empty snapshot is a real answer. RPCs then fail with
 // Unavailable, or wait with grpc.WaitForReady. A registry that cannot be reached at start is named in

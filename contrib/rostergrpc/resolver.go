@@ -48,17 +48,22 @@ func InstanceOf(attrs *attributes.Attributes) (registry.Instance, bool) {
 // grpc.WithResolvers. It does not own reg.
 //
 // The resolver pushes every snapshot the registry watch delivers, as one
-// endpoint per instance carrying the instance (InstanceOf), including
+// address per instance that serves the endpoint called endpoint (by
+// Instance.Endpoint's rule), the endpoint's own. Each carries the instance
+// (InstanceOf), its Address set to that endpoint's, including
 // draining instances (weight 0: the Roster balancer uses them only when
 // nothing else is left). Following the Watcher contract, a backend outage
 // never empties the list: the last known instances stay in use, and the
 // resolver reports the error only while it has never had a snapshot. A
 // snapshot with no instances is a real answer and is pushed as such.
-func newResolverBuilder(reg *registry.Registry) resolver.Builder {
-	return &resolverBuilder{reg: reg}
+func newResolverBuilder(reg *registry.Registry, endpoint string) resolver.Builder {
+	return &resolverBuilder{reg: reg, endpoint: endpoint}
 }
 
-type resolverBuilder struct{ reg *registry.Registry }
+type resolverBuilder struct {
+	reg      *registry.Registry
+	endpoint string
+}
 
 func (b *resolverBuilder) Scheme() string { return scheme }
 
@@ -72,21 +77,22 @@ func (b *resolverBuilder) Build(t resolver.Target, cc resolver.ClientConn, _ res
 		return nil, fmt.Errorf("rostergrpc: watch %s: %w", service, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &rosterResolver{service: service, reg: b.reg.String(), cc: cc, w: w, cancel: cancel, done: make(chan struct{}),
-		first: newFirstAnswer()}
+	r := &rosterResolver{service: service, endpoint: b.endpoint, reg: b.reg.String(), cc: cc, w: w, cancel: cancel,
+		done: make(chan struct{}), first: newFirstAnswer()}
 	go r.run(ctx)
 	return r, nil
 }
 
 type rosterResolver struct {
-	service string
-	reg     string // the registry, its URL redacted, for errors
-	cc      resolver.ClientConn
-	w       *registry.Watcher
-	cancel  context.CancelFunc
-	done    chan struct{}
-	once    sync.Once
-	first   *firstAnswer
+	service  string
+	endpoint string // the name of the instances' endpoint to resolve
+	reg      string // the registry, its URL redacted, for errors
+	cc       resolver.ClientConn
+	w        *registry.Watcher
+	cancel   context.CancelFunc
+	done     chan struct{}
+	once     sync.Once
+	first    *firstAnswer
 }
 
 // ResolveNow does nothing: the watch pushes every change, and the
@@ -124,19 +130,29 @@ func (r *rosterResolver) run(ctx context.Context) {
 		r.first.answered()
 		// The return value is ignored: a watch-based resolver has nothing
 		// better to offer on re-resolution than the next change.
-		_ = r.cc.UpdateState(stateOf(r.service, snap))
+		_ = r.cc.UpdateState(stateOf(r.service, r.endpoint, snap))
 	}
 }
 
-type serviceKey struct{}
+type (
+	serviceKey  struct{}
+	endpointKey struct{}
+)
 
-func stateOf(service string, snap registry.Snapshot) resolver.State {
+// stateOf is the resolver state of snap: the instances that serve the
+// endpoint called endpoint, each at that endpoint's address.
+func stateOf(service, endpoint string, snap registry.Snapshot) resolver.State {
 	st := resolver.State{
 		Addresses:  make([]resolver.Address, 0, len(snap.Instances)),
 		Endpoints:  make([]resolver.Endpoint, 0, len(snap.Instances)),
-		Attributes: attributes.New(serviceKey{}, service),
+		Attributes: attributes.New(serviceKey{}, service).WithValue(endpointKey{}, endpoint),
 	}
 	for _, in := range snap.Instances {
+		e, ok := in.Endpoint(endpoint)
+		if !ok {
+			continue
+		}
+		in.Address = e.Address
 		attr := attributes.New(instanceKey{}, &instanceAttr{in})
 		st.Addresses = append(st.Addresses, resolver.Address{Addr: in.Address, BalancerAttributes: attr})
 		st.Endpoints = append(st.Endpoints, resolver.Endpoint{

@@ -7,8 +7,10 @@
 //	resp, err := hc.Get("http://user-svc/users/42")
 //
 // The URL's host is the service name, without a port; any other host
-// fails with [ErrNotService]. The request goes to
-// the picked instance's address with the URL's scheme, path and query. The
+// fails with [ErrNotService]. The request goes to the picked instance's
+// endpoint named by the URL's scheme (http, https; [Transport.Endpoint]
+// sets another), with the URL's scheme, path and query. An instance that
+// announces no endpoints serves every name on its address. The
 // Host header stays as the request had it, as through a reverse proxy. For
 // https, set tls.Config.ServerName on the base transport.
 //
@@ -37,6 +39,7 @@
 package rosterhttp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +66,10 @@ type Transport struct {
 	// RetryOn reports whether a response is a failure of the instance, to
 	// be retried elsewhere and counted (default: 502, 503, 504).
 	RetryOn func(*http.Response) bool
+	// Endpoint names the port of each instance that requests go to
+	// (default: the URL's scheme, "http" or "https"). Instances that
+	// announce no endpoints serve every name on their Address.
+	Endpoint string
 }
 
 // New returns a Transport over c with the defaults.
@@ -113,6 +120,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		ctx = middleware.NoHedge(ctx)
 	}
 	ctx, key := routeFromHeader(ctx, req.Header)
+	ctx = middleware.ForEndpoint(ctx, cmp.Or(t.Endpoint, req.URL.Scheme))
 	err := t.Client.DoKey(ctx, service, key, rt.attempt)
 	return rt.finish(service, err)
 }
