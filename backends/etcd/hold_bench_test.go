@@ -233,3 +233,61 @@ func BenchmarkPropagation1000(b *testing.B) {
 	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
 	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
 }
+
+// BenchmarkHold1000Driver is BenchmarkHold1000 without the registry: one
+// goroutine calls the driver's Heartbeat of each registration every
+// TTL/3, 60 every 100ms. Set beside BenchmarkHold1000, it tells the
+// driver's share of the client's CPU from the lease engine's.
+func BenchmarkHold1000Driver(b *testing.B) {
+	srv := startBenchServer(b)
+	var rpcs rpcCounter
+	d, err := etcd.New(etcd.Options{Prefix: "/bench", Client: clientv3.Config{Endpoints: srv.endpoints,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(rpcs.intercept)}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	const n, perTick = 1000, 60 // 600 heartbeats a second: each every 5s/3
+	regs := registerMany(b, d, "hold", n, 5*time.Second)
+	defer deregisterAll(regs)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for next := 0; ; {
+			select {
+			case <-ctx.Done():
+				errc <- nil
+				return
+			case <-t.C:
+			}
+			for range perTick {
+				if err := regs[next].Heartbeat(ctx); err != nil && ctx.Err() == nil {
+					errc <- err
+					return
+				}
+				next = (next + 1) % n
+			}
+		}
+	}()
+	time.Sleep(5 * time.Second)
+	ranges, ttls := rpcs.get("/etcdserverpb.KV/Range"), rpcs.get("/etcdserverpb.Lease/LeaseTimeToLive")
+	srv0, cli0 := srv.cpu(b), cpuTime()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		time.Sleep(time.Second)
+	}
+	el := time.Since(start).Seconds()
+	b.StopTimer()
+	cli, srvCPU := cpuTime()-cli0, srv.cpu(b)-srv0
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(cli.Milliseconds())/el, "client-cpu-ms/s")
+	b.ReportMetric(float64(srvCPU.Milliseconds())/el, "server-cpu-ms/s")
+	b.ReportMetric(float64(rpcs.get("/etcdserverpb.KV/Range")-ranges)/el, "ranges/s")
+	b.ReportMetric(float64(rpcs.get("/etcdserverpb.Lease/LeaseTimeToLive")-ttls)/el, "lease-ttl-calls/s")
+}
