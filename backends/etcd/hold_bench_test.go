@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,4 +153,141 @@ func BenchmarkHold1000(b *testing.B) {
 	for _, l := range leases {
 		_ = l.Deregister(context.Background())
 	}
+}
+
+// BenchmarkPropagation1000 is BenchmarkPropagation with 1,000 other
+// instances registered in the watched service, as issue #32 measured
+// it: each change rebuilds, checks and delivers a snapshot of 1,001
+// instances. The server runs in a child process, so that a CPU profile
+// shows the client's path alone.
+func BenchmarkPropagation1000(b *testing.B) {
+	srv := startBenchServer(b)
+	open := func() *registry.Registry {
+		d, err := etcd.New(etcd.Options{Prefix: "/bench", Client: clientv3.Config{Endpoints: srv.endpoints}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := registry.New(d)
+		b.Cleanup(func() { r.Close() })
+		return r
+	}
+	reg, obs := open(), open()
+	ctx := context.Background()
+	const n = 1000
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				if _, err := reg.Register(ctx, benchInst("prop", i), registry.WithTTL(30*time.Second)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	w, err := obs.Watch(ctx, "prop")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	until := func(want int) {
+		for {
+			sn, err := w.Next(ctx)
+			if err != nil && !sn.Stale {
+				b.Fatal(err)
+			}
+			if err == nil && len(sn.Instances) == want {
+				return
+			}
+		}
+	}
+	until(n)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		l, err := reg.Register(ctx, benchInst("prop", n), registry.WithTTL(30*time.Second))
+		if err != nil {
+			b.Fatal(err)
+		}
+		until(n + 1)
+		b.StartTimer()
+		t0 := time.Now()
+		if err := l.Deregister(ctx); err != nil {
+			b.Fatal(err)
+		}
+		until(n)
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
+}
+
+// BenchmarkHold1000Driver is BenchmarkHold1000 without the registry: one
+// goroutine calls the driver's Heartbeat of each registration every
+// TTL/3, 60 every 100ms. Set beside BenchmarkHold1000, it tells the
+// driver's share of the client's CPU from the lease engine's.
+func BenchmarkHold1000Driver(b *testing.B) {
+	srv := startBenchServer(b)
+	var rpcs rpcCounter
+	d, err := etcd.New(etcd.Options{Prefix: "/bench", Client: clientv3.Config{Endpoints: srv.endpoints,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(rpcs.intercept)}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	const n, perTick = 1000, 60 // 600 heartbeats a second: each every 5s/3
+	regs := registerMany(b, d, "hold", n, 5*time.Second)
+	defer deregisterAll(regs)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for next := 0; ; {
+			select {
+			case <-ctx.Done():
+				errc <- nil
+				return
+			case <-t.C:
+			}
+			for range perTick {
+				if err := regs[next].Heartbeat(ctx); err != nil && ctx.Err() == nil {
+					errc <- err
+					return
+				}
+				next = (next + 1) % n
+			}
+		}
+	}()
+	time.Sleep(5 * time.Second)
+	ranges, ttls := rpcs.get("/etcdserverpb.KV/Range"), rpcs.get("/etcdserverpb.Lease/LeaseTimeToLive")
+	srv0, cli0 := srv.cpu(b), cpuTime()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		time.Sleep(time.Second)
+	}
+	el := time.Since(start).Seconds()
+	b.StopTimer()
+	cli, srvCPU := cpuTime()-cli0, srv.cpu(b)-srv0
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(cli.Milliseconds())/el, "client-cpu-ms/s")
+	b.ReportMetric(float64(srvCPU.Milliseconds())/el, "server-cpu-ms/s")
+	b.ReportMetric(float64(rpcs.get("/etcdserverpb.KV/Range")-ranges)/el, "ranges/s")
+	b.ReportMetric(float64(rpcs.get("/etcdserverpb.Lease/LeaseTimeToLive")-ttls)/el, "lease-ttl-calls/s")
 }

@@ -45,6 +45,12 @@ type stream struct {
 	dirty    bool                       // changes came in since the last state returned
 	lastSign time.Time                  // last watch response or successful probe
 	lists    int                        // full reads so far (tests)
+
+	// sorted is the last snapshot's instances, sorted by ID, nil after a
+	// list. changed holds the IDs changed since. The next snapshot merges
+	// the two instead of sorting the whole state again.
+	sorted  []driver.Instance
+	changed map[string]struct{}
 }
 
 // Close implements driver.Stream. It cancels the watch and returns.
@@ -192,6 +198,12 @@ func (s *stream) apply(evs []*clientv3.Event) {
 		}
 		// Registry drops a state repeated: every event counts as a change.
 		s.dirty = true
+		if s.sorted != nil {
+			if s.changed == nil {
+				s.changed = map[string]struct{}{}
+			}
+			s.changed[id] = struct{}{}
+		}
 		in, ok := backend.DecodeStored(s.service, id, ev.Kv.Value)
 		if ev.Type == clientv3.EventTypeDelete || !ok {
 			delete(s.state, id)
@@ -236,6 +248,8 @@ func (s *stream) relist(ctx context.Context) error {
 	}
 	s.dirty = true // the same state again, maybe: Registry drops it
 	s.state, s.rev, s.listed = state, resp.Header.Revision, resp.Header.Revision
+	s.sorted = nil
+	clear(s.changed)
 	s.lists++
 	return s.watchFrom(s.rev + 1)
 }
@@ -248,7 +262,7 @@ func (s *stream) watchFrom(rev int64) error {
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(s.parent))
 	s.wcancel = wcancel
 	s.wch = s.d.cli.Watch(wctx, s.sp, clientv3.WithPrefix(), clientv3.WithRev(rev),
-		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+		clientv3.WithProgressNotify())
 	s.needList = false
 	s.lastSign = time.Now()
 	return nil
@@ -267,15 +281,53 @@ func (s *stream) stopWatch() {
 // Copying them cost two allocations per instance on every change, 8.5ms
 // per snapshot of a 10,000-instance service.
 //
-// Registry sorts the instances, but finds these sorted: sorting the IDs
-// moves less than sorting instances would there.
+// Registry sorts the instances, but finds these sorted. After a list the
+// IDs are sorted in full. After that, the last snapshot is merged with
+// the IDs changed since, in one pass: sorting 1,000 IDs for one change
+// was most of the driver's share of a deregistration's path to watchers.
 func (s *stream) snapshot() driver.Snapshot {
-	ids := slices.Sorted(maps.Keys(s.state))
-	out := make([]driver.Instance, len(ids))
-	for i, id := range ids {
-		out[i] = s.state[id]
+	var out []driver.Instance
+	if s.sorted == nil {
+		ids := slices.Sorted(maps.Keys(s.state))
+		out = make([]driver.Instance, len(ids))
+		for i, id := range ids {
+			out[i] = s.state[id]
+		}
+	} else {
+		out = s.merge()
 	}
+	s.sorted = out
+	clear(s.changed)
 	return driver.Snapshot{Service: s.service, Instances: out, Revision: uint64(s.rev), At: time.Now()}
+}
+
+// merge returns s.sorted with the changed IDs taken from the state: kept
+// or replaced if there, dropped if not, in ID order.
+func (s *stream) merge() []driver.Instance {
+	changed := slices.Sorted(maps.Keys(s.changed))
+	out := make([]driver.Instance, 0, len(s.state))
+	take := func(id string) {
+		if in, ok := s.state[id]; ok {
+			out = append(out, in)
+		}
+	}
+	j := 0
+	for _, in := range s.sorted {
+		for j < len(changed) && changed[j] < in.ID {
+			take(changed[j])
+			j++
+		}
+		if j < len(changed) && changed[j] == in.ID {
+			take(in.ID)
+			j++
+			continue
+		}
+		out = append(out, in)
+	}
+	for _, id := range changed[j:] {
+		take(id)
+	}
+	return out
 }
 
 // probe reads one key linearizably and returns the cluster's revision.
