@@ -86,7 +86,7 @@ func TestReportDrivesQuarantine(t *testing.T) {
 		metrics := get(t, f.url+"/metrics")
 		for _, want := range []string{
 			`roster_agent_instance_quarantined{otel_scope_name="github.com/roster-go/roster",otel_scope_schema_url="",otel_scope_version="",roster_instance_id="b",roster_service="api"} 1`,
-			`roster_client_failures_total{otel_scope_name="github.com/roster-go/roster",otel_scope_schema_url="",otel_scope_version="",roster_instance_id="b",roster_outcome="retryable",roster_service="api"} 3`,
+			`roster_client_failures_total{otel_scope_name="github.com/roster-go/roster",otel_scope_schema_url="",otel_scope_version="",roster_outcome="error",roster_service="api",roster_zone=""} 3`,
 		} {
 			if !contains(metrics, want) {
 				t.Errorf("/metrics lacks %s", want)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
@@ -51,5 +52,23 @@ func TestProtectionDoesNotAllocate(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("a failing or throttled call allocates %.1f times, want 0", n)
+	}
+}
+
+var errBusiness = middleware.BusinessError(errDown)
+
+// TestMetricsDoNotAllocate: with a real OpenTelemetry SDK meter provider
+// a call records its metrics without allocating: the label sets are
+// built once per service, zone and outcome.
+func TestMetricsDoNotAllocate(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	c := chainClient(t, 10, middleware.WithTracerProvider(tracenoop.NewTracerProvider()), middleware.WithMeterProvider(mp))
+	ctx := context.Background()
+	// A business error: a failed attempt, not retried, so no backoff.
+	fail := func(context.Context, registry.Instance) error { return errBusiness }
+	_ = c.Do(ctx, "api", fail) // the failure's label sets
+	if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop); _ = c.Do(ctx, "api", fail) }); n != 0 {
+		t.Fatalf("Do allocates %.1f times per call with an SDK meter provider, want 0", n)
 	}
 }
