@@ -63,12 +63,21 @@ var errBusiness = middleware.BusinessError(errDown)
 func TestMetricsDoNotAllocate(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer mp.Shutdown(context.Background())
-	c := chainClient(t, 10, middleware.WithTracerProvider(tracenoop.NewTracerProvider()), middleware.WithMeterProvider(mp))
-	ctx := context.Background()
-	// A business error: a failed attempt, not retried, so no backoff.
-	fail := func(context.Context, registry.Instance) error { return errBusiness }
-	_ = c.Do(ctx, "api", fail) // the failure's label sets
-	if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop); _ = c.Do(ctx, "api", fail) }); n != 0 {
-		t.Fatalf("Do allocates %.1f times per call with an SDK meter provider, want 0", n)
+	for name, extra := range map[string]middleware.Option{"": nil, " and WithInstanceMetrics": middleware.WithInstanceMetrics()} {
+		opts := []middleware.Option{middleware.WithTracerProvider(tracenoop.NewTracerProvider()), middleware.WithMeterProvider(mp)}
+		if extra != nil {
+			opts = append(opts, extra)
+		}
+		c := chainClient(t, 10, opts...)
+		ctx := context.Background()
+		// A business error: a failed attempt, not retried, so no backoff.
+		fail := func(context.Context, registry.Instance) error { return errBusiness }
+		for range 20 { // every instance's counts and label sets
+			_ = c.Do(ctx, "api", noop)
+			_ = c.Do(ctx, "api", fail)
+		}
+		if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop); _ = c.Do(ctx, "api", fail) }); n != 0 {
+			t.Errorf("Do allocates %.1f times per call with an SDK meter provider%s, want 0", n, name)
+		}
 	}
 }

@@ -40,6 +40,7 @@ type clientConfig struct {
 	quarantine   *Quarantine
 	firstTimeout time.Duration
 	idle         time.Duration
+	instMetrics  bool
 }
 
 // WithSelector sets the selector options (strategy, filters) used for
@@ -144,7 +145,7 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{reg: reg, cfg: cfg, services: map[string]*service{}}
-	c.tel = newTelemetry(cfg.tp, cfg.mp)
+	c.tel = newTelemetry(cfg.tp, cfg.mp, cfg.instMetrics)
 	c.q = cfg.quarantine
 	if c.q == nil {
 		c.q = NewQuarantine(QuarantineConfig{})
@@ -329,7 +330,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	}
 	req.Instance, req.Picked = in, true
 	req.picked()
-	c.tel.pick(ctx, req.Service, in.Zone)
+	c.tel.pick(ctx, req.Service, in.Zone, in.ID)
 	// Attempt spans only under a recording call span: when the call is not
 	// traced (no SDK, or not sampled) its attempts would not be either.
 	actx, span := ctx, trace.SpanFromContext(ctx)
@@ -350,7 +351,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	done.Done(err, req.Latency)
 	if err != nil {
 		class := req.Classify(ctx, err)
-		c.tel.failure(ctx, req.Service, in.Zone, class)
+		c.tel.failure(ctx, req.Service, in.Zone, in.ID, class)
 		if span.IsRecording() {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -593,6 +594,7 @@ func (s *service) follow(ctx context.Context) {
 			return // closed or cancelled
 		}
 		s.apply(ctx, snap)
+		s.c.tel.instances(s.sel.Snapshot())
 	}
 }
 

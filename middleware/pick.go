@@ -53,7 +53,7 @@ func (c *Client) pick(ctx context.Context, service string, o selector.PickOption
 		c.called(ctx, service, begin, nil, err)
 		return mwhook.Pending{}, err
 	}
-	c.tel.pick(ctx, service, in.Zone)
+	c.tel.pick(ctx, service, in.Zone, in.ID)
 	return mwhook.Pending{Instance: in, Stale: stale, Total: total, Client: c, Service: service, Done: done}, nil
 }
 
@@ -77,7 +77,7 @@ func report(ctx context.Context, p mwhook.Pending, class Class, latency time.Dur
 	}
 	p.Done.Done(err, latency)
 	if class != Success {
-		c.tel.failure(ctx, p.Service, p.Instance.Zone, class)
+		c.tel.failure(ctx, p.Service, p.Instance.Zone, p.Instance.ID, class)
 	}
 	c.tel.call(ctx, p.Service, outcomeOf(class), latency)
 	c.q.report(p.Service, p.Instance.ID, class, p.Total)

@@ -38,6 +38,8 @@ type telemetry struct {
 	rejections metric.Int64Counter
 	ejectedBy  metric.Int64Counter
 
+	inst *instMetrics // nil without WithInstanceMetrics
+
 	mu         sync.Mutex
 	staleSince map[string]int64 // service → monoNow when its snapshot went stale; 0 fresh
 	reg        metric.Registration
@@ -177,7 +179,7 @@ func instrumentation(tp trace.TracerProvider, mp metric.MeterProvider) (trace.Tr
 	return tracer, mp.Meter(otelkey.Scope)
 }
 
-func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, perInstance bool) *telemetry {
 	tracer, m := instrumentation(tp, mp)
 	t := &telemetry{tracer: tracer, staleSince: map[string]int64{}}
 	buckets := metric.WithExplicitBucketBoundaries(durationBuckets...)
@@ -202,6 +204,9 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
 	t.staleness, _ = m.Float64ObservableGauge("roster.discovery.staleness", metric.WithUnit("s"),
 		metric.WithDescription("Age of the stale snapshot a service is served from while its registry fails (0 when fresh)."))
 	t.reg, _ = m.RegisterCallback(t.observeStaleness, t.staleness)
+	if perInstance {
+		t.inst = newInstMetrics(m)
+	}
 	t.rejections, _ = m.Int64Counter("roster.client.rejections",
 		metric.WithDescription("Calls rejected locally without being sent, by roster.rejection.reason (throttled)."))
 	t.ejectedBy, _ = m.Int64Counter("roster.quarantine.ejections",
@@ -231,16 +236,31 @@ func (t *telemetry) setStale(service string, since int64) {
 	t.mu.Unlock()
 }
 
-// forget drops a service no longer followed from the staleness gauge.
+// forget drops a service no longer followed from the staleness gauge
+// and the per-instance series.
 func (t *telemetry) forget(service string) {
 	t.mu.Lock()
 	delete(t.staleSince, service)
 	t.mu.Unlock()
+	if t.inst != nil {
+		t.inst.prune(service, nil)
+	}
+}
+
+// instances ends the per-instance series of the instances of a service
+// that left it.
+func (t *telemetry) instances(s registry.Snapshot) {
+	if t.inst != nil && !s.Stale {
+		t.inst.prune(s.Service, s.Instances)
+	}
 }
 
 func (t *telemetry) close() {
 	if t.reg != nil {
 		_ = t.reg.Unregister()
+	}
+	if t.inst != nil {
+		t.inst.close()
 	}
 }
 
@@ -326,7 +346,10 @@ func (t *telemetry) retry(ctx context.Context, service, reason string) {
 	}
 }
 
-func (t *telemetry) pick(ctx context.Context, service, zone string) {
+func (t *telemetry) pick(ctx context.Context, service, zone, id string) {
+	if t != nil && t.inst != nil {
+		t.inst.pick(service, id, zone)
+	}
 	if t != nil && t.picks.Enabled(ctx) {
 		k := pickKey{service, zone}
 		t.picks.Add(ctx, 1, t.pickOpts.get(k, func() []attribute.KeyValue {
@@ -335,7 +358,10 @@ func (t *telemetry) pick(ctx context.Context, service, zone string) {
 	}
 }
 
-func (t *telemetry) failure(ctx context.Context, service, zone string, c Class) {
+func (t *telemetry) failure(ctx context.Context, service, zone, id string, c Class) {
+	if t != nil && t.inst != nil {
+		t.inst.failure(service, id, zone, c)
+	}
 	if t != nil && t.failures.Enabled(ctx) {
 		k := failKey{service, zone, outcomeOf(c)}
 		t.failures.Add(ctx, 1, t.failOpts.get(k, func() []attribute.KeyValue {

@@ -411,3 +411,59 @@ func attributeSets(m metricdata.Metrics) []attribute.Set {
 	}
 	return sets
 }
+
+// TestInstanceMetrics: WithInstanceMetrics adds series by instance ID,
+// and those of an instance end when it leaves the service.
+func TestInstanceMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	ctx := context.Background()
+	var leases []*registry.Lease
+	for i, id := range []string{"a", "b"} {
+		l, err := reg.Register(ctx, registry.Instance{ID: id, Service: "api", Zone: "z", Address: fmt.Sprintf("10.0.0.%d:80", i+1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	c := newClient(t, reg, middleware.WithMeterProvider(mp), middleware.WithInstanceMetrics(),
+		middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)))
+	for range 4 {
+		_ = c.Do(ctx, "api", noop)
+	}
+	_ = c.Do(ctx, "api", func(context.Context, registry.Instance) error { return middleware.BusinessError(errDown) })
+
+	byID := func(name string) map[string]int64 {
+		out := map[string]int64{}
+		if d, ok := collect(t, reader)[name].Data.(metricdata.Sum[int64]); ok {
+			for _, p := range d.DataPoints {
+				id, _ := p.Attributes.Value(otelkey.InstanceID)
+				out[id.AsString()] += p.Value
+			}
+		}
+		return out
+	}
+	if picks := byID("roster.client.instance.picks"); picks["a"]+picks["b"] != 5 || picks["a"] == 0 || picks["b"] == 0 {
+		t.Errorf("picks by instance = %v, want 5 over a and b", picks)
+	}
+	if fails := byID("roster.client.instance.failures"); fails["a"]+fails["b"] != 1 {
+		t.Errorf("failures by instance = %v, want 1", fails)
+	}
+	if err := leases[1].Deregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		picks := byID("roster.client.instance.picks")
+		if _, ok := picks["b"]; !ok && picks["a"] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the series of a deregistered instance stayed: %v", picks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
