@@ -45,33 +45,40 @@ func drive(f *fixture, n int) {
 }
 
 // TestMetricsPassPromtool: promtool's linter accepts the agent's
-// /metrics after calls, failures and quarantine, and the text carries
-// no otel_scope_* labels and no instance IDs.
+// /metrics after calls and failures, and the text carries no
+// otel_scope_* labels, and instance IDs only with InstanceMetrics.
 func TestMetricsPassPromtool(t *testing.T) {
 	promtool := promBin(t, "promtool")
-	f := newFixture(t, startRedis(t), agent.Config{})
-	registerZones(f)
-	drive(f, 40)
-	text := get(t, f.url+"/metrics")
-	cmd := exec.Command(promtool, "check", "metrics")
-	cmd.Stdin = strings.NewReader(text)
-	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
-		t.Fatalf("promtool check metrics: %v\n%s", err, out)
-	}
-	for _, want := range []string{
-		`roster_client_call_duration_seconds_bucket{roster_outcome="success",roster_service="api",le="0.005"}`,
-		`roster_client_calls_total{roster_outcome="business_error",roster_service="api"} 2`,
-		`roster_client_picks_total{roster_service="api",roster_zone="z1"}`,
-		`roster_agent_instances{roster_ejected="false",roster_service="api",roster_zone="z2"} 1`,
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
-	}
-	for _, unwanted := range []string{"otel_scope_", "roster_instance_id"} {
-		if strings.Contains(text, unwanted) {
-			t.Errorf("/metrics has %s labels", unwanted)
-		}
+	b := startRedis(t)
+	for _, perInstance := range []bool{false, true} {
+		t.Run(fmt.Sprint("InstanceMetrics=", perInstance), func(t *testing.T) {
+			f := newFixture(t, b, agent.Config{InstanceMetrics: perInstance})
+			registerZones(f)
+			drive(f, 40)
+			text := get(t, f.url+"/metrics")
+			cmd := exec.Command(promtool, "check", "metrics")
+			cmd.Stdin = strings.NewReader(text)
+			if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
+				t.Fatalf("promtool check metrics: %v\n%s", err, out)
+			}
+			for _, want := range []string{
+				`roster_client_call_duration_seconds_bucket{roster_outcome="success",roster_service="api",le="0.005"}`,
+				`roster_client_calls_total{roster_outcome="business_error",roster_service="api"} 2`,
+				`roster_client_picks_total{roster_service="api",roster_zone="z1"} 20`,
+				`roster_agent_instances{roster_ejected="false",roster_service="api",roster_zone="z2"} 1`,
+			} {
+				if !strings.Contains(text, want) {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
+			if strings.Contains(text, "otel_scope_") {
+				t.Error("/metrics has otel_scope_* labels")
+			}
+			perID := `roster_client_instance_picks_total{roster_instance_id="a",roster_service="api",roster_zone="z1"} 20`
+			if has := strings.Contains(text, "roster_instance_id"); has != perInstance || perInstance && !strings.Contains(text, perID) {
+				t.Errorf("with InstanceMetrics %v, /metrics has instance IDs: %v (want %s)", perInstance, has, perID)
+			}
+		})
 	}
 }
 
