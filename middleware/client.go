@@ -311,7 +311,7 @@ func (c *Client) called(ctx context.Context, service string, begin time.Time, re
 			o = outUnavailable
 		}
 	}
-	c.tel.call(ctx, service, o, time.Since(begin))
+	c.tel.call(ctx, service, "", o, time.Since(begin))
 }
 
 // attempt is the innermost handler: pick an instance and run the call.

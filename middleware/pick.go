@@ -79,6 +79,6 @@ func report(ctx context.Context, p mwhook.Pending, class Class, latency time.Dur
 	if class != Success {
 		c.tel.failure(ctx, p.Service, p.Instance.Zone, p.Instance.ID, class)
 	}
-	c.tel.call(ctx, p.Service, outcomeOf(class), latency)
+	c.tel.call(ctx, p.Service, p.Endpoint, outcomeOf(class), latency)
 	c.q.report(p.Service, p.Instance.ID, class, p.Total)
 }

@@ -63,8 +63,8 @@ type (
 		out           callOutcome
 	}
 	callKey struct {
-		service string
-		out     callOutcome
+		service, endpoint string
+		out               callOutcome
 	}
 	cacheKey struct {
 		service string
@@ -376,14 +376,19 @@ func (t *telemetry) callsOn(ctx context.Context) bool {
 	return t != nil && (t.calls.Enabled(ctx) || t.callDur.Enabled(ctx))
 }
 
-// call records a whole call: its outcome and how long it took.
-func (t *telemetry) call(ctx context.Context, service string, o callOutcome, d time.Duration) {
+// call records a whole call: its outcome and how long it took. The
+// endpoint, "" for the primary, is a label only when named.
+func (t *telemetry) call(ctx context.Context, service, endpoint string, o callOutcome, d time.Duration) {
 	if !t.callsOn(ctx) {
 		return
 	}
-	k := callKey{service, o}
+	k := callKey{service, endpoint, o}
 	op := t.callOpts.get(k, func() []attribute.KeyValue {
-		return []attribute.KeyValue{otelkey.Service.String(k.service), otelkey.Outcome.String(string(k.out))}
+		kv := []attribute.KeyValue{otelkey.Service.String(k.service), otelkey.Outcome.String(string(k.out))}
+		if k.endpoint != "" {
+			kv = append(kv, otelkey.Endpoint.String(k.endpoint))
+		}
+		return kv
 	})
 	t.calls.Add(ctx, 1, op.add...)
 	t.callDur.Record(ctx, d.Seconds(), op.rec...)
