@@ -256,3 +256,31 @@ func query(t *testing.T, base, q string) map[string]float64 {
 	}
 	return out
 }
+
+// TestCallMetricsByEndpoint: a call to an announced endpoint is labelled
+// by its name; a name a one-port instance merely accepts is not, so
+// clients cannot grow the label's values.
+func TestCallMetricsByEndpoint(t *testing.T) {
+	f := newFixture(t, startRedis(t), agent.Config{})
+	f.register(registry.Instance{ID: "m", Service: "multi", Address: "10.0.0.3:80",
+		Endpoints: []registry.Endpoint{{Name: "http", Address: "10.0.0.3:80"}, {Name: "grpc", Address: "10.0.0.3:90"}}})
+	f.register(registry.Instance{ID: "o", Service: "one", Address: "10.0.0.4:80"})
+	f.waitInstances("multi", 10*time.Second, has(1))
+	f.waitInstances("one", 10*time.Second, has(1))
+	for _, req := range []agent.PickRequest{{Service: "multi", Endpoint: "grpc"}, {Service: "one", Endpoint: "any-name"}} {
+		p := f.pick(req)
+		f.report(p.Token, "success", 1)
+	}
+	text := get(t, f.url+"/metrics")
+	for _, want := range []string{
+		`roster_client_calls_total{roster_endpoint="grpc",roster_outcome="success",roster_service="multi"} 1`,
+		`roster_client_calls_total{roster_outcome="success",roster_service="one"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(text, "any-name") {
+		t.Error("a name the client sent became a label value")
+	}
+}
