@@ -46,6 +46,10 @@ type Config struct {
 	// names asked for once do not hold a place in MaxServices for good.
 	// The services of templates are followed for good.
 	ServiceIdle time.Duration
+	// InstanceMetrics adds /metrics series by instance ID
+	// (middleware.WithInstanceMetrics). Off by default: IDs are new at
+	// every restart. An instance's series end when it leaves.
+	InstanceMetrics bool
 
 	// The connection bounds of Server and Listener. ReadTimeout bounds
 	// reading a request, headers and body (default 30 seconds); a
@@ -211,6 +215,9 @@ func (a *Agent) client(s selector.Strategy) (*middleware.Client, error) {
 	}
 	if a.cfg.SnapshotDir != "" {
 		opts = append(opts, middleware.WithSnapshotDir(a.cfg.SnapshotDir))
+	}
+	if a.cfg.InstanceMetrics {
+		opts = append(opts, middleware.WithInstanceMetrics())
 	}
 	c, err := middleware.NewClient(a.reg, opts...)
 	if err != nil {

@@ -212,6 +212,12 @@ func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, toke
 	if err != nil {
 		return mwhook.Pending{}, tokenID{}, err
 	}
+	if req.Endpoint != "" {
+		// The announced name only: a one-port instance serves any name,
+		// and a label must not take every value clients send.
+		e, _ := p.Instance.Endpoint(req.Endpoint)
+		p.Endpoint = e.Name
+	}
 	now := time.Now()
 	a.stats.picked(req.Service, p.Instance.ID, now)
 	return p, a.tokens.issue(newPending(p, req.Service, now)), nil

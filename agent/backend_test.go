@@ -85,11 +85,18 @@ func TestReportDrivesQuarantine(t *testing.T) {
 		}
 		metrics := get(t, f.url+"/metrics")
 		for _, want := range []string{
-			`roster_agent_instance_quarantined{otel_scope_name="github.com/roster-go/roster",otel_scope_schema_url="",otel_scope_version="",roster_instance_id="b",roster_service="api"} 1`,
-			`roster_client_failures_total{otel_scope_name="github.com/roster-go/roster",otel_scope_schema_url="",otel_scope_version="",roster_instance_id="b",roster_outcome="retryable",roster_service="api"} 3`,
+			`roster_agent_instances{roster_ejected="true",roster_service="api",roster_zone=""} 1`,
+			`roster_agent_instances{roster_ejected="false",roster_service="api",roster_zone=""} 2`,
+			`roster_client_failures_total{roster_outcome="error",roster_service="api",roster_zone=""} 3`,
+			`roster_client_calls_total{roster_outcome="error",roster_service="api"} 3`,
 		} {
 			if !contains(metrics, want) {
 				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		for _, unwanted := range []string{"otel_scope_", "roster_instance_id"} {
+			if contains(metrics, unwanted) {
+				t.Errorf("/metrics has %s labels", unwanted)
 			}
 		}
 		// The discovery metrics of the PHP article: query latency, cache

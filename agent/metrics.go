@@ -18,8 +18,10 @@ import (
 // Prometheus exporter into a registry of the agent's own (not the
 // process-global one), served at /metrics. The middleware.Client
 // instruments record discovery (lookup latency, cache requests, snapshot
-// updates) and per-instance picks and failures; the agent adds the
-// quarantine state per instance and the tokens waiting for a report.
+// updates), calls by outcome with their latency, picks and failures by
+// zone; the agent adds its instances by zone and quarantine state and
+// the tokens waiting for a report. No series is keyed by instance ID,
+// and the exporter adds no otel_scope_* labels.
 type metrics struct {
 	provider *sdkmetric.MeterProvider
 	handler  http.Handler
@@ -28,7 +30,7 @@ type metrics struct {
 
 func newMetrics() (*metrics, error) {
 	promReg := prometheus.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(promReg))
+	exp, err := otelprom.New(otelprom.WithRegisterer(promReg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, err
 	}
@@ -39,8 +41,8 @@ func newMetrics() (*metrics, error) {
 // observe registers the agent's observable instruments.
 func (m *metrics) observe(a *Agent) {
 	meter := m.provider.Meter(otelkey.Scope)
-	quarantined, _ := meter.Int64ObservableGauge("roster.agent.instance.quarantined",
-		metric.WithDescription("1 while an instance is held out by the agent's local quarantine, else 0."))
+	instances, _ := meter.Int64ObservableGauge("roster.agent.instances",
+		metric.WithDescription("Instances of a followed service, by roster.zone and roster.ejected (held out by the local quarantine)."))
 	tokens, _ := meter.Int64ObservableGauge("roster.agent.tokens",
 		metric.WithDescription("Picks waiting for their report."))
 	m.reg, _ = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -48,16 +50,23 @@ func (m *metrics) observe(a *Agent) {
 		for _, v := range a.followed() {
 			cur, _ := v.current()
 			ejected := a.quarantined(cur.Service)
+			n := map[zoneState]int64{}
 			for _, in := range cur.Instances {
-				n := int64(0)
-				if ejected[in.ID] {
-					n = 1
-				}
-				o.ObserveInt64(quarantined, n, metric.WithAttributes(otelkey.Service.String(cur.Service), otelkey.InstanceID.String(in.ID)))
+				n[zoneState{in.Zone, ejected[in.ID]}]++
+			}
+			for k, c := range n {
+				o.ObserveInt64(instances, c, metric.WithAttributes(otelkey.Service.String(cur.Service),
+					otelkey.Zone.String(k.zone), otelkey.Ejected.Bool(k.ejected)))
 			}
 		}
 		return nil
-	}, quarantined, tokens)
+	}, instances, tokens)
+}
+
+// zoneState is one series of roster.agent.instances.
+type zoneState struct {
+	zone    string
+	ejected bool
 }
 
 func (m *metrics) close() error {

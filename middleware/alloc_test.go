@@ -13,6 +13,7 @@ import (
 
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
@@ -77,5 +78,32 @@ func TestEndpointDoDoesNotAllocate(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("Do to an endpoint allocates %.1f times per call, want 0", n)
+	}
+}
+
+var errBusiness = middleware.BusinessError(errDown)
+
+// TestMetricsDoNotAllocate: with a real OpenTelemetry SDK meter provider
+// a call records its metrics without allocating: the label sets are
+// built once per service, zone and outcome.
+func TestMetricsDoNotAllocate(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	for name, extra := range map[string]middleware.Option{"": nil, " and WithInstanceMetrics": middleware.WithInstanceMetrics()} {
+		opts := []middleware.Option{middleware.WithTracerProvider(tracenoop.NewTracerProvider()), middleware.WithMeterProvider(mp)}
+		if extra != nil {
+			opts = append(opts, extra)
+		}
+		c := chainClient(t, 10, opts...)
+		ctx := context.Background()
+		// A business error: a failed attempt, not retried, so no backoff.
+		fail := func(context.Context, registry.Instance) error { return errBusiness }
+		for range 20 { // every instance's counts and label sets
+			_ = c.Do(ctx, "api", noop)
+			_ = c.Do(ctx, "api", fail)
+		}
+		if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop); _ = c.Do(ctx, "api", fail) }); n != 0 {
+			t.Errorf("Do allocates %.1f times per call with an SDK meter provider%s, want 0", n, name)
+		}
 	}
 }

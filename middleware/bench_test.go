@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/roster-go/roster/backends/memory"
@@ -65,6 +66,22 @@ func BenchmarkDoEndpoint(b *testing.B) {
 // provider set explicitly, which skips the global delegate's allocations.
 func BenchmarkDoNoopTracer(b *testing.B) {
 	c := chainClient(b, 10, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Do(ctx, "api", noop); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDoMetrics is BenchmarkDoNoopTracer with a real OpenTelemetry
+// SDK meter provider: the cost of the metrics a call records (the call
+// counter and histogram, picks, cache reads).
+func BenchmarkDoMetrics(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	b.Cleanup(func() { mp.Shutdown(context.Background()) })
+	c := chainClient(b, 10, middleware.WithTracerProvider(tracenoop.NewTracerProvider()), middleware.WithMeterProvider(mp))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -92,8 +92,8 @@ func DefaultClassify(ctx context.Context, err error) Class {
 	if ctx.Err() != nil {
 		return Abort
 	}
-	var c *classified
-	if errors.As(err, &c) {
+	// AsType, not As: As's target escapes, an allocation per failure.
+	if c, ok := errors.AsType[*classified](err); ok {
 		return c.class
 	}
 	if errors.Is(err, context.Canceled) {

@@ -41,6 +41,7 @@ type clientConfig struct {
 	firstTimeout time.Duration
 	idle         time.Duration
 	endpoint     string
+	instMetrics  bool
 }
 
 // WithSelector sets the selector options (strategy, filters) used for
@@ -175,7 +176,7 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{reg: reg, cfg: cfg, services: map[string]*service{}}
-	c.tel = newTelemetry(cfg.tp, cfg.mp)
+	c.tel = newTelemetry(cfg.tp, cfg.mp, cfg.instMetrics)
 	c.q = cfg.quarantine
 	if c.q == nil {
 		c.q = NewQuarantine(QuarantineConfig{})
@@ -278,12 +279,18 @@ func (c *Client) Do(ctx context.Context, service string, call Call) error {
 // DoKey is Do with an affinity key for consistent-hash strategies: calls
 // with the same key go to the same instance while the set is stable.
 func (c *Client) DoKey(ctx context.Context, service, key string, call Call) error {
+	var begin time.Time
+	if c.tel.callsOn(ctx) {
+		begin = time.Now()
+	}
 	s, err := c.service(ctx, service)
 	if err != nil {
+		c.called(ctx, service, begin, nil, err)
 		return err
 	}
 	stale, err := s.usable(c.cfg.maxStale)
 	if err != nil {
+		c.called(ctx, service, begin, nil, err)
 		return err
 	}
 	// No options: with no SDK installed this costs the allocations of the
@@ -309,9 +316,34 @@ func (c *Client) DoKey(ctx context.Context, service, key string, call Call) erro
 		}
 		span.End()
 	}
+	c.called(ctx, service, begin, req, err)
 	req.reset()
 	c.pool.Put(req)
 	return err
+}
+
+// called records a call's outcome and duration; begin is zero when the
+// call metrics are off. req is nil when the call never reached the chain.
+func (c *Client) called(ctx context.Context, service string, begin time.Time, req *Request, err error) {
+	if begin.IsZero() {
+		return
+	}
+	o := outSuccess
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrThrottled):
+		o = outThrottled
+	default:
+		class := c.cfg.classify
+		if class == nil {
+			class = DefaultClassify
+		}
+		o = outcomeOf(class(ctx, err))
+		if o != outAborted && (req == nil || !req.Picked) {
+			o = outUnavailable
+		}
+	}
+	c.tel.call(ctx, service, "", o, time.Since(begin))
 }
 
 // attempt is the innermost handler: pick an instance and run the call.
@@ -330,7 +362,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	}
 	req.Instance, req.Picked = in, true
 	req.picked()
-	c.tel.pick(ctx, req.Service, in.ID)
+	c.tel.pick(ctx, req.Service, in.Zone, in.ID)
 	// Attempt spans only under a recording call span: when the call is not
 	// traced (no SDK, or not sampled) its attempts would not be either.
 	actx, span := ctx, trace.SpanFromContext(ctx)
@@ -351,7 +383,7 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	done.Done(err, req.Latency)
 	if err != nil {
 		class := req.Classify(ctx, err)
-		c.tel.failure(ctx, req.Service, in.ID, class)
+		c.tel.failure(ctx, req.Service, in.Zone, in.ID, class)
 		if span.IsRecording() {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -594,6 +626,7 @@ func (s *service) follow(ctx context.Context) {
 			return // closed or cancelled
 		}
 		s.apply(ctx, snap)
+		s.c.tel.instances(s.sel.Snapshot())
 	}
 }
 

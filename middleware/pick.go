@@ -31,12 +31,18 @@ func init() {
 // caller's (an empty Endpoint: the call's, as in Do); the quarantine is
 // the Avoid.
 func (c *Client) pick(ctx context.Context, service string, o selector.PickOptions) (mwhook.Pending, error) {
+	var begin time.Time
+	if c.tel.callsOn(ctx) {
+		begin = time.Now()
+	}
 	s, err := c.service(ctx, service)
 	if err != nil {
+		c.called(ctx, service, begin, nil, err)
 		return mwhook.Pending{}, err
 	}
 	stale, err := s.usable(c.cfg.maxStale)
 	if err != nil {
+		c.called(ctx, service, begin, nil, err)
 		return mwhook.Pending{}, err
 	}
 	total := s.sel.Len()
@@ -47,16 +53,20 @@ func (c *Client) pick(ctx context.Context, service string, o selector.PickOption
 	o.Avoid = func(in *registry.Instance) bool { return !c.q.admit(service, in.ID, total) }
 	in, done, err := s.sel.Pick(ctx, o)
 	if err != nil {
-		return mwhook.Pending{}, fmt.Errorf("%s: %w", service, err)
+		err = fmt.Errorf("%s: %w", service, err)
+		c.called(ctx, service, begin, nil, err)
+		return mwhook.Pending{}, err
 	}
-	c.tel.pick(ctx, service, in.ID)
+	c.tel.pick(ctx, service, in.Zone, in.ID)
 	return mwhook.Pending{Instance: in, Stale: stale, Total: total, Client: c, Service: service, Done: done}, nil
 }
 
 var errReported = errors.New("middleware: reported failure")
 
 // report feeds a pick's outcome and latency to the selector, the
-// quarantine and the metrics, as an attempt through Do does.
+// quarantine and the metrics, as an attempt through Do does. The pick
+// is a whole call to the metrics too: its caller does not retry
+// through the Client.
 func report(ctx context.Context, p mwhook.Pending, class Class, latency time.Duration) {
 	c, _ := p.Client.(*Client)
 	if c == nil {
@@ -71,7 +81,8 @@ func report(ctx context.Context, p mwhook.Pending, class Class, latency time.Dur
 	}
 	p.Done.Done(err, latency)
 	if class != Success {
-		c.tel.failure(ctx, p.Service, p.Instance.ID, class)
+		c.tel.failure(ctx, p.Service, p.Instance.Zone, p.Instance.ID, class)
 	}
+	c.tel.call(ctx, p.Service, p.Endpoint, outcomeOf(class), latency)
 	c.q.report(p.Service, p.Instance.ID, class, p.Total)
 }

@@ -2,16 +2,22 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/roster-go/roster/internal/otelkey"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
@@ -259,4 +265,205 @@ func hasSpan(r *tracetest.SpanRecorder, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestCallMetrics: every call is counted once by service and outcome,
+// with its duration in explicit buckets of 0.5 ms to 10 s; picks are by
+// zone; no series carries an instance ID.
+func TestCallMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	ctx := context.Background()
+	for i, zone := range []string{"a", "b"} {
+		for _, svc := range []string{"api", "flaky"} {
+			in := registry.Instance{Service: svc, Zone: zone, Address: fmt.Sprintf("10.0.0.%d:80", i+1)}
+			if _, err := reg.Register(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c := newClient(t, reg, middleware.WithMeterProvider(mp), middleware.WithTracerProvider(tracenoop.NewTracerProvider()),
+		middleware.WithMiddleware(middleware.Retry(middleware.RetryConfig{MaxAttempts: 2})))
+	slow := func(context.Context, registry.Instance) error { time.Sleep(3 * time.Millisecond); return nil }
+	business := func(context.Context, registry.Instance) error { return middleware.BusinessError(errDown) }
+	fatal := func(context.Context, registry.Instance) error { return middleware.FatalError(errDown) }
+	down := func(context.Context, registry.Instance) error { return errDown }
+	for range 4 {
+		_ = c.Do(ctx, "api", noop)
+	}
+	_ = c.Do(ctx, "api", slow)
+	for range 2 {
+		_ = c.Do(ctx, "api", business)
+	}
+	for range 3 {
+		_ = c.Do(ctx, "api", down)
+	}
+	_ = c.Do(ctx, "api", fatal)
+	cctx, cancel := context.WithCancel(ctx)
+	_ = c.Do(cctx, "api", func(context.Context, registry.Instance) error { cancel(); return cctx.Err() })
+	if err := c.Do(ctx, "nobody", noop); err == nil {
+		t.Fatal("a call to a service with no instances succeeded")
+	}
+	// The throttle of a failing service: count what it rejects.
+	tc := newClient(t, reg, middleware.WithMeterProvider(mp),
+		middleware.WithMiddleware(middleware.Throttle(middleware.ThrottleConfig{MinRequests: 1})))
+	throttled := 0
+	for range 100 {
+		if errors.Is(tc.Do(ctx, "flaky", down), middleware.ErrThrottled) {
+			throttled++
+		}
+	}
+
+	m := collect(t, reader)
+	calls := map[string]int64{}
+	if d, ok := m["roster.client.calls"].Data.(metricdata.Sum[int64]); ok {
+		for _, p := range d.DataPoints {
+			svc, _ := p.Attributes.Value(otelkey.Service)
+			out, _ := p.Attributes.Value(otelkey.Outcome)
+			calls[svc.AsString()+" "+out.AsString()] += p.Value
+		}
+	}
+	want := map[string]int64{"api success": 5, "api business_error": 2, "api error": 3, "api fatal_error": 1,
+		"api aborted": 1, "nobody unavailable": 1, "flaky throttled": int64(throttled), "flaky error": int64(100 - throttled)}
+	if throttled == 0 {
+		t.Error("the throttle rejected no call")
+	}
+	for k, n := range want {
+		if calls[k] != n {
+			t.Errorf("calls{%s} = %d, want %d (all: %v)", k, calls[k], n, calls)
+		}
+	}
+	if len(calls) != len(want) {
+		t.Errorf("calls = %v, want exactly %v", calls, want)
+	}
+
+	h, ok := m["roster.client.call.duration"].Data.(metricdata.Histogram[float64])
+	if !ok {
+		t.Fatalf("roster.client.call.duration = %+v", m["roster.client.call.duration"])
+	}
+	bounds := []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	for _, p := range h.DataPoints {
+		if !slices.Equal(p.Bounds, bounds) {
+			t.Fatalf("call duration bounds = %v, want %v", p.Bounds, bounds)
+		}
+		svc, _ := p.Attributes.Value(otelkey.Service)
+		out, _ := p.Attributes.Value(otelkey.Outcome)
+		if k := svc.AsString() + " " + out.AsString(); int64(p.Count) != want[k] {
+			t.Errorf("call duration{%s} counts %d calls, want %d", k, p.Count, want[k])
+		}
+		if k := svc.AsString() + " " + out.AsString(); k == "api success" {
+			// The 3 ms call is past the first buckets and well within 1 s.
+			slow := uint64(0)
+			for i, b := range bounds {
+				if b >= 0.0025 && b <= 1 {
+					slow += p.BucketCounts[i]
+				}
+			}
+			if slow != 1 {
+				t.Errorf("the 3 ms call is not in a bucket between 2.5 ms and 1 s: %v", p.BucketCounts)
+			}
+		}
+	}
+
+	zones := map[string]int64{}
+	if d, ok := m["roster.client.picks"].Data.(metricdata.Sum[int64]); ok {
+		for _, p := range d.DataPoints {
+			z, _ := p.Attributes.Value(otelkey.Zone)
+			zones[z.AsString()] += p.Value
+		}
+	}
+	if zones["a"] == 0 || zones["b"] == 0 || len(zones) != 2 {
+		t.Errorf("picks by zone = %v, want both zones a and b", zones)
+	}
+	for name, met := range m {
+		for _, set := range attributeSets(met) {
+			if set.HasValue(otelkey.InstanceID) {
+				t.Errorf("%s has a series by instance ID: %v", name, set.Encoded(attribute.DefaultEncoder()))
+			}
+		}
+	}
+	for _, name := range []string{"roster.discovery.lookup.duration"} {
+		if h, ok := m[name].Data.(metricdata.Histogram[float64]); !ok || len(h.DataPoints) == 0 || !slices.Equal(h.DataPoints[0].Bounds, bounds) {
+			t.Errorf("%s bounds are not the explicit ones: %+v", name, m[name].Data)
+		}
+	}
+}
+
+// attributeSets returns the label sets of a metric's points.
+func attributeSets(m metricdata.Metrics) []attribute.Set {
+	var sets []attribute.Set
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	}
+	return sets
+}
+
+// TestInstanceMetrics: WithInstanceMetrics adds series by instance ID,
+// and those of an instance end when it leaves the service.
+func TestInstanceMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	ctx := context.Background()
+	var leases []*registry.Lease
+	for i, id := range []string{"a", "b"} {
+		l, err := reg.Register(ctx, registry.Instance{ID: id, Service: "api", Zone: "z", Address: fmt.Sprintf("10.0.0.%d:80", i+1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	c := newClient(t, reg, middleware.WithMeterProvider(mp), middleware.WithInstanceMetrics(),
+		middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)))
+	for range 4 {
+		_ = c.Do(ctx, "api", noop)
+	}
+	_ = c.Do(ctx, "api", func(context.Context, registry.Instance) error { return middleware.BusinessError(errDown) })
+
+	byID := func(name string) map[string]int64 {
+		out := map[string]int64{}
+		if d, ok := collect(t, reader)[name].Data.(metricdata.Sum[int64]); ok {
+			for _, p := range d.DataPoints {
+				id, _ := p.Attributes.Value(otelkey.InstanceID)
+				out[id.AsString()] += p.Value
+			}
+		}
+		return out
+	}
+	if picks := byID("roster.client.instance.picks"); picks["a"]+picks["b"] != 5 || picks["a"] == 0 || picks["b"] == 0 {
+		t.Errorf("picks by instance = %v, want 5 over a and b", picks)
+	}
+	if fails := byID("roster.client.instance.failures"); fails["a"]+fails["b"] != 1 {
+		t.Errorf("failures by instance = %v, want 1", fails)
+	}
+	if err := leases[1].Deregister(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		picks := byID("roster.client.instance.picks")
+		if _, ok := picks["b"]; !ok && picks["a"] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the series of a deregistered instance stayed: %v", picks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -4,8 +4,8 @@
 #   - redis-server from Debian's packages (apt-get) when it is missing;
 #   - ZooKeeper 3.8 from Debian's zookeeper package (apt-get, with its Java
 #     runtime) when it is missing; tests run it as a plain JVM process;
-#   - php-cli, php-curl, python3, chromium and nginx likewise (roster
-#     agent's example clients, dashboard and template tests);
+#   - php-cli, php-curl, python3, chromium, nginx and prometheus likewise
+#     (roster agent's example clients, dashboard, template and metrics tests);
 #   - a Consul agent (v1.13.9, MPL-2.0) built once from the Go module proxy
 #     into $ROSTER_CACHE (default ~/.cache/roster), reused afterwards;
 #   - kube-apiserver and kube-controller-manager v1.34.2 (Apache-2.0),
@@ -60,6 +60,8 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # nginx for the template test's nginx -t. On a host with systemd, Debian
 # starts its service too: systemctl disable --now nginx if unwanted.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+# prometheus (and its promtool) for roster agent's scrape and lint tests.
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] || lean+=(zookeeper libslf4j-java)
 if [ $((${#missing[@]} + ${#lean[@]})) -gt 0 ]; then
 	echo "== installing ${missing[*]} ${lean[*]} (apt)"

@@ -34,6 +34,7 @@ type agentFlags struct {
 	passEnv     []string
 	socketMode  os.FileMode
 	debounce    time.Duration
+	instMetrics bool
 	// The agent's bounds, agent.Config's fields of the same names.
 	readTimeout, writeTimeout, idleTimeout, serviceIdle time.Duration
 	maxConns, maxServices, maxTokens                    int
@@ -44,7 +45,8 @@ func (fl agentFlags) config(reg *registry.Registry) agent.Config {
 	return agent.Config{Registry: reg, Strategy: selector.Strategy(fl.strategy), TokenTTL: fl.tokenTTL,
 		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir,
 		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
-		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle}
+		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle,
+		InstanceMetrics: fl.instMetrics}
 }
 
 func newAgent() *cobra.Command {
@@ -102,6 +104,7 @@ See docs/agent.md for the API.`,
 	intVar(f, &fl.maxServices, "max-services", 1024, 1, 1<<20,
 		"services followed for clients, and local registrations; one more is 429 too_many")
 	intVar(f, &fl.maxTokens, "max-tokens", 1<<16, 1, 1<<24, "pick tokens waiting for a report; past it the oldest expires")
+	f.BoolVar(&fl.instMetrics, "instance-metrics", false, "add /metrics series by instance ID, ended when an instance leaves")
 	durationVar(f, &fl.serviceIdle, "service-idle", 5*time.Minute, time.Second, 24*time.Hour,
 		"how long a service no pick or long poll asked for stays followed")
 	return cmd, &fl

@@ -23,6 +23,9 @@ type Pending struct {
 	Client  any // the *middleware.Client
 	Service string
 	Done    selector.Done
+	// Endpoint is the name of the endpoint called when the instance
+	// announces it, else "" (the primary). It labels the call metrics.
+	Endpoint string
 }
 
 var (

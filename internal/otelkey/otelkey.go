@@ -18,6 +18,8 @@ const (
 	CacheHit   = attribute.Key("roster.cache.hit")
 	Outcome    = attribute.Key("roster.outcome")
 	Ejected    = attribute.Key("roster.ejected")
+	Zone       = attribute.Key("roster.zone")
+	Endpoint   = attribute.Key("roster.endpoint")
 
 	RejectionReason = attribute.Key("roster.rejection.reason") // throttled
 	EjectionReason  = attribute.Key("roster.ejection.reason")  // consecutive_failures, success_rate
