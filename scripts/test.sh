@@ -61,7 +61,7 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # starts its service too: systemctl disable --now nginx if unwanted.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 # prometheus (and its promtool) for roster agent's scrape and lint tests.
-command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || lean+=(prometheus) # without its node exporter
 [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] || lean+=(zookeeper libslf4j-java)
 if [ $((${#missing[@]} + ${#lean[@]})) -gt 0 ]; then
 	echo "== installing ${missing[*]} ${lean[*]} (apt)"
