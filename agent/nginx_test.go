@@ -1,20 +1,19 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/roster-go/roster/agent"
+	"github.com/roster-go/roster/internal/logbuf"
 	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
@@ -67,24 +66,6 @@ http {
 	}
 }
 
-// lockedBuffer is the agent's template log, read while it writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // hostile are values a registrant may choose, each of which, printed as
 // it is, closes the upstream block and opens a server of its own.
 var hostile = registry.Instance{
@@ -125,7 +106,7 @@ func TestTemplatesRefuseHostileValues(t *testing.T) {
 	}
 	f.register(registry.Instance{ID: "good-1", Service: "api", Address: "10.0.0.1:80", Weight: 100,
 		Version: "1.2.3+build.7", Zone: "eu-west-1a", Tags: []string{"primary"}, Metadata: map[string]string{"max_fails": "3", "note": "ok"}})
-	var log lockedBuffer
+	var log logbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -2,10 +2,8 @@ package kubetest
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -79,25 +77,5 @@ func (s *Server) StartControllers(ctx context.Context, controllers ...string) er
 
 // waitControllers polls the controller manager's /healthz.
 func (s *Server) waitControllers(ctx context.Context, port int) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	// Its certificate is self-signed: unverified, for this probe only.
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", nil)
-	for {
-		if resp, err := hc.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-s.kcm.Done():
-			return errors.New("kubetest: kube-controller-manager exited before it was healthy")
-		case <-ctx.Done():
-			return fmt.Errorf("kubetest: kube-controller-manager not healthy: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return pollOK(ctx, "https://127.0.0.1:"+strconv.Itoa(port)+"/healthz", "", s.kcm.Done(), "kube-controller-manager")
 }

@@ -178,14 +178,22 @@ func (s *Server) start(ctx context.Context) error {
 }
 
 func (s *Server) waitReady(ctx context.Context) error {
+	return pollOK(ctx, "https://"+s.Addr()+"/readyz", "Bearer "+Token, s.proc.Done(), "kube-apiserver")
+}
+
+// pollOK polls url until it answers 200, for at most a minute, or until
+// the process whose exit done signals is gone. TLS is unverified for
+// this probe only: a certificate may not be written yet when polling
+// starts, and the controller manager's is self-signed.
+func pollOK(ctx context.Context, url, auth string, done <-chan struct{}, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	// TLS unverified for this probe only: the certificate may not be
-	// written yet when polling starts.
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+s.Addr()+"/readyz", nil)
-	req.Header.Set("Authorization", "Bearer "+Token)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
 	for {
 		if resp, err := hc.Do(req); err == nil {
 			resp.Body.Close()
@@ -194,10 +202,10 @@ func (s *Server) waitReady(ctx context.Context) error {
 			}
 		}
 		select {
-		case <-s.proc.Done():
-			return errors.New("kubetest: kube-apiserver exited before it was ready")
+		case <-done:
+			return fmt.Errorf("kubetest: %s exited before it was ready", name)
 		case <-ctx.Done():
-			return fmt.Errorf("kubetest: kube-apiserver not ready: %w", ctx.Err())
+			return fmt.Errorf("kubetest: %s not ready: %w", name, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
