@@ -117,39 +117,54 @@ func CheckSnapshot(s Snapshot) error {
 }
 
 // filter returns s with the records that fail checkRecord, or repeat an
-// ID, left out. It copies the instances only when one changes.
+// ID, left out.
 func (c checked) filter(service string, s Snapshot) Snapshot {
-	byID := func(a, b Instance) int { return strings.Compare(a.ID, b.ID) }
-	if !slices.IsSortedFunc(s.Instances, byID) {
-		// Drivers return any order; Snapshot promises order by ID. The
-		// slice may be the driver's own: sort a copy.
-		s.Instances = slices.Clone(s.Instances)
-		slices.SortStableFunc(s.Instances, byID)
-	}
-	var out []Instance // nil while every record so far is served as read
-	for i, in := range s.Instances {
+	return serve(s, func(in Instance, dup bool) (string, error) {
 		ok, err := checkRecord(service, in, c.loopback)
-		if err == nil && i > 0 && in.ID == s.Instances[i-1].ID {
+		if err == nil && dup {
 			err = backend.Invalid("id", "%q listed twice", in.ID)
 		}
 		if err != nil {
 			c.rep.skipped(service, in, err)
-			if out == nil {
-				out = slices.Clone(s.Instances[:i])
-			}
-			continue
 		}
-		if out != nil || ok.Address != in.Address {
-			if out == nil {
-				out = slices.Clone(s.Instances[:i])
-			}
-			out = append(out, ok)
+		return ok.Address, err
+	})
+}
+
+// serve returns s in order of ID, each record at the address check
+// returns, or left out when check fails it. dup is set for a record
+// whose ID the one before it has. It copies the instances only when one
+// changes.
+func serve(s Snapshot, check func(in Instance, dup bool) (string, error)) Snapshot {
+	s.Instances = sortedByID(s.Instances)
+	var out []Instance // nil while every record so far is served as read
+	for i, in := range s.Instances {
+		addr, err := check(in, i > 0 && in.ID == s.Instances[i-1].ID)
+		if out == nil && (err != nil || addr != in.Address) {
+			out = slices.Clone(s.Instances[:i])
+		}
+		if err == nil && out != nil {
+			in.Address = addr
+			out = append(out, in)
 		}
 	}
 	if out != nil {
 		s.Instances = out
 	}
 	return s
+}
+
+// sortedByID returns ins in order of ID. Drivers return any order and
+// Snapshot promises order by ID. The slice may be the driver's own, so it
+// sorts a copy.
+func sortedByID(ins []Instance) []Instance {
+	byID := func(a, b Instance) int { return strings.Compare(a.ID, b.ID) }
+	if slices.IsSortedFunc(ins, byID) {
+		return ins
+	}
+	ins = slices.Clone(ins)
+	slices.SortStableFunc(ins, byID)
+	return ins
 }
 
 func (c checked) List(ctx context.Context, service string) (Snapshot, error) {
@@ -165,7 +180,7 @@ func (c checked) Watch(ctx context.Context, service string) (driver.Stream, erro
 	if err != nil {
 		return nil, err
 	}
-	return checkedStream{Stream: st, c: c, service: service}, nil
+	return &checkedStream{Stream: st, c: c, service: service}, nil
 }
 
 // Services leaves out names that are not valid service names.
@@ -183,16 +198,71 @@ func (c checked) Services(ctx context.Context) ([]string, error) {
 	}), nil
 }
 
+// checkedStream checks only the records that changed since its previous
+// snapshot. A watch rereads every record on every change, and checking
+// all of them was most of a watcher's cost at 1,000 instances. A record
+// Equal to the one read last time under its ID gets the same verdict: the
+// check depends on the record and the fixed address policy alone. A
+// record still bad and unchanged is not reported again; the resync's List
+// reports it (a full check) and so does a new stream. Next is called by
+// one goroutine at a time, as Registry does.
 type checkedStream struct {
 	driver.Stream
 	c       checked
 	service string
+	prev    []verdict // last snapshot's records, sorted by ID, one per ID
+	next    []verdict // spare buffer, swapped with prev after each Next
 }
 
-func (st checkedStream) Next(ctx context.Context) (Snapshot, error) {
+// verdict is the check of one raw record: the canonical address it is
+// served at, or why it is skipped.
+type verdict struct {
+	raw  Instance
+	addr string
+	err  error
+}
+
+func (st *checkedStream) Next(ctx context.Context) (Snapshot, error) {
 	s, err := st.Stream.Next(ctx)
 	if err != nil {
 		return s, err
 	}
-	return st.c.filter(st.service, s), nil
+	return st.filter(s), nil
+}
+
+// filter serves what checked.filter would, with the verdicts of records
+// unchanged since the previous snapshot reused.
+func (st *checkedStream) filter(s Snapshot) Snapshot {
+	next, j := st.next[:0], 0
+	s = serve(s, func(in Instance, dup bool) (string, error) {
+		if dup {
+			err := backend.Invalid("id", "%q listed twice", in.ID)
+			st.c.rep.skipped(st.service, in, err)
+			return "", err
+		}
+		var v verdict
+		v, j = st.check(in, j)
+		next = append(next, v)
+		return v.addr, v.err
+	})
+	// The spare buffer keeps no driver data while unused.
+	clear(st.prev)
+	st.prev, st.next = next, st.prev[:0]
+	return s
+}
+
+// check returns the verdict on in and where in prev it searched to. The
+// verdict is prev's when in is unchanged; prev[:j] hold lower IDs.
+func (st *checkedStream) check(in Instance, j int) (verdict, int) {
+	for j < len(st.prev) && st.prev[j].raw.ID < in.ID {
+		j++
+	}
+	if j < len(st.prev) && st.prev[j].raw.Equal(in) {
+		return st.prev[j], j
+	}
+	ok, err := checkRecord(st.service, in, st.c.loopback)
+	if err != nil {
+		st.c.rep.skipped(st.service, in, err)
+	}
+	return verdict{raw: in, addr: ok.Address, err: err}, j
 }
