@@ -69,5 +69,5 @@ func report(ctx context.Context, p mwhook.Pending, class Class, latency time.Dur
 	if class != Success {
 		c.tel.failure(ctx, p.Service, p.Instance.ID, class)
 	}
-	c.q.report(p.Service, p.Instance.ID, class, p.Total)
+	c.q.reportIn(p.Service, p.Instance.ID, p.Instance.Zone, class, p.Total)
 }
