@@ -6,12 +6,12 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// Overprovisioning is the factor by which a tier's usable share is
+// overprovisioning is the factor by which a tier's usable share is
 // scaled before it sheds traffic, as Envoy's overprovisioning_factor:
 // a tier with u of its instances usable takes min(1, 1.4 × u) of the
 // calls, so the local zone keeps all of them until more than about 29%
 // of it is unusable.
-const Overprovisioning = 1.4
+const overprovisioning = 1.4
 
 // WithLocality makes zone the caller's local tier: picks prefer the
 // instances of zone, and traffic spills to every other instance in
@@ -19,7 +19,7 @@ const Overprovisioning = 1.4
 // locality-weighted priority load balancing does. An instance is
 // unusable while it drains (weight 0) or while SetUsable says so (the
 // middleware's quarantine marks the instances it ejects). The local tier
-// takes min(1, Overprovisioning × usable fraction) of the calls and the
+// takes min(1, 1.4 × usable fraction) of the calls and the
 // rest goes to the other tier. When the two tiers' shares add up to less
 // than one, they are scaled up to one; when nothing is usable anywhere,
 // every call goes to the local tier (panic mode: the quarantine's own
@@ -44,7 +44,7 @@ func tiers(insts []registry.Instance, zone string) (local, remote []registry.Ins
 	return local, remote
 }
 
-// health is a tier's min(1, Overprovisioning × usable fraction).
+// health is a tier's min(1, 1.4 × usable fraction).
 func health(p *Picker, unusable map[string]bool) float64 {
 	n := len(p.insts) + len(p.spare)
 	if n == 0 {
@@ -56,7 +56,7 @@ func health(p *Picker, unusable map[string]bool) float64 {
 			usable++
 		}
 	}
-	return min(1, Overprovisioning*float64(usable)/float64(n))
+	return min(1, overprovisioning*float64(usable)/float64(n))
 }
 
 // localShare returns the share of plain picks p sends to its local tier,
