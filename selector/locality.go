@@ -92,9 +92,12 @@ func (s *Selector) LocalShare() float64 {
 // for the usable share of its locality tier (WithLocality). The
 // middleware's quarantine calls it when it ejects an instance and when
 // the ejection ends. Pick may still return an unusable instance: it only
-// shifts the tiers' shares. The change republishes the current Picker
+// shifts the tiers' shares. Without WithLocality it does nothing. The change republishes the current Picker
 // with the new shares; nothing is rebuilt.
 func (s *Selector) SetUsable(id string, usable bool) {
+	if s.cfg.zone == "" {
+		return // no tiers: nothing to share out
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.unusable[id] == !usable {
