@@ -61,6 +61,7 @@ type Request struct {
 	budget    *budget // the retry budget of the innermost Retry, for Hedge
 	tel       *telemetry
 	svc       *service
+	contained bool // the quarantine holds the latest attempt's instance out
 	tried     []string
 	triedBuf  [8]string
 	excluders []excluder

@@ -191,6 +191,13 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 			prev(service, id, ejected)
 		}
 	}
+	prevUsable := c.q.onUsable
+	c.q.onUsable = func(service, id string, usable bool) {
+		c.setUsable(service, id, usable)
+		if prevUsable != nil {
+			prevUsable(service, id, usable)
+		}
+	}
 	prevEject := c.q.onEject
 	c.q.onEject = func(service, reason string) {
 		c.tel.ejection(service, reason)
@@ -407,7 +414,10 @@ func (q *Quarantine) Middleware() Middleware {
 			err := next(ctx, req)
 			req.popExcluders(mark)
 			if req.Picked {
-				q.report(req.Service, req.Instance.ID, req.Classify(ctx, err), req.Total)
+				q.reportIn(req.Service, req.Instance.ID, req.Instance.Zone, req.Classify(ctx, err), req.Total)
+				// A failure on an instance now held out is dealt with
+				// here: a Throttle outside does not count it.
+				req.contained = err != nil && q.isOut(req.Service, req.Instance.ID)
 			}
 			return err
 		}
@@ -428,6 +438,17 @@ func (c *Client) rewarm(service, id string) {
 	c.mu.Unlock()
 	if s != nil {
 		s.sel.Rewarm(id)
+	}
+}
+
+// setUsable tells the service's selector whether the quarantine lets an
+// instance take calls, for its locality shares.
+func (c *Client) setUsable(service, id string, usable bool) {
+	c.mu.Lock()
+	s := c.services[service]
+	c.mu.Unlock()
+	if s != nil {
+		s.sel.SetUsable(id, usable)
 	}
 }
 

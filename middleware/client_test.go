@@ -40,6 +40,12 @@ type backend struct {
 
 func startBackend(t *testing.T, reg *registry.Registry, svc string, weight uint32) *backend {
 	t.Helper()
+	return startZoned(t, reg, svc, weight, "")
+}
+
+// startZoned is startBackend with the instance registered in zone.
+func startZoned(t *testing.T, reg *registry.Registry, svc string, weight uint32, zone string) *backend {
+	t.Helper()
 	b := &backend{}
 	b.status.Store(200)
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +57,7 @@ func startBackend(t *testing.T, reg *registry.Registry, svc string, weight uint3
 	}))
 	t.Cleanup(b.kill)
 	l, err := reg.Register(context.Background(), registry.Instance{
-		Service: svc, Address: b.srv.Listener.Addr().String(), Weight: weight,
+		Service: svc, Address: b.srv.Listener.Addr().String(), Weight: weight, Zone: zone,
 	}, registry.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -32,12 +32,12 @@ func (q *Quarantine) lookup(service, id string) (*quarantined, *host) {
 	return sv.(*quarantined), hv.(*host)
 }
 
-// host returns the state of instance id, creating it.
-func (s *quarantined) host(id string) *host {
+// host returns the state of instance id, creating it in zone.
+func (s *quarantined) host(id, zone string) *host {
 	if hv, ok := s.hosts.Load(id); ok {
 		return hv.(*host)
 	}
-	hv, _ := s.hosts.LoadOrStore(id, &host{})
+	hv, _ := s.hosts.LoadOrStore(id, &host{zone: zone})
 	return hv.(*host)
 }
 

@@ -84,5 +84,5 @@ func report(ctx context.Context, p mwhook.Pending, class Class, latency time.Dur
 		c.tel.failure(ctx, p.Service, p.Instance.Zone, p.Instance.ID, class)
 	}
 	c.tel.call(ctx, p.Service, p.Endpoint, outcomeOf(class), latency)
-	c.q.report(p.Service, p.Instance.ID, class, p.Total)
+	c.q.reportIn(p.Service, p.Instance.ID, p.Instance.Zone, class, p.Total)
 }

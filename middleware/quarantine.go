@@ -22,7 +22,9 @@ type QuarantineConfig struct {
 	BaseEjection time.Duration
 	MaxEjection  time.Duration
 	// MaxEjectedPercent caps the share of a service's instances ejected at
-	// once (default 10), but one instance can always be ejected.
+	// once (default 10), but one instance can always be ejected. A zone
+	// failing on its own may go further: see zoneMayGo and
+	// docs/middleware.md.
 	MaxEjectedPercent int
 	// PanicThreshold: when fewer than this percent of the instances are
 	// admitted, quarantine is ignored rather than failing calls (default
@@ -76,6 +78,10 @@ type Quarantine struct {
 	services sync.Map // service → *quarantined
 	onChange func(service, id string, ejected bool)
 	onEject  func(service, reason string)
+	// onUsable tells the selectors whether an instance can take calls,
+	// for their locality shares: false at an ejection, true when it ends
+	// (its probe may go) and at readmission.
+	onUsable func(service, id string, usable bool)
 }
 
 // NewQuarantine returns a quarantine with cfg (zero fields: defaults).
@@ -91,6 +97,7 @@ type quarantined struct {
 }
 
 type host struct {
+	zone        string // the instance's zone, "" if unknown; set at creation
 	consecutive atomic.Int32
 	until       atomic.Int64 // ejected until (unix ns); 0 = admitted
 	probeAt     atomic.Int64 // when the current probe was admitted
@@ -150,20 +157,27 @@ func (q *Quarantine) panicking(s *quarantined, total int) bool {
 	return admitted*100 < q.cfg.PanicThreshold*total
 }
 
-// report records an attempt's outcome for an instance. Only Retryable and
-// Fatal count as failures; Business and Abort are ignored; Success resets.
+// report records an attempt's outcome for an instance of unknown zone.
 func (q *Quarantine) report(service, id string, c Class, total int) {
+	q.reportIn(service, id, "", c, total)
+}
+
+// reportIn records an attempt's outcome for an instance of zone. Only
+// Retryable and Fatal count as failures; Business and Abort are ignored;
+// Success resets. An instance's zone is kept from its first report, for
+// the ejection cap.
+func (q *Quarantine) reportIn(service, id, zone string, c Class, total int) {
 	failed := c == Retryable || c == Fatal
 	if c != Success && !failed {
 		return
 	}
 	s, h := q.lookup(service, id)
 	if h == nil {
-		if !failed && !q.bySuccessRate() {
-			return // a success with nothing to reset
+		if !failed && !q.bySuccessRate() && zone == "" {
+			return // a success with nothing to reset, nor a zone to learn
 		}
 		s = q.service(service)
-		h = s.host(id)
+		h = s.host(id, zone)
 	}
 	if failed {
 		n := h.consecutive.Add(1)
@@ -195,7 +209,7 @@ func (q *Quarantine) eject(service string, s *quarantined, id string, h *host, t
 	wasEjected := h.until.Load() != 0
 	if !wasEjected {
 		limit := max(1, total*q.cfg.MaxEjectedPercent/100)
-		if int(s.ejected.Load()) >= limit {
+		if int(s.ejected.Load()) >= limit && !q.zoneMayGo(s, h, total) {
 			s.mu.Unlock()
 			return // over the cap: count but do not eject
 		}
@@ -206,12 +220,24 @@ func (q *Quarantine) eject(service string, s *quarantined, id string, h *host, t
 	h.times++
 	d := min(backoff.Mul(q.cfg.BaseEjection, int64(h.times)), q.cfg.MaxEjection)
 	d = backoff.Add(d, rand.N(d/10+1))
-	h.until.Store(int64(backoff.Add(time.Duration(now), d)))
+	until := int64(backoff.Add(time.Duration(now), d))
+	h.until.Store(until)
 	h.probeAt.Store(0)
 	if !wasEjected {
 		s.ejected.Add(1)
 	}
 	s.mu.Unlock()
+	if q.onUsable != nil {
+		q.onUsable(service, id, false)
+		// When this ejection ends its probe must be able to go: the
+		// selectors count the instance back in. A later ejection moved
+		// until, and set its own timer.
+		time.AfterFunc(d, func() {
+			if h.until.Load() == until {
+				q.onUsable(service, id, true)
+			}
+		})
+	}
 	if !wasEjected && q.onChange != nil {
 		q.onChange(service, id, true)
 	}
@@ -231,9 +257,56 @@ func (q *Quarantine) readmit(service string, s *quarantined, id string, h *host)
 	h.lastEnd = q.now().UnixNano()
 	s.ejected.Add(-1)
 	s.mu.Unlock()
+	if q.onUsable != nil {
+		q.onUsable(service, id, true)
+	}
 	if q.onChange != nil {
 		q.onChange(service, id, false)
 	}
+}
+
+// zoneMayGo reports whether h may be ejected although the service is at
+// its MaxEjectedPercent cap; s.mu is held. The cap guards against a
+// failure the client cannot place: its own network, or a bad release
+// everywhere, where ejecting more only moves the load. A zone failing on
+// its own is placed. So h may go when its zone is known, every instance
+// ejected so far is in that zone, an admitted instance of another zone
+// has no failure streak, and the admitted instances left are at least
+// the panic threshold's share (50% when panic mode is off). Two failing
+// instances of four then go when the other zone's two are healthy; a
+// zone of three among four does not, and panic mode is never reached
+// this way.
+func (q *Quarantine) zoneMayGo(s *quarantined, h *host, total int) bool {
+	if h.zone == "" {
+		return false
+	}
+	threshold := q.cfg.PanicThreshold
+	if threshold < 0 {
+		threshold = 50
+	}
+	if (total-int(s.ejected.Load())-1)*100 < threshold*total {
+		return false
+	}
+	confined, healthy := true, false
+	s.hosts.Range(func(_, v any) bool {
+		o := v.(*host)
+		if o.until.Load() != 0 {
+			confined = o.zone == h.zone
+			return confined
+		}
+		if o.zone != "" && o.zone != h.zone && o.consecutive.Load() == 0 {
+			healthy = true
+		}
+		return true
+	})
+	return confined && healthy
+}
+
+// isOut reports whether the quarantine holds an instance out now (ejected,
+// probing included).
+func (q *Quarantine) isOut(service, id string) bool {
+	_, h := q.lookup(service, id)
+	return h != nil && h.until.Load() != 0
 }
 
 // Ejected returns the IDs of a service's instances currently out of

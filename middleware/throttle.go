@@ -59,7 +59,10 @@ func (c ThrottleConfig) withDefaults() ThrottleConfig {
 // matching ErrThrottled. Safe for concurrent use, and lock-free.
 //
 // Place it outside Retry, so that it counts calls, not attempts: a call
-// that a retry saves is accepted. The default chain has one with
+// that a retry saves is accepted. A call that fails on an instance the
+// quarantine (inside) has ejected is not counted: the quarantine already
+// took that instance out, and its failures, a failing zone's say, must
+// not throttle the calls that now go to healthy instances. The default chain has one with
 // ThrottleConfig{}.
 func Throttle(cfg ThrottleConfig) Middleware { return newThrottle(cfg).middleware() }
 
@@ -117,6 +120,9 @@ func (t *throttle) middleware() Middleware {
 				return s.err
 			}
 			err := next(ctx, req)
+			if req.contained {
+				return err // the quarantine took the failing instance out
+			}
 			if counted, failed := outcome(ctx, req, err); failed && counted {
 				s.failed(now)
 			} else if counted {

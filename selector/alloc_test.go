@@ -140,3 +140,29 @@ func TestEndpointPickDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalityPickDoesNotAllocate: picks across locality tiers, spilling
+// and falling back, allocate nothing either.
+func TestLocalityPickDoesNotAllocate(t *testing.T) {
+	for _, st := range Strategies() {
+		s := mustNew(t, WithStrategy(st), WithLocality("a"))
+		s.Update(zoned(10, 4))
+		s.SetUsable("i0000", false)
+		s.SetUsable("i0001", false)
+		i := 0
+		allocs := testing.AllocsPerRun(1000, func() {
+			o := PickOptions{Key: keys[i&1023]}
+			if i++; i%2 == 0 {
+				o.Avoid = func(in *registry.Instance) bool { return in.Zone == "a" }
+			}
+			_, done, err := s.Pick(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done.Finish(nil)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocs per locality pick, want 0", st, allocs)
+		}
+	}
+}

@@ -169,3 +169,26 @@ func BenchmarkPickFinish(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickLocality: a pick across locality tiers (WithLocality),
+// 100 instances, a quarter local, one of the local ones ejected.
+func BenchmarkPickLocality(b *testing.B) {
+	ctx := context.Background()
+	for _, st := range []Strategy{RoundRobin, P2CEWMA, ConsistentHash} {
+		b.Run(string(st), func(b *testing.B) {
+			s := mustNew(b, WithStrategy(st), WithLocality("a"))
+			s.Update(zoned(100, 25))
+			s.SetUsable("i0000", false)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				_, done, err := s.Pick(ctx, PickOptions{Key: keys[i&1023]})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done.Done(nil, time.Millisecond)
+				i++
+			}
+		})
+	}
+}

@@ -210,3 +210,28 @@ func ExampleSelector_Pick_endpoint() {
 	fmt.Println(slices.Compact(got))
 	// Output: [a 10.0.0.1:9090 b 10.0.0.2:7000]
 }
+
+// Locality that follows health: zone a keeps its calls while enough of
+// it is usable, and spills to zone b in proportion when it is not.
+func ExampleWithLocality() {
+	sel, _ := selector.New(selector.WithLocality("a"))
+	sel.Update(registry.Snapshot{Service: "user-svc", Instances: []registry.Instance{
+		{ID: "a1", Zone: "a", Address: "10.0.0.1:80", Weight: 100},
+		{ID: "a2", Zone: "a", Address: "10.0.0.2:80", Weight: 100},
+		{ID: "b1", Zone: "b", Address: "10.0.1.1:80", Weight: 100},
+		{ID: "b2", Zone: "b", Address: "10.0.1.2:80", Weight: 100},
+	}})
+	fmt.Printf("healthy: %.2f local\n", sel.LocalShare())
+	sel.SetUsable("a1", false) // what a quarantine's ejection does
+	fmt.Printf("a1 out: %.2f local\n", sel.LocalShare())
+	sel.SetUsable("a2", false)
+	fmt.Printf("zone out: %.2f local\n", sel.LocalShare())
+	in, done, _ := sel.Pick(context.Background(), selector.PickOptions{})
+	done.Finish(nil)
+	fmt.Println("picked zone", in.Zone)
+	// Output:
+	// healthy: 1.00 local
+	// a1 out: 0.70 local
+	// zone out: 0.00 local
+	// picked zone b
+}

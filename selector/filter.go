@@ -16,7 +16,8 @@ import (
 //
 // If the filters leave nothing, Pick returns ErrNoInstances: a version
 // filter for a canary that is not deployed fails loudly rather than
-// sending traffic elsewhere. Use PreferZone for a soft preference.
+// sending traffic elsewhere. Use WithLocality (or PreferZone) for a soft
+// preference.
 type Filter func([]registry.Instance) []registry.Instance
 
 func keep(in []registry.Instance, ok func(*registry.Instance) bool) []registry.Instance {
@@ -76,6 +77,11 @@ func Metadata(match map[string]string) Filter {
 // are serving (weight > 0); otherwise it spills over to every zone, so a
 // zone that is nearly empty or draining does not concentrate its clients'
 // traffic on its last instances. minHealthy < 1 counts as 1.
+//
+// PreferZone sees only what the registry says, at Update: an instance
+// that fails every call but stays registered keeps the zone's traffic.
+// For a preference that follows health (the quarantine's ejections) and
+// spills in proportion, use WithLocality.
 func PreferZone(zone string, minHealthy int) Filter {
 	minHealthy = max(minHealthy, 1)
 	return func(in []registry.Instance) []registry.Instance {

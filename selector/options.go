@@ -92,6 +92,7 @@ type Option func(*config)
 type config struct {
 	strategy    Strategy
 	filters     []Filter
+	zone        string // WithLocality
 	vnodes      int
 	bound       float64 // 0 = off; else c ≥ 1
 	maglevSize  uint64  // 0 = automatic

@@ -63,6 +63,7 @@ type Selector struct {
 	seen bool                 // a snapshot with instances was built, under mu
 	// baseline: the IDs the service had at start (Baseline), under mu
 	baseline map[string]bool
+	unusable map[string]bool // SetUsable's, by instance ID, under mu
 
 	run struct {
 		sync.Mutex
@@ -349,10 +350,13 @@ func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, 
 // PickOptions. It returns the picker it picked from (a route's) too.
 func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *registry.Instance, *endpoint, error) {
 	if o.Endpoint != "" && p.ports {
-		p = p.serving(o.Endpoint)
+		p = p.serving(o.Endpoint) // no locality tiers yet: see docs/selector.md
 	}
+	tiered := p.local != nil
 	if p.mayRoute(o) {
-		p = p.routed(ctx, o)
+		r := p.routed(ctx, o)
+		tiered = tiered && r == p
+		p = r
 	}
 	if len(p.insts) == 0 {
 		return p, nil, nil, ErrNoInstances
@@ -361,6 +365,13 @@ func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *regist
 	keyed := false
 	if p.keyed && o.Key != "" {
 		h, keyed = xxhash.Sum64String(o.Key), true
+	}
+	if tiered {
+		t, inst, ep := p.pickTiered(o, h, keyed)
+		if inst == nil {
+			return p, nil, nil, ErrAllExcluded
+		}
+		return t, inst, ep, nil
 	}
 	i := p.algo.pick(h, keyed, 0)
 	if p.sh.warmEnd.Load() != 0 {
@@ -489,6 +500,9 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 	}
 	p := s.assemble(snap, insts, stateOf, s.prev)
 	p.root(s)
+	if s.cfg.zone != "" && p.canary == nil && len(insts) > 0 {
+		s.tier(p, insts, stateOf)
+	}
 	p.ports = slices.ContainsFunc(insts, func(in registry.Instance) bool { return len(in.Endpoints) > 0 })
 	return p
 }
@@ -500,6 +514,23 @@ func (p *Picker) root(s *Selector) {
 	p.routes = newRouteCache()
 	p.splitRoutes()
 	p.direct = len(p.insts) > 0 && p.canary == nil
+}
+
+// tier prepares p's locality tiers (WithLocality) and their shares, and
+// forgets the usable marks of instances that left; s.mu is held.
+func (s *Selector) tier(p *Picker, insts []registry.Instance, ep func(*registry.Instance) *endpoint) {
+	for id := range s.unusable {
+		if s.eps[id] == nil {
+			delete(s.unusable, id)
+		}
+	}
+	local, remote := tiers(insts, s.cfg.zone)
+	p.local = s.assemble(p.snap, local, ep, nil)
+	if len(remote) > 0 {
+		p.remote = s.assemble(p.snap, remote, ep, nil)
+	}
+	p.share = localShare(p, s.unusable)
+	p.direct = false // a pick chooses its tier first
 }
 
 // assemble prepares a picker over insts (filtered), whose state ep
@@ -681,6 +712,10 @@ type Picker struct {
 	sel      *Selector
 	routes   *routeCache // per-call routes' pickers; nil in a route's picker
 	snap     registry.Snapshot
+	// WithLocality: the local zone's instances and the others' (nil
+	// when there are none), and the share of picks local gets (of 2^64).
+	local, remote *Picker
+	share         uint64
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into
