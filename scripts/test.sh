@@ -121,6 +121,13 @@ go test -run '^$' -fuzz FuzzAPI -fuzztime 40000x ./agent
 echo "== bench module (kratos/go-kit comparison) compiles"
 (cd bench && go vet ./...)
 
+# Adapters for peers' interfaces are modules of their own, so that their
+# dependencies (kratos, go-zero, go-kit) never reach Roster's users.
+for m in contrib/rosterkratos; do
+	echo "== $m (its own module)"
+	(cd "$m" && go vet ./... && go test -race -count=1 -timeout 10m "$@" ./...)
+done
+
 # Registry restarts, outages, instance kills, rolling restarts and a
 # partition under load, on every backend and path, then the topology
 # faults (docs/reliability.md): alone (but for the light long outage), so
