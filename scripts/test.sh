@@ -123,7 +123,7 @@ echo "== bench module (kratos/go-kit comparison) compiles"
 
 # Adapters for peers' interfaces are modules of their own, so that their
 # dependencies (kratos, go-zero, go-kit) never reach Roster's users.
-for m in contrib/rosterkratos contrib/rostergokit; do
+for m in contrib/rosterkratos contrib/rostergokit contrib/rostergozero; do
 	echo "== $m (its own module)"
 	(cd "$m" && go vet ./... && go test -race -count=1 -timeout 10m "$@" ./...)
 done
