@@ -63,6 +63,10 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 # prometheus (and its promtool) for roster agent's scrape and lint tests.
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || lean+=(prometheus) # without its node exporter
 [ -f /usr/share/java/zookeeper.jar ] && [ -f /usr/share/java/slf4j-simple.jar ] || lean+=(zookeeper libslf4j-java)
+# Apache Curator's service discovery and a JDK, for the ZooKeeper backend's
+# layout=curator test against Curator's own code.
+[ -f /usr/share/java/curator-x-discovery.jar ] || lean+=(libcurator-discovery-java)
+command -v javac >/dev/null 2>&1 || lean+=(default-jdk-headless)
 if [ $((${#missing[@]} + ${#lean[@]})) -gt 0 ]; then
 	echo "== installing ${missing[*]} ${lean[*]} (apt)"
 	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

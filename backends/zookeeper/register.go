@@ -17,7 +17,7 @@ import (
 // Register implements driver.Driver: an ephemeral znode in the session of
 // the TTL (rounded up to whole seconds).
 func (d *Driver) Register(ctx context.Context, inst driver.Instance, ttl time.Duration) (driver.Registration, error) {
-	val, err := encode(inst)
+	val, err := d.encode(inst)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +222,7 @@ func (r *registration) check(ctx context.Context) error {
 // Update implements driver.Registration: the znode's data is replaced
 // while the session owns it, else the znode is created again.
 func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
-	val, err := encode(inst)
+	val, err := r.d.encode(inst)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // publicOptions are the URL options whose values are not secrets.
-var publicOptions = []string{"session_timeout", "request_timeout", "tls", "ca_file", "cert_file", "server_name", "skip_verify"}
+var publicOptions = []string{"layout", "payload", "session_timeout", "request_timeout", "tls", "ca_file", "cert_file", "server_name", "skip_verify"}
 
 var openURL = backend.OpenWith(ParseURL, New)
 
@@ -25,6 +25,8 @@ func ParseURL(u *url.URL) (Options, error) {
 	}
 	q.Duration("session_timeout", &o.SessionTimeout)
 	q.Duration("request_timeout", &o.RequestTimeout)
+	q.Enum("layout", &o.Layout, LayoutRoster, LayoutCurator)
+	q.Enum("payload", &o.CuratorPayload, PayloadSpring, PayloadMap)
 	o.TLS = q.TLS(false)
 	if err := credentials(u, q, &o); err != nil {
 		return o, err
@@ -33,6 +35,9 @@ func ParseURL(u *url.URL) (Options, error) {
 		return o, err
 	}
 	if o.Root, err = root(u); err != nil {
+		return o, err
+	}
+	if err := checkLayout(&o); err != nil {
 		return o, err
 	}
 	if o.User != "" && o.Password == "" {
@@ -86,7 +91,7 @@ func invalid(_ *url.URL, format string, args ...any) error {
 func root(u *url.URL) (string, error) {
 	p := strings.TrimRight(u.Path, "/")
 	if p == "" {
-		return defaultRoot, nil
+		return "", nil // the layout's default (checkLayout)
 	}
 	if path.Clean(p) != p || strings.ContainsAny(p, "\x00") {
 		return "", invalid(u, "root %q is not a clean znode path (no //, . or .. segments)", p)

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/roster-go/roster/internal/backend"
-
 	"github.com/go-zookeeper/zk"
 
 	"github.com/roster-go/roster/registry/driver"
@@ -167,7 +165,7 @@ func (s *stream) readInstance(ctx context.Context, id string) error {
 	}
 	s.dataW[id] = ch
 	s.rev = max(s.rev, uint64(st.Mzxid))
-	if in, ok := backend.DecodeStored(s.service, id, val); ok {
+	if in, ok := s.d.decode(s.service, id, val); ok {
 		s.insts[id] = in
 	} else {
 		delete(s.insts, id)

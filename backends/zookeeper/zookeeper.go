@@ -85,6 +85,13 @@ type Options struct {
 	RequestTimeout time.Duration // bound on every call, default 5s
 	User, Password string        // digest credentials, optional
 	TLS            *tls.Config   // nil: plain TCP
+	// Layout is the form of the instance znodes: LayoutRoster (the
+	// default) or LayoutCurator, Apache Curator's service discovery, as
+	// Spring Cloud Zookeeper and Dubbo 3 write it (root default /services).
+	Layout string
+	// CuratorPayload is the payload class Curator records are written
+	// with: PayloadSpring (the default) or PayloadMap.
+	CuratorPayload string
 }
 
 // Driver is a driver.Driver on a ZooKeeper ensemble. Wrap it with
@@ -110,8 +117,8 @@ func New(opts Options) (*Driver, error) {
 	if len(opts.Servers) == 0 {
 		return nil, fmt.Errorf("zookeeper: %w: no servers", driver.ErrInvalid)
 	}
-	if opts.Root == "" {
-		opts.Root = defaultRoot
+	if err := checkLayout(&opts); err != nil {
+		return nil, err
 	}
 	root := path.Clean(opts.Root)
 	if root == "/" || root[0] != '/' {
@@ -372,7 +379,7 @@ func (d *Driver) get(ctx context.Context, conn *zk.Conn, service, id string) (*d
 	if err != nil {
 		return nil, nil, err
 	}
-	if in, ok := backend.DecodeStored(service, id, val); ok {
+	if in, ok := d.decode(service, id, val); ok {
 		return &in, st, nil
 	}
 	return nil, st, nil

@@ -42,16 +42,28 @@ const harnessQuery = "session_timeout=3s"
 // backends/zookeeper, which registers the scheme.
 func NewHarness(tb testing.TB, s *Server) conformance.Harness {
 	tb.Helper()
+	return NewHarnessWith(tb, s, "")
+}
+
+// NewHarnessWith is NewHarness with more URL options, such as
+// "layout=curator", on every registry it opens.
+func NewHarnessWith(tb testing.TB, s *Server, query string) conformance.Harness {
+	tb.Helper()
 	if _, ok := backend.Lookup("zk"); !ok {
 		tb.Fatal(`zktest: the zk:// scheme is not registered: import _ "github.com/roster-go/roster/backends/zookeeper"`)
 	}
-	h := &harness{s: s}
+	q := harnessQuery
+	if query != "" {
+		q += "&" + query
+	}
+	h := &harness{s: s, query: q}
 	tb.Cleanup(h.proxies.Close)
 	return h
 }
 
 type harness struct {
-	s *Server
+	s     *Server
+	query string // harnessQuery and the caller's options
 
 	proxies testserver.Proxies
 }
@@ -61,7 +73,7 @@ func (h *harness) MakeDriver(ctx context.Context) (driver.Driver, error) {
 }
 
 // URL is the zk:// URL of the harness's registries.
-func (h *harness) URL() string { return url([]string{h.s.Addr()}, HarnessRoot, harnessQuery) }
+func (h *harness) URL() string { return url([]string{h.s.Addr()}, HarnessRoot, h.query) }
 
 // TenantRoot returns the root of a conformance tenant. Tenant "tenanta"
 // gets /roster-conformance-tenanta and every other tenant a root nested in
@@ -78,7 +90,7 @@ func TenantRoot(tenant string) string {
 // MakeTenantDriver implements conformance.Tenants: a driver on the
 // tenant's root.
 func (h *harness) MakeTenantDriver(ctx context.Context, tenant string) (driver.Driver, error) {
-	return backend.OpenURL(ctx, url([]string{h.s.Addr()}, TenantRoot(tenant), harnessQuery))
+	return backend.OpenURL(ctx, url([]string{h.s.Addr()}, TenantRoot(tenant), h.query))
 }
 
 // TenantsShareNames is true: each root is a namespace of its own.
@@ -99,7 +111,7 @@ func (h *harness) Config() conformance.Config {
 // MakeLinkedDriver puts a TCP proxy between the driver and the server.
 func (h *harness) MakeLinkedDriver(ctx context.Context) (driver.Driver, conformance.Link, error) {
 	return h.proxies.MakeLinkedDriver(h.s.Addr(), func(addr string) (driver.Driver, error) {
-		return backend.OpenURL(ctx, url([]string{addr}, HarnessRoot, harnessQuery))
+		return backend.OpenURL(ctx, url([]string{addr}, HarnessRoot, h.query))
 	})
 }
 
