@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/go-kit/kit/sd"
+	"github.com/go-kit/log"
 
 	"github.com/roster-go/roster/registry"
 )
@@ -178,9 +179,6 @@ type Registrar struct {
 
 var _ sd.Registrar = (*Registrar)(nil)
 
-// Logger is go-kit's log.Logger, by its method.
-type Logger interface{ Log(keyvals ...any) error }
-
 // DefaultDrainDelay is how long Deregister waits after removing the
 // record: enough for every client's watch to drop the instance before
 // the caller stops its server.
@@ -205,8 +203,8 @@ func WithRegisterOptions(opts ...registry.RegisterOption) RegistrarOption {
 }
 
 // NewRegistrar returns a Registrar for inst. Errors, which go-kit's
-// interface cannot return, go to logger (a go-kit log.Logger).
-func NewRegistrar(reg *registry.Registry, inst registry.Instance, logger Logger, opts ...RegistrarOption) *Registrar {
+// interface cannot return, go to logger.
+func NewRegistrar(reg *registry.Registry, inst registry.Instance, logger log.Logger, opts ...RegistrarOption) *Registrar {
 	r := &Registrar{reg: reg, inst: inst, log: logger.Log, drain: DefaultDrainDelay}
 	for _, f := range opts {
 		f(r)
