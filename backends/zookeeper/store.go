@@ -58,7 +58,9 @@ func parseVersion(v string) (czxid int64, version int32, ok bool) {
 	return cz, int32(ver), true
 }
 
-func conflict(key string) error { return fmt.Errorf("zookeeper: record %s: %w", key, driver.ErrConflict) }
+func conflict(key string) error {
+	return fmt.Errorf("zookeeper: record %s: %w", key, driver.ErrConflict)
+}
 
 // GetRecord implements driver.Store.
 func (d *Driver) GetRecord(ctx context.Context, key string) (driver.Record, error) {
