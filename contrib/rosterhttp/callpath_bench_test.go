@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
+	"time"
 
 	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
@@ -83,6 +85,7 @@ func BenchmarkCallPath(b *testing.B) {
 			for _, im := range impls {
 				b.Run("impl="+im.name, func(b *testing.B) {
 					b.ReportAllocs()
+					defer reportCPU(b, cpuTime())
 					if mode == "serial" {
 						i := 0
 						for b.Loop() {
@@ -107,4 +110,20 @@ func BenchmarkCallPath(b *testing.B) {
 			}
 		})
 	}
+}
+
+// cpuTime is the process's user + system CPU time. Per call it counts
+// client and server alike, and unlike ns/op it does not grow with the
+// time other processes take the CPUs from this one.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU time per call since start as cpu-ns/op.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
 }
