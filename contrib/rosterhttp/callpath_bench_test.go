@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	rosterhttp "github.com/roster-go/roster/contrib/rosterhttp"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
@@ -26,7 +28,8 @@ import (
 // Both send every attempt through an http.Transport of the same
 // settings, so the difference is what Roster adds: the URL check, the
 // middleware.Client chain (pick, retry, quarantine, Done) and the
-// request's copy with the instance's address.
+// request's copy with the instance's address. impl=roster-nospans is
+// impl=roster with middleware.WithTracerProvider(noop): spans off.
 func BenchmarkCallPath(b *testing.B) {
 	const n = 3
 	reg, err := registry.Open(context.Background(), "mem://")
@@ -54,8 +57,17 @@ func BenchmarkCallPath(b *testing.B) {
 		b.Cleanup(tr.CloseIdleConnections)
 		return tr
 	}
+	// The same chain with spans off: without an OpenTelemetry SDK the
+	// global tracer's no-op span still allocates.
+	quiet, err := middleware.NewClient(reg, middleware.WithSelector(selector.WithStrategy(selector.RoundRobin)),
+		middleware.WithTracerProvider(tracenoop.NewTracerProvider()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { quiet.Close() })
 	plain := &http.Client{Transport: newBase()}
 	roster := &http.Client{Transport: &rosterhttp.Transport{Client: mc, Base: newBase()}}
+	rosterQuiet := &http.Client{Transport: &rosterhttp.Transport{Client: quiet, Base: newBase()}}
 	impls := []struct {
 		name string
 		hc   *http.Client
@@ -63,6 +75,7 @@ func BenchmarkCallPath(b *testing.B) {
 	}{
 		{"plain", plain, func(i int) string { return urls[i%n] }},
 		{"roster", roster, func(int) string { return "http://users/v1/users/42" }},
+		{"roster-nospans", rosterQuiet, func(int) string { return "http://users/v1/users/42" }},
 	}
 	get := func(hc *http.Client, url string) error {
 		resp, err := hc.Get(url)
