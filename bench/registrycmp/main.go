@@ -54,6 +54,7 @@ var (
 	rounds     = flag.Int("rounds", 12, "etcd restarts")
 	regTimeout = flag.Duration("reg-timeout", 60*time.Second, "give up on registering N after this long")
 	only       = flag.String("only", "", "comma-separated phases to run (reg,dereg,crash,cpu,restart); empty: all")
+	implFlag   = flag.String("impl", "", "comma-separated implementations to run (backend/name, e.g. etcd/roster); empty: all")
 )
 
 func main() {
@@ -130,6 +131,11 @@ func run() error {
 		consulAddr = a.Addr()
 	}
 	impls := implsFor(etcd.url(), []string{etcd.addr}, consulAddr)
+	if *implFlag != "" {
+		impls = slices.DeleteFunc(impls, func(im impl) bool {
+			return !slices.Contains(strings.Split(*implFlag, ","), label(im))
+		})
+	}
 	fmt.Printf("# registrycmp %s, TTL %v, etcd %s, consul %q\n", time.Now().UTC().Format(time.RFC3339), ttl, etcd.addr, consulAddr)
 
 	if phase("reg") || phase("dereg") {
@@ -410,7 +416,7 @@ func restartPhase(ctx context.Context, impls []impl, etcd *etcdServer) error {
 		}
 		subs = append(subs, &sub{service: service, im: im, v: v, c: c})
 	}
-	limit := 6 * ttl
+	limit := 4 * ttl
 	for r := range *rounds {
 		t0 := time.Now()
 		if err := etcd.restartEmpty(); err != nil {
