@@ -386,7 +386,8 @@ func restartPhase(ctx context.Context, impls []impl, etcd *etcdServer) error {
 		im      impl
 		v       *view
 		c       client
-		back    []time.Duration // per recovered round
+		back    []time.Duration // per recovered round, from the kill
+		afterUp []time.Duration // the same, from etcd serving again
 		zero    int             // rounds in which the watcher showed zero
 		lost    int             // rounds not recovered
 	}
@@ -458,6 +459,7 @@ func restartPhase(ctx context.Context, impls []impl, etcd *etcdServer) error {
 				}
 				if ok {
 					s.back = append(s.back, time.Since(t0))
+					s.afterUp = append(s.afterUp, time.Since(t0)-up)
 				} else {
 					s.lost++
 				}
@@ -469,8 +471,9 @@ func restartPhase(ctx context.Context, impls []impl, etcd *etcdServer) error {
 	}
 	for _, s := range subs {
 		slices.Sort(s.back)
-		fmt.Printf("%-14s etcd restarted empty, %d rounds: all back in %d (median %s after the kill), zero instances shown in %d, never back (%v) in %d\n",
-			label(s.im), *rounds, len(s.back), ms(pct(s.back, 50)), s.zero, limit, s.lost)
+		slices.Sort(s.afterUp)
+		fmt.Printf("%-14s etcd restarted empty, %d rounds: all back in %d (median %s after the kill, %s after etcd served again), zero instances shown in %d, never back (%v) in %d\n",
+			label(s.im), *rounds, len(s.back), ms(pct(s.back, 50)), ms(pct(s.afterUp, 50)), s.zero, limit, s.lost)
 	}
 	return nil
 }
