@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,7 +54,9 @@ func childEtcd(dir, addr string) error {
 
 // childHold registers n instances with one implementation. In hold mode
 // it then measures its own CPU time (getrusage) over the hold period,
-// prints it and exits; in crash mode it waits to be killed.
+// prints it and exits; in crash mode it waits to be killed. With
+// REGISTRYCMP_CPUPROFILE set, a hold writes a CPU profile of the hold
+// period to that file.
 func childHold(mode string, args []string) error {
 	// args: impl backend etcdURL consulAddr service n hold
 	name, back, etcdURL, consulAddr, service := args[0], args[1], args[2], args[3], args[4]
@@ -81,7 +84,20 @@ func childHold(mode string, args []string) error {
 		select {}
 	}
 	before := cpuSelf()
-	time.Sleep(hold)
+	if path := os.Getenv("REGISTRYCMP_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		time.Sleep(hold)
+		pprof.StopCPUProfile()
+	} else {
+		time.Sleep(hold)
+	}
 	used := cpuSelf() - before
 	fmt.Printf("cpu %d\n", used.Nanoseconds())
 	for _, h := range hs {
