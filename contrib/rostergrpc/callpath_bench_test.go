@@ -27,11 +27,11 @@ type benchServers struct {
 	addrs []string
 }
 
-type emptyServer struct {
+type benchEchoServer struct {
 	testpb.UnimplementedTestServiceServer
 }
 
-func (emptyServer) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+func (benchEchoServer) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	return &testpb.SimpleResponse{}, nil
 }
 
@@ -49,7 +49,7 @@ func startBenchServers(b *testing.B, n int) *benchServers {
 			b.Fatal(err)
 		}
 		srv := grpc.NewServer()
-		testpb.RegisterTestServiceServer(srv, emptyServer{})
+		testpb.RegisterTestServiceServer(srv, benchEchoServer{})
 		done := make(chan struct{})
 		go func() { defer close(done); _ = srv.Serve(ln) }()
 		b.Cleanup(func() { srv.Stop(); <-done })
@@ -91,9 +91,9 @@ func (bs *benchServers) roster(b *testing.B, opts ...rostergrpc.Option) *grpc.Cl
 	return cc
 }
 
-// warm calls until every server has been reached through cc, so that the
+// benchWarm calls until every server has been reached through cc, so that the
 // measured calls find every SubConn READY.
-func warm(b *testing.B, cc *grpc.ClientConn, n int) {
+func benchWarm(b *testing.B, cc *grpc.ClientConn, n int) {
 	b.Helper()
 	c := testpb.NewTestServiceClient(cc)
 	seen := map[string]bool{}
@@ -131,7 +131,7 @@ func BenchmarkCallPath(b *testing.B) {
 		{"roster", bs.roster(b)},
 	}
 	for _, im := range impls {
-		warm(b, im.cc, n)
+		benchWarm(b, im.cc, n)
 	}
 	for _, mode := range []string{"serial", "parallel"} {
 		b.Run(mode, func(b *testing.B) {
@@ -141,7 +141,7 @@ func BenchmarkCallPath(b *testing.B) {
 					ctx := context.Background()
 					req := &testpb.SimpleRequest{}
 					b.ReportAllocs()
-					defer reportCPU(b, cpuTime())
+					defer benchReportCPU(b, benchCPUTime())
 					if mode == "serial" {
 						for b.Loop() {
 							if _, err := c.UnaryCall(ctx, req); err != nil {
@@ -165,10 +165,10 @@ func BenchmarkCallPath(b *testing.B) {
 	}
 }
 
-// cpuTime is the process's user + system CPU time. Per call it counts
+// benchCPUTime is the process's user + system CPU time. Per call it counts
 // client and server alike, and unlike ns/op it does not grow with the
 // time other processes take the CPUs from this one.
-func cpuTime() time.Duration {
+func benchCPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -176,7 +176,7 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// reportCPU reports the CPU time per call since start as cpu-ns/op.
-func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+// benchReportCPU reports the CPU time per call since start as cpu-ns/op.
+func benchReportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(benchCPUTime()-start)/float64(b.N), "cpu-ns/op")
 }

@@ -98,7 +98,7 @@ func BenchmarkCallPath(b *testing.B) {
 			for _, im := range impls {
 				b.Run("impl="+im.name, func(b *testing.B) {
 					b.ReportAllocs()
-					defer reportCPU(b, cpuTime())
+					defer benchReportCPU(b, benchCPUTime())
 					if mode == "serial" {
 						i := 0
 						for b.Loop() {
@@ -125,10 +125,10 @@ func BenchmarkCallPath(b *testing.B) {
 	}
 }
 
-// cpuTime is the process's user + system CPU time. Per call it counts
+// benchCPUTime is the process's user + system CPU time. Per call it counts
 // client and server alike, and unlike ns/op it does not grow with the
 // time other processes take the CPUs from this one.
-func cpuTime() time.Duration {
+func benchCPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -136,7 +136,7 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// reportCPU reports the CPU time per call since start as cpu-ns/op.
-func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+// benchReportCPU reports the CPU time per call since start as cpu-ns/op.
+func benchReportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(benchCPUTime()-start)/float64(b.N), "cpu-ns/op")
 }
