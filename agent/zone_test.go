@@ -1,13 +1,16 @@
 package agent_test
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/roster-go/roster/agent"
+	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 )
@@ -122,4 +125,28 @@ func TestZoneFailoverThroughAgent(t *testing.T) {
 
 	setZone("a", http.StatusServiceUnavailable)
 	failover("zone a failing again")
+}
+
+// TestLocalityConfigRefused: a region without a zone, or a zone that is
+// not printable text of at most 128 bytes, is an error naming the field.
+func TestLocalityConfigRefused(t *testing.T) {
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	for _, c := range []struct {
+		cfg  agent.Config
+		want string
+	}{
+		{agent.Config{Region: "r1"}, "Config.Region"},
+		{agent.Config{Zone: "a\nb"}, "Config.Zone"},
+		{agent.Config{Zone: "a", Region: strings.Repeat("r", 129)}, "Config.Region"},
+	} {
+		c.cfg.Registry = reg
+		a, err := agent.New(c.cfg)
+		if err == nil {
+			a.Close()
+		}
+		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New(zone %q, region %q): %v, want ErrInvalid naming %s", c.cfg.Zone, c.cfg.Region, err, c.want)
+		}
+	}
 }

@@ -123,11 +123,12 @@ func TestRegionFailoverOnEtcd(t *testing.T) {
 	defer cl.Close()
 	// Every instance is registered before the client's first snapshot.
 	a0, b0, c0 := hits(a), hits(b), hits(c)
-	if errs := load(cl, "api", 4, 400, nil); len(errs) > 2 {
+	errs := load(cl, "api", 4, 400, nil)
+	if len(errs) > 2 {
 		t.Fatalf("zone a failing: %d of 400 calls failed: %v", len(errs), errs[0])
 	}
 	da, db, dc := hits(a)-a0, hits(b)-b0, hits(c)-c0
-	t.Logf("zone a failing: zone a took %d attempts, zone b (r1) %d, zone c (r2) %d", da, db, dc)
+	t.Logf("zone a failing: %d of 400 calls failed, zone a took %d attempts, zone b (r1) %d, zone c (r2) %d", len(errs), da, db, dc)
 	if da > 30 || db < 398 || dc != 0 {
 		t.Fatalf("zone a failing: zone a took %d attempts, zone b %d of 400 calls, zone c (other region) %d; want the first few failures, about 400, none", da, db, dc)
 	}
@@ -136,11 +137,11 @@ func TestRegionFailoverOnEtcd(t *testing.T) {
 		x.status.Store(503)
 	}
 	b0, c0 = hits(b), hits(c)
-	if errs := load(cl, "api", 4, 400, nil); len(errs) > 2 {
+	if errs = load(cl, "api", 4, 400, nil); len(errs) > 2 {
 		t.Fatalf("region r1 failing: %d of 400 calls failed: %v", len(errs), errs[0])
 	}
 	db, dc = hits(b)-b0, hits(c)-c0
-	t.Logf("region r1 failing: zone b took %d attempts, zone c (r2) %d", db, dc)
+	t.Logf("region r1 failing: %d of 400 calls failed, zone b took %d attempts, zone c (r2) %d", len(errs), db, dc)
 	if db > 30 || dc < 398 {
 		t.Fatalf("region r1 failing: zone b took %d attempts, zone c %d of 400 calls", db, dc)
 	}
