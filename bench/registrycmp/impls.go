@@ -21,8 +21,8 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// ttl is every implementation's registration TTL.
-const ttl = 5 * time.Second
+// ttl is every implementation's registration TTL (flag -ttl).
+var ttl = 5 * time.Second
 
 // An impl is one library on one backend. A client registers instances,
 // and watches a service through its own connection.

@@ -58,6 +58,7 @@ var (
 )
 
 func main() {
+	flag.DurationVar(&ttl, "ttl", ttl, "TTL of every registration, whole seconds (go-zero's unit)")
 	flag.Parse()
 	if *childMode != "" {
 		runChild(*childMode, flag.Args())
