@@ -77,7 +77,9 @@ func WithStrategy(s selector.Strategy) Option { return func(c *dialConfig) { c.s
 // WithRetry sets the gRPC retry policy's maximum attempts (first one
 // included; default 3, gRPC caps it at 5) for the status codes given
 // (default UNAVAILABLE). Each retry avoids the instances this RPC already
-// tried while others are left. 1 disables retries.
+// tried while others are left. 1 disables retries. The retries are
+// throttled as gRPC's retryThrottling does (100 tokens, ratio 0.2): once
+// failures pass about a fifth of the successes, an RPC gets one attempt.
 func WithRetry(maxAttempts int, retryOn ...codes.Code) Option {
 	return func(c *dialConfig) {
 		c.retries = maxAttempts
@@ -104,9 +106,22 @@ func WithClassifier(f middleware.Classifier) Option { return func(c *dialConfig)
 // loadBalancingConfig that names "roster".
 func WithServiceConfig(js string) Option { return func(c *dialConfig) { c.serviceConf = js } }
 
+// Retry throttling (gRFC A6) of the default service config. Every failed
+// attempt takes a token and every successful RPC gives tokenRatio back;
+// gRPC retries only while more than half of maxTokens are left. A ratio
+// of 0.2 keeps retries going while failures stay under a fifth of the
+// successes, the share middleware.Retry's budget allows (20%, Envoy's);
+// past it an outage gets one attempt per call, not maxAttempts. 100
+// tokens let 50 failures in a row be retried first, so a short blip on a
+// quiet channel is still hidden.
+const (
+	retryMaxTokens  = 100
+	retryTokenRatio = 0.2
+)
+
 // serviceConfig returns the default service config DialOptions installs:
 // the roster balancer with the strategy, and a retry policy for every
-// method when maxAttempts > 1.
+// method, bounded by retry throttling, when maxAttempts > 1.
 func serviceConfig(strategy selector.Strategy, maxAttempts int, retryCodes ...string) string {
 	lb := map[string]any{}
 	if strategy != "" {
@@ -127,6 +142,7 @@ func serviceConfig(strategy selector.Strategy, maxAttempts int, retryCodes ...st
 				"retryableStatusCodes": retryCodes,
 			},
 		}}
+		sc["retryThrottling"] = map[string]any{"maxTokens": retryMaxTokens, "tokenRatio": retryTokenRatio}
 	}
 	js, _ := json.Marshal(sc)
 	return string(js)
