@@ -517,18 +517,37 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		done.Done(context.Canceled, 0)
 		return balancer.PickResult{}, status.Errorf(codes.Internal, "rostergrpc: %s: picked %s, which has no connection", p.service, in.ID)
 	}
-	start := time.Now()
-	id, zone, classify, service, total := in.ID, in.Zone, p.set.classify, p.service, p.total
-	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
-		err := di.Err
-		if status.Code(err) == codes.Canceled {
-			err = context.Canceled // the selector leaves latency alone then
-		}
-		done.Done(err, time.Since(start))
-		c := classify(ctx, di.Err)
-		out := mwhook.OutcomeIn(q, service, id, zone, int(c), total)
-		tr.attempted(id, di.Err != nil, out)
-	}}, nil
+	a := attempt{ctx: ctx, p: p, id: in.ID, zone: in.Zone, done: done, start: time.Now()}
+	if tr != nil && tr.begin(a) {
+		return balancer.PickResult{SubConn: sc, Done: tr.doneFn}, nil
+	}
+	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) { a.finish(tr, di) }}, nil
+}
+
+// attempt is one picked attempt, until its Done.
+type attempt struct {
+	ctx   context.Context
+	p     *picker
+	id    string
+	zone  string
+	done  selector.Done
+	start time.Time
+}
+
+// finish feeds the attempt's outcome to the selector, the quarantine and
+// the RPC's tried set.
+func (a attempt) finish(tr *tried, di balancer.DoneInfo) {
+	if a.p == nil {
+		return // no attempt in flight: not reached
+	}
+	err := di.Err
+	if status.Code(err) == codes.Canceled {
+		err = context.Canceled // the selector leaves latency alone then
+	}
+	a.done.Done(err, time.Since(a.start))
+	c := a.p.set.classify(a.ctx, di.Err)
+	out := mwhook.OutcomeIn(a.p.set.quarantine, a.p.service, a.id, a.zone, int(c), a.p.total)
+	tr.attempted(a.id, di.Err != nil, out)
 }
 
 // notReady is the pick's Exclude: the instance has no READY connection.

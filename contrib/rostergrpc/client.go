@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
@@ -340,6 +341,39 @@ type tried struct {
 	ids      []string
 	attempts int
 	out      bool
+
+	// The attempt in flight and its Done, bound once per RPC so that a
+	// pick returns it without allocating.
+	busy   bool
+	cur    attempt
+	doneFn func(balancer.DoneInfo)
+}
+
+func newTried() *tried {
+	t := &tried{}
+	t.doneFn = t.finish
+	return t
+}
+
+// begin makes a the attempt in flight; false when one already is (a
+// hedging policy of the user's service config runs attempts at once).
+func (t *tried) begin(a attempt) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.busy {
+		return false
+	}
+	t.busy, t.cur = true, a
+	return true
+}
+
+// finish is the Done of the attempt begin recorded.
+func (t *tried) finish(di balancer.DoneInfo) {
+	t.mu.Lock()
+	a := t.cur
+	t.busy, t.cur = false, attempt{}
+	t.mu.Unlock()
+	a.finish(t, di)
 }
 
 type triedCtx struct{}
@@ -412,7 +446,7 @@ func (k *calls) unary(ctx context.Context, method string, req, reply any, cc *gr
 	if err := mwhook.Throttle(k.throttle, service, start); err != nil {
 		return &throttledError{err}
 	}
-	tr := &tried{}
+	tr := newTried()
 	tctx := context.WithValue(ctx, triedCtx{}, tr)
 	resend := k.attempts > 1 && k.isIdempotent(method)
 	var header metadata.MD
@@ -454,5 +488,5 @@ func serviceOf(cc *grpc.ClientConn) string {
 }
 
 func streamTried(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return streamer(context.WithValue(ctx, triedCtx{}, &tried{}), desc, cc, method, opts...)
+	return streamer(context.WithValue(ctx, triedCtx{}, newTried()), desc, cc, method, opts...)
 }
