@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
 
@@ -104,5 +106,49 @@ func TestResendCommittedIdempotent(t *testing.T) {
 	t.Logf("idempotent: %d of 40 calls failed, %d reached the committing instance", failed, bad)
 	if failed != 0 || bad < 10 {
 		t.Errorf("idempotent: %d of 40 calls failed, %d reached the committing instance; want 0 failed, ≥ 10 re-sent", failed, bad)
+	}
+}
+
+// TestThrottleIgnoresContainedFailures: RPCs routed to zone a
+// (x-roster-zone) fail on its one instance, which the quarantine ejects
+// after five; its later failures are contained and the throttle does not
+// count them. Two RPCs in three fail, and still none is throttled: the
+// failing zone does not throttle the RPCs to the healthy one.
+func TestThrottleIgnoresContainedFailures(t *testing.T) {
+	reg := openMem(t)
+	a := startInstance(t, reg, registry.Instance{Service: "echo", Zone: "a"}, "a1", 0)
+	startInstance(t, reg, registry.Instance{Service: "echo", Zone: "b"}, "b1", 0)
+	q := middleware.NewQuarantine(middleware.QuarantineConfig{})
+	cl := dial(t, reg, "echo", rostergrpc.WithRetry(1), rostergrpc.WithQuarantine(q))
+	waitAnswered(t, cl, "a1", "b1")
+	a.fail.Store(true)
+	ctx := context.Background()
+	toA := metadata.AppendToOutgoingContext(ctx, "x-roster-zone", "a")
+	toB := metadata.AppendToOutgoingContext(ctx, "x-roster-zone", "b")
+	failedA, failedB, throttled := 0, 0, 0
+	for i := range 300 {
+		to := toA
+		if i%3 == 2 {
+			to = toB
+		}
+		_, err := call(to, cl)
+		switch {
+		case errors.Is(err, middleware.ErrThrottled):
+			throttled++
+		case err != nil && to == toA:
+			failedA++
+		case err != nil:
+			failedB++
+		}
+	}
+	t.Logf("%d of 200 RPCs to zone a failed, %d of 100 to zone b; %d throttled; ejected %v", failedA, failedB, throttled, q.Ejected("echo"))
+	if len(q.Ejected("echo")) != 1 {
+		t.Fatalf("ejected %v, want zone a's instance", q.Ejected("echo"))
+	}
+	if failedA < 190 {
+		t.Errorf("%d of 200 RPCs to the failing zone failed", failedA)
+	}
+	if throttled != 0 || failedB != 0 {
+		t.Errorf("%d RPCs throttled, %d to the healthy zone failed; want none", throttled, failedB)
 	}
 }
