@@ -347,26 +347,23 @@ func overrideOf(in Instance, ovs []Override) (Override, bool) {
 	return Override{}, false
 }
 
-// Deregister removes an instance of service for good, named as
-// ClearOverride names it, whether its owner is alive or gone. It leaves a
-// maintenance override marked Deregistered, so that a live owner's
-// heartbeats cannot bring the instance back, and deletes the instance's
-// records, so that a zombie (a record whose owner is gone) is gone from
-// the backend too. The override stays until ClearOverride (roster
-// restore): a deregistered address stays out across its owner's restarts.
-// Roster cannot tell a live owner from a stuck one from outside, so the
-// two are not told apart.
-func (r *Registry) Deregister(ctx context.Context, service, target, reason string) error {
-	o := Override{Service: service, Maintenance: true, Deregistered: true, Reason: reason}
-	if strings.Contains(target, ":") {
-		o.Address = target
-	} else {
-		o.ID = target
-	}
+// Deregister removes an instance for good, whether its owner is alive
+// or gone. o names the instance (Service, and ID or Address) and may say
+// By and Reason; Deregister sets its action. It leaves a maintenance
+// override marked Deregistered, so that a live owner's heartbeats cannot
+// bring the instance back, and deletes the instance's records, so that a
+// zombie (a record whose owner is gone) is gone from the backend too. The
+// override stays until ClearOverride (roster restore): a deregistered
+// address stays out across its owner's restarts. Roster cannot tell a
+// live owner from a stuck one from outside, so the two are not told
+// apart.
+func (r *Registry) Deregister(ctx context.Context, o Override) error {
+	o.Weight, o.Drain, o.Maintenance, o.Deregistered = nil, false, true, true
 	o, err := o.normalize()
 	if err != nil {
 		return err
 	}
+	service := o.Service
 	if err := r.SetOverride(ctx, o); err != nil {
 		return err
 	}

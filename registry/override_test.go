@@ -79,7 +79,7 @@ func TestOverrideInvalidWritesNothing(t *testing.T) {
 	if err := r.ClearOverride(ctx, "api", "a/b"); err == nil {
 		t.Error("ClearOverride of an invalid ID succeeded")
 	}
-	if err := r.Deregister(ctx, "api", "", ""); err == nil {
+	if err := r.Deregister(ctx, registry.Override{Service: "api"}); err == nil {
 		t.Error("Deregister of an empty target succeeded")
 	}
 	if got, err := r.Overrides(ctx, ""); err != nil || len(got) != 0 {
@@ -240,7 +240,7 @@ func TestDeregisterZombieAndLiveOwner(t *testing.T) {
 	}
 	zid, lid := zombie.Instance().ID, live.Instance().ID
 
-	if err := op.Deregister(ctx, "api", zid, "zombie"); err != nil {
+	if err := op.Deregister(ctx, registry.Override{Service: "api", ID: zid, Reason: "zombie"}); err != nil {
 		t.Fatal(err)
 	}
 	s, _ := raw.Lookup(ctx, "api")
@@ -248,7 +248,7 @@ func TestDeregisterZombieAndLiveOwner(t *testing.T) {
 		t.Fatalf("the zombie's record is still in the backend: %+v", s.Instances)
 	}
 
-	if err := op.Deregister(ctx, "api", lid, ""); err != nil {
+	if err := op.Deregister(ctx, registry.Override{Service: "api", ID: lid}); err != nil {
 		t.Fatal(err)
 	}
 	// The live owner writes its instance back within a TTL…
