@@ -430,30 +430,32 @@ func (e *entry) followOverrides(ctx context.Context) (wait func()) {
 	if err != nil {
 		return func() {}
 	}
-	next := func(ctx context.Context) bool {
-		set, err := w.Next(ctx)
-		switch {
-		case err == nil:
-			e.setOverrides(e.r.decodeOverrides(set.Records, e.service))
-		case errors.Is(err, ErrClosed) || ctx.Err() != nil:
-			return false
-		}
-		return true
-	}
-	fctx, cancel := context.WithTimeout(ctx, firstOverridesWait)
-	ok := next(fctx)
-	cancel()
-	if !ok && ctx.Err() != nil {
-		w.Close()
-		return func() {}
-	}
-	done := make(chan struct{})
+	done, first := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		defer w.Close()
-		for next(ctx) {
+		// One context for the watcher's whole life: a driver may bind its
+		// stream to the context of the call that opened it.
+		for n := 0; ; n++ {
+			set, err := w.Next(ctx)
+			if err == nil {
+				e.setOverrides(e.r.decodeOverrides(set.Records, e.service))
+			}
+			if n == 0 {
+				close(first) // after the first overrides are in place
+			}
+			if errors.Is(err, ErrClosed) || ctx.Err() != nil {
+				return
+			}
 		}
 	}()
+	t := time.NewTimer(firstOverridesWait)
+	defer t.Stop()
+	select {
+	case <-first:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 	return func() { <-done }
 }
 
