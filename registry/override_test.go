@@ -292,3 +292,42 @@ func TestApplyOverridesNoneDoesNotAllocate(t *testing.T) {
 		t.Fatalf("applyOverrides without overrides: %v allocations, want 0", n)
 	}
 }
+
+// TestOverrideKeptThroughOutage: while the backend cannot be read, a
+// watch keeps applying the last overrides it read to its stale snapshot,
+// and after the outage too.
+func TestOverrideKeptThroughOutage(t *testing.T) {
+	srv := memory.NewServer()
+	owner := registry.New(memory.NewDriver(srv))
+	defer owner.Close()
+	rdrv := memory.NewDriver(srv)
+	reader := registry.New(rdrv)
+	defer reader.Close()
+	ctx := t.Context()
+	l, err := owner.Register(ctx, registry.Instance{Service: "api", Address: "127.0.0.1:9001"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.Instance().ID
+	if err := owner.SetOverride(ctx, registry.Override{Service: "api", ID: id, Drain: true}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := reader.Watch(ctx, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	waitSnapshot(t, w, time.Second, "the drain", func(s registry.Snapshot) bool { n, ok := weightOf(s, id); return ok && n == 0 })
+	rdrv.SetReachable(false)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := w.Next(cctx)
+	if n, ok := weightOf(s, id); !s.Stale || !errors.Is(err, registry.ErrUnavailable) || !ok || n != 0 {
+		t.Fatalf("Next while down = %+v, %v; want the instance, stale, still at weight 0", s, err)
+	}
+	rdrv.SetReachable(true)
+	s = waitSnapshot(t, w, 5*time.Second, "fresh again", func(s registry.Snapshot) bool { return !s.Stale })
+	if n, ok := weightOf(s, id); !ok || n != 0 {
+		t.Fatalf("after the outage %+v; want the drain still applied", s.Instances)
+	}
+}
