@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/registry/driver"
 )
 
 // The operator's actions on one instance (docs/operations.md, "Acting on
@@ -87,9 +89,16 @@ func newOverrideAction(use, short string, set func(*registry.Override, []string)
 // warnIfAbsent warns when no instance of the override's target is
 // registered now: a mistyped ID would otherwise act on nothing in
 // silence. An address override for a process not yet started is
-// legitimate, so it is a warning, not a refusal.
+// legitimate, so it is a warning, not a refusal. It asks the backend
+// itself: Lookup would leave out an instance already in maintenance.
 func warnIfAbsent(cmd *cobra.Command, reg *registry.Registry, o registry.Override) {
-	snap, err := reg.Lookup(cmd.Context(), o.Service)
+	var drv driver.Driver
+	if !reg.As(&drv) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), registry.DefaultLookupTimeout)
+	defer cancel()
+	snap, err := drv.List(ctx, o.Service)
 	if err != nil {
 		return // SetOverride reports the backend's state
 	}

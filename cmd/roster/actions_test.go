@@ -119,6 +119,12 @@ func testActionCommands(t *testing.T, url string) {
 	if out := cli("deregister", "acted", zid, "--reason", "zombie"); !strings.Contains(out, "deregistered") {
 		t.Fatalf("deregister printed %q", out)
 	}
+	if _, errOut, _ := execute(ctx, "maint", "acted", zid, "--registry", url); !strings.Contains(errOut, "no instance") {
+		t.Fatalf("maint of a deregistered zombie warned %q; want that no such instance is listed", errOut)
+	}
+	if _, errOut, _ := execute(ctx, "drain", "acted", lid, "--registry", url); strings.Contains(errOut, "no instance") {
+		t.Fatalf("drain of a live instance warned %q", errOut)
+	}
 	want("the zombie gone", func(s registry.Snapshot) bool { _, ok := s.Find(zid); return !ok })
 	var drv driver.Driver
 	reader.As(&drv)
