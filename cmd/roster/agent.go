@@ -38,6 +38,7 @@ type agentFlags struct {
 	// The agent's bounds, agent.Config's fields of the same names.
 	readTimeout, writeTimeout, idleTimeout, serviceIdle time.Duration
 	maxConns, maxServices, maxTokens                    int
+	allowActions                                        bool
 }
 
 // config is the agent.Config the flags describe.
@@ -46,7 +47,7 @@ func (fl agentFlags) config(reg *registry.Registry) agent.Config {
 		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir,
 		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
 		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle,
-		InstanceMetrics: fl.instMetrics}
+		InstanceMetrics: fl.instMetrics, AllowActions: fl.allowActions}
 }
 
 func newAgent() *cobra.Command {
@@ -107,6 +108,8 @@ See docs/agent.md for the API.`,
 	f.BoolVar(&fl.instMetrics, "instance-metrics", false, "add /metrics series by instance ID, ended when an instance leaves")
 	durationVar(f, &fl.serviceIdle, "service-idle", 5*time.Minute, time.Second, 24*time.Hour,
 		"how long a service no pick or long poll asked for stays followed")
+	f.BoolVar(&fl.allowActions, "allow-actions", false,
+		"let the console and POST /v1/actions/* drain, weigh, maintain, restore and deregister instances (same-origin only)")
 	return cmd, &fl
 }
 

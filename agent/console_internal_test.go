@@ -1,0 +1,51 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/roster-go/roster/registry"
+)
+
+// TestHistoryBoundedNewestFirst: a service's history keeps its last 200
+// changes, newest first, and names what changed.
+func TestHistoryBoundedNewestFirst(t *testing.T) {
+	h := newHistory()
+	list := func(idx uint64, in ...registry.Instance) instanceList {
+		return instanceList{Service: "api", Index: idx, Instances: in}
+	}
+	a := registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80", Weight: 100}
+	h.update("api", list(1, a))
+	b := registry.Instance{ID: "b", Service: "api", Address: "10.0.0.2:80", Weight: 100}
+	h.update("api", list(2, a, b))
+	h.update("api", list(3, b))
+	got := h.changes("api")
+	want := []string{"left a", "joined b", "listed "}
+	if len(got) != len(want) {
+		t.Fatalf("history %+v, want %v", got, want)
+	}
+	for i, w := range want {
+		if s := got[i].Kind + " " + got[i].ID; s != w {
+			t.Errorf("change %d: %q, want %q", i, s, w)
+		}
+	}
+	for i := range 300 {
+		b.Weight = uint32(i + 1)
+		h.update("api", list(uint64(4+i), b))
+	}
+	got = h.changes("api")
+	if len(got) != historyLen {
+		t.Fatalf("%d changes kept, want %d", len(got), historyLen)
+	}
+	if got[0].Kind != "weight" || got[0].Detail != "299 → 300" || got[historyLen-1].Detail != fmt.Sprintf("%d → %d", 100, 101) {
+		t.Errorf("newest %+v, oldest %+v", got[0], got[historyLen-1])
+	}
+	h.update("api", instanceList{Service: "api", Index: 400, Stale: true, Instances: []registry.Instance{}})
+	if got := h.changes("api"); got[0].Kind != "stale" || len(got) != historyLen {
+		t.Errorf("stale list: newest %+v (%d kept); nothing left while the list is stale", got[0], len(got))
+	}
+	h.forget("api")
+	if got := h.changes("api"); len(got) != 0 {
+		t.Errorf("forgotten service: %d changes", len(got))
+	}
+}
