@@ -91,7 +91,9 @@ func (h *health) state() healthState {
 }
 
 // errStaleList is what a view's stale snapshot tells of the registry.
-var errStaleList = fmt.Errorf("%w: a watch serves its last good list", registry.ErrUnavailable)
+func errStaleList(service string) error {
+	return fmt.Errorf("%w: the watch of %s serves its last good list", registry.ErrUnavailable, service)
+}
 
 // probe refreshes the catalog every Config.ProbeInterval until ctx ends:
 // the console's list, and the registry's health when no service is
@@ -390,7 +392,7 @@ func (a *Agent) leases() map[string]*leaseInfo {
 	defer a.mu.Unlock()
 	out := make(map[string]*leaseInfo, len(a.locals))
 	for id, l := range a.locals {
-		li := &leaseInfo{TTL: l.lease.TTL().String(), Heartbeat: l.lease.HeartbeatInterval().String(), State: l.lease.State().String()}
+		li := &leaseInfo{TTL: l.lease.TTL().String(), Heartbeat: l.lease.HeartbeatInterval().Round(time.Millisecond).String(), State: l.lease.State().String()}
 		if err := l.lease.Err(); err != nil {
 			li.Error = err.Error()
 		}

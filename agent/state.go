@@ -93,7 +93,7 @@ func (a *Agent) changed(service string) {
 	if v != nil {
 		cur, _ := v.current()
 		if cur.Stale {
-			a.health.observe(errStaleList)
+			a.health.observe(errStaleList(service))
 		} else {
 			a.health.observe(nil)
 		}

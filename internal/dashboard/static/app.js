@@ -14,6 +14,12 @@ let page = 1;
 let open = null;        // {service, id} of the instance view
 let source = null;      // the EventSource
 let pollTimer = null;
+// What the user is in the middle of in the instance view, kept across
+// the re-renders of each update: a weight being typed, a deregister
+// awaiting its confirmation.
+let weightDraft = null; // {key, value}
+let armed = null;       // key of the instance whose deregister is armed
+const keyOf = (svc, inst) => svc.service + "/" + inst.id;
 
 function el(tag, text, cls) {
   const e = document.createElement(tag);
@@ -72,7 +78,16 @@ function instanceRow(svc, inst) {
   const s = inst.stats || {};
   const meta = Object.entries(inst.metadata || {}).map(([k, v]) => k + "=" + v).join(" ");
   const cells = [inst.id, inst.address, inst.weight, inst.version, inst.zone, (inst.tags || []).join(" "), meta];
-  cells.forEach((c, i) => { const td = el("td", c); td.dataset.label = columns[i]; tr.append(td); });
+  cells.forEach((c, i) => {
+    const td = el("td");
+    td.dataset.label = columns[i];
+    // Long values are clipped in the table; the instance view shows them whole.
+    const v = el("div", c, "clip");
+    if (c === undefined || c === null || c === "") td.classList.add("blank");
+    v.title = String(c);
+    td.append(v);
+    tr.append(td);
+  });
   const hc = el("td");
   hc.dataset.label = "health";
   hc.append(el("span", h, "badge " + badgeClass[h]));
@@ -82,7 +97,7 @@ function instanceRow(svc, inst) {
     td.dataset.label = columns[8 + i];
     tr.append(td);
   });
-  const show = () => { open = { service: svc.service, id: inst.id }; renderDetail(); };
+  const show = () => { open = { service: svc.service, id: inst.id }; armed = null; weightDraft = null; renderDetail(); };
   tr.addEventListener("click", show);
   tr.addEventListener("keydown", (e) => { if (e.key === "Enter") show(); });
   return tr;
@@ -93,7 +108,8 @@ function historyList(svc) {
   d.dataset.service = svc.service;
   if (openHistory.has(svc.service)) d.open = true;
   d.addEventListener("toggle", () => { if (d.open) openHistory.add(svc.service); else openHistory.delete(svc.service); });
-  d.append(el("summary", "History (" + svc.history.length + " changes)"));
+  const n = svc.history.length;
+  d.append(el("summary", "History (" + n + (n === 1 ? " change)" : " changes)")));
   const ol = el("ol");
   for (const c of svc.history) {
     const li = el("li", null, "change " + c.kind);
@@ -157,6 +173,8 @@ function findOpen() {
 }
 
 function renderDetail() {
+  // Replacing the view under a user typing a weight would take the focus.
+  if (document.activeElement && document.activeElement.id === "weight-value") return;
   const panel = $("detail");
   if (!open) { panel.hidden = true; return; }
   panel.hidden = false;
@@ -209,19 +227,22 @@ function actionBar(svc, inst) {
     return b;
   };
   const w = el("input");
-  w.type = "number"; w.min = "0"; w.max = "4294967295"; w.id = "weight-value"; w.value = String(inst.weight);
+  const key = keyOf(svc, inst);
+  w.type = "number"; w.min = "0"; w.max = "65535"; w.id = "weight-value";
+  w.value = weightDraft && weightDraft.key === key ? weightDraft.value : String(inst.weight);
+  w.addEventListener("input", () => { weightDraft = { key, value: w.value }; });
   w.setAttribute("aria-label", "new weight");
   box.append(btn("drain", "Drain"), btn("maint", "Maintenance"), btn("restore", "Restore"));
   const wrow = el("span", null, "weight");
-  wrow.append(w, btn("weight", "Set weight", () => ({ weight: Number(w.value) })));
+  wrow.append(w, btn("weight", "Set weight", () => { weightDraft = null; return { weight: Number(w.value) }; }));
   box.append(wrow);
-  const dereg = el("button", "Deregister…", "danger");
+  const dereg = el("button", armed === key ? "Confirm deregister " + inst.id : "Deregister…", "danger");
   dereg.type = "button";
   dereg.dataset.action = "deregister";
   dereg.addEventListener("click", () => {
-    if (dereg.dataset.armed) { act("deregister", { service: svc.service, id: inst.id }); return; }
-    dereg.dataset.armed = "1";
-    dereg.textContent = "Confirm deregister " + inst.id;
+    if (armed === key) { armed = null; act("deregister", { service: svc.service, id: inst.id }); return; }
+    armed = key;
+    renderDetail();
   });
   box.append(dereg);
   return box;
@@ -325,6 +346,6 @@ for (const id of ["f-version", "f-zone", "f-tag", "f-health"]) {
 $("filters").addEventListener("submit", (e) => e.preventDefault());
 $("prev").addEventListener("click", () => { if (page > 1) { page--; connect(); } });
 $("next").addEventListener("click", () => { page++; connect(); });
-$("close").addEventListener("click", () => { open = null; renderDetail(); });
-document.addEventListener("keydown", (e) => { if (e.key === "Escape") { open = null; renderDetail(); } });
+$("close").addEventListener("click", () => { open = null; if (document.activeElement) document.activeElement.blur(); renderDetail(); });
+document.addEventListener("keydown", (e) => { if (e.key === "Escape") { open = null; if (document.activeElement) document.activeElement.blur(); renderDetail(); } });
 connect();
