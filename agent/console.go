@@ -141,7 +141,7 @@ func (a *Agent) catalog(ctx context.Context, maxAge time.Duration) ([]string, ti
 // change is one entry of a service's history on the console.
 type change struct {
 	At     time.Time `json:"at"`
-	Kind   string    `json:"kind"` // listed, joined, left, weight, changed, stale, fresh
+	Kind   string    `json:"kind"` // listed, joined, left, weight, changed, stale, fresh, quarantined, readmitted
 	ID     string    `json:"id,omitempty"`
 	Detail string    `json:"detail,omitempty"`
 }
@@ -156,9 +156,10 @@ type history struct {
 type serviceHistory struct {
 	ring  [historyLen]change
 	n     int // changes so far (ring is full once n ≥ historyLen)
-	prev  map[string]registry.Instance
-	seen  bool
-	stale bool
+	prev    map[string]registry.Instance
+	ejected map[string]bool // by this host's quarantine, when last looked at
+	seen    bool
+	stale   bool
 }
 
 func newHistory() *history { return &history{by: map[string]*serviceHistory{}} }
@@ -242,6 +243,31 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// quarantine records the instances of service that entered or left the
+// quarantine of this host's clients since it was last called. The
+// quarantine tells no one when it ejects, so the console calls it on
+// each look: the times are those of the console's updates.
+func (h *history) quarantine(service string, ejected map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sh := h.by[service]
+	if sh == nil || !sh.seen {
+		return
+	}
+	now := time.Now()
+	for _, id := range sortedKeys(ejected) {
+		if !sh.ejected[id] {
+			sh.add(change{At: now, Kind: "quarantined", ID: id, Detail: "ejected by this host's clients after failures"})
+		}
+	}
+	for _, id := range sortedKeys(sh.ejected) {
+		if !ejected[id] {
+			sh.add(change{At: now, Kind: "readmitted", ID: id, Detail: "back from quarantine"})
+		}
+	}
+	sh.ejected = ejected
 }
 
 // changes returns a service's history, newest first.
@@ -379,6 +405,7 @@ func (a *Agent) console(ctx context.Context, cq consoleQuery) consoleState {
 		for i := range cs.Instances {
 			cs.Instances[i].Lease = leases[cs.Instances[i].ID]
 		}
+		a.history.quarantine(name, a.quarantined(name))
 		cs.History = a.history.changes(name)
 		st.Stale = st.Stale || cur.Stale
 		st.Services = append(st.Services, cs)

@@ -44,6 +44,12 @@ func TestHistoryBoundedNewestFirst(t *testing.T) {
 	if got := h.changes("api"); got[0].Kind != "stale" || len(got) != historyLen {
 		t.Errorf("stale list: newest %+v (%d kept); nothing left while the list is stale", got[0], len(got))
 	}
+	h.quarantine("api", map[string]bool{"b": true})
+	h.quarantine("api", map[string]bool{"b": true})
+	h.quarantine("api", map[string]bool{})
+	if got := h.changes("api"); got[0].Kind+" "+got[0].ID != "readmitted b" || got[1].Kind+" "+got[1].ID != "quarantined b" || got[2].Kind != "stale" {
+		t.Errorf("quarantine: newest %+v, want readmitted b, quarantined b once, then stale", got[:3])
+	}
 	h.forget("api")
 	if got := h.changes("api"); len(got) != 0 {
 		t.Errorf("forgotten service: %d changes", len(got))

@@ -328,4 +328,17 @@ func TestConsoleHistory(t *testing.T) {
 		}
 		return seen == len(want)
 	})
+	// Failures reported through the agent eject an instance: the history
+	// says so.
+	eventually(t, 10*time.Second, "a quarantine in the history", func() bool {
+		p := f.pick(agent.PickRequest{Service: "api"})
+		f.report(p.Token, "failure", 1)
+		do(t, "GET", f.url+"/v1/console", nil, &st)
+		for _, c := range st.Services[0].History {
+			if c.Kind == "quarantined" {
+				return true
+			}
+		}
+		return false
+	})
 }

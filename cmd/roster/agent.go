@@ -68,7 +68,8 @@ strategies, report the call's outcome by token (feeding the least-request and
 latency state and the local quarantine) and register local processes. While
 the registry fails, picks go on from the last good list, flagged stale.
 
-It serves /metrics (Prometheus) and a live dashboard at /. The API has no
+It serves /metrics (Prometheus) and a live console at / (docs/operations.md;
+its actions need --allow-actions). The API has no
 authentication: --listen takes a loopback address or a Unix socket only, the
 socket with --socket-mode (0660: the agent's user and group) whatever the umask.
 
