@@ -154,8 +154,8 @@ type history struct {
 }
 
 type serviceHistory struct {
-	ring  [historyLen]change
-	n     int // changes so far (ring is full once n ≥ historyLen)
+	ring    [historyLen]change
+	n       int // changes so far (ring is full once n ≥ historyLen)
 	prev    map[string]registry.Instance
 	ejected map[string]bool // by this host's quarantine, when last looked at
 	seen    bool
