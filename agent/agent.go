@@ -135,6 +135,7 @@ type Agent struct {
 	reserved    int      // registrations under way, counted against MaxServices
 	svcList     []string // last answer of the registry's service list
 	svcAt       time.Time
+	svcErr      string // why the last listing failed
 
 	health  *health
 	history *history

@@ -50,9 +50,11 @@ type healthState struct {
 }
 
 // observe records the outcome of a call to the registry. A closed
-// registry or a call its caller gave up on says nothing of the backend.
+// registry, a call its caller gave up on, or a call the backend cannot
+// serve (dns+srv lists no services) says nothing of the backend's health.
 func (h *health) observe(err error) {
-	if errors.Is(err, registry.ErrClosed) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, registry.ErrClosed) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, registry.ErrInvalid) || errors.Is(err, errors.ErrUnsupported) {
 		return
 	}
 	up := err == nil
@@ -115,18 +117,23 @@ func (a *Agent) probe(ctx context.Context) {
 func (a *Agent) refreshCatalog(ctx context.Context) {
 	names, err := a.reg.Services(ctx)
 	a.health.observe(err)
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if err != nil {
+		a.svcErr = err.Error()
 		return
 	}
-	a.mu.Lock()
-	a.svcList, a.svcAt = names, time.Now()
-	a.mu.Unlock()
-	a.events.notify()
+	changed := !slices.Equal(a.svcList, names)
+	a.svcList, a.svcAt, a.svcErr = names, time.Now(), ""
+	if changed {
+		a.events.notify()
+	}
 }
 
-// catalog returns the last known service list and when it was read,
-// refreshing it first if it is older than maxAge.
-func (a *Agent) catalog(ctx context.Context, maxAge time.Duration) ([]string, time.Time) {
+// catalog returns the last known service list, when it was read and why
+// the last refresh failed, if it did. It refreshes the list first if it
+// is older than maxAge.
+func (a *Agent) catalog(ctx context.Context, maxAge time.Duration) ([]string, time.Time, string) {
 	a.mu.Lock()
 	at := a.svcAt
 	a.mu.Unlock()
@@ -135,7 +142,7 @@ func (a *Agent) catalog(ctx context.Context, maxAge time.Duration) ([]string, ti
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.svcList, a.svcAt
+	return a.svcList, a.svcAt, a.svcErr
 }
 
 // change is one entry of a service's history on the console.
@@ -310,6 +317,7 @@ type consoleState struct {
 type catalogPage struct {
 	Known bool      `json:"known"` // false until the registry first listed its services
 	At    time.Time `json:"at,omitzero"`
+	Error string    `json:"error,omitempty"` // why the last listing failed
 	Query string    `json:"query"`
 	Total int       `json:"total"` // services matching the query
 	Page  int       `json:"page"`  // from 1
@@ -367,10 +375,10 @@ func parseConsoleQuery(r *http.Request) (consoleQuery, error) {
 // console returns the console's state for a query: the matching page of
 // the catalog, each of its services followed.
 func (a *Agent) console(ctx context.Context, cq consoleQuery) consoleState {
-	names, at := a.catalog(ctx, catalogMaxAge)
+	names, at, catErr := a.catalog(ctx, catalogMaxAge)
 	st := consoleState{Registry: a.reg.String(), Strategy: string(a.cfg.Strategy), Tokens: a.tokens.len(),
 		Health: a.health.state(), Actions: a.cfg.AllowActions,
-		Catalog: catalogPage{Known: !at.IsZero(), At: at, Query: cq.q, Page: cq.page, Size: cq.size}}
+		Catalog: catalogPage{Known: !at.IsZero(), At: at, Error: catErr, Query: cq.q, Page: cq.page, Size: cq.size}}
 	// The followed services are in the catalog too, even if the registry
 	// is down, or lists a service only once its first instance is in.
 	all := slices.Clone(names)

@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/roster-go/roster/registry"
@@ -53,5 +56,26 @@ func TestHistoryBoundedNewestFirst(t *testing.T) {
 	h.forget("api")
 	if got := h.changes("api"); len(got) != 0 {
 		t.Errorf("forgotten service: %d changes", len(got))
+	}
+}
+
+// TestHealthTransitions: one log line per transition; errors that say
+// nothing of the backend (a listing dns+srv cannot do, a closed
+// registry) change nothing.
+func TestHealthTransitions(t *testing.T) {
+	var buf strings.Builder
+	h := &health{log: slog.New(slog.NewTextHandler(&buf, nil)), name: "registry(test)"}
+	down := fmt.Errorf("%w: connection refused", registry.ErrUnavailable)
+	for _, err := range []error{nil, nil, down, down, fmt.Errorf("%w: dns+srv cannot list services", registry.ErrInvalid),
+		registry.ErrClosed, down, nil, errors.ErrUnsupported, nil} {
+		h.observe(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "registry up") || !strings.Contains(lines[1], "registry down") ||
+		!strings.Contains(lines[1], "connection refused") || !strings.Contains(lines[2], "down_for=") {
+		t.Errorf("log:\n%s\nwant up, down, up again", buf.String())
+	}
+	if s := h.state(); !s.Known || !s.Up || s.Error != "" {
+		t.Errorf("state %+v, want up", s)
 	}
 }

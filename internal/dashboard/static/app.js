@@ -287,7 +287,8 @@ function render(state) {
   if (cat) {
     $("pager").hidden = false;
     $("pageinfo").textContent = "page " + cat.page + " of " + cat.pages + " · " + cat.total + " services" +
-      (cat.query ? " matching " + JSON.stringify(cat.query) : "");
+      (cat.query ? " matching " + JSON.stringify(cat.query) : "") +
+      (cat.error && !down ? " · the catalog cannot be listed: " + cat.error : "");
     $("prev").disabled = cat.page <= 1;
     $("next").disabled = cat.page >= cat.pages;
   }
