@@ -152,6 +152,7 @@ function serviceSection(svc, f) {
     table.append(thead, tbody);
     sec.append(table);
   }
+  if (svc.held && svc.held.length) sec.append(heldList(svc));
   if (svc.history) sec.append(historyList(svc));
   return sec;
 }
@@ -204,12 +205,49 @@ function renderDetail() {
   parts.push(el("h3", "Traffic from this host"), dl([["picks", s.picks], ["failures", s.failures], ["in flight", s.inflight],
     ["p50 ms", num(s.p50_ms, 2)], ["p99 ms", num(s.p99_ms, 2)], ["EWMA ms", num(s.ewma_ms, 2)],
     ["quarantine", inst.quarantined ? "ejected by this host's clients" : "not ejected"]]));
-  parts.push(el("h3", "Overrides"));
-  const ov = inst.overrides;
-  parts.push(ov && Object.keys(ov).length ? dl(Object.entries(ov).map(([k, v]) => [k, typeof v === "object" ? JSON.stringify(v) : v]))
-    : el("p", "None.", "empty"));
+  parts.push(el("h3", "Override"));
+  const ov = inst.override;
+  parts.push(ov ? overrideList(ov) : el("p", "None: the instance serves as its owner registered it.", "empty"));
   if (actionsURL) parts.push(actionBar(svc, inst));
   body.replaceChildren(...parts);
+}
+
+// overrideAction names what an operator's override does.
+function overrideAction(o) {
+  if (o.deregistered) return "deregistered";
+  if (o.maintenance) return "maintenance";
+  if (o.drain) return "drain";
+  if (o.weight !== undefined && o.weight !== null) return "weight " + o.weight;
+  return "none";
+}
+
+function overrideList(o) {
+  return dl([["action", overrideAction(o)], ["by", o.by], ["at", o.at ? new Date(o.at).toLocaleString() : ""], ["reason", o.reason],
+    ["names", o.id ? "ID " + o.id : "address " + o.address]]);
+}
+
+// heldList lists the instances operators hold out of the list
+// (maintenance, deregistered), which have no row of their own.
+function heldList(svc) {
+  const box = el("div", null, "held");
+  box.append(el("h3", "Held out by operators"));
+  const ul = el("ul");
+  for (const o of svc.held) {
+    const target = o.id || o.address;
+    const li = el("li");
+    li.dataset.target = target;
+    li.append(el("code", target), el("b", overrideAction(o)), el("span", [o.by, o.at ? time(o.at) : "", o.reason].filter(Boolean).join(" · ")));
+    if (actionsURL && last && last.actions) {
+      const b = el("button", "Restore");
+      b.type = "button";
+      b.dataset.action = "restore";
+      b.addEventListener("click", () => act("restore", { service: svc.service, id: target }));
+      li.append(b);
+    }
+    ul.append(li);
+  }
+  box.append(ul);
+  return box;
 }
 
 function actionBar(svc, inst) {
