@@ -74,7 +74,7 @@ function instanceRow(svc, inst) {
   tr.dataset.id = inst.id;
   tr.tabIndex = 0;
   const h = health(inst, svc.stale);
-  tr.classList.add(h);
+  tr.classList.add("h-" + h);
   const s = inst.stats || {};
   const meta = Object.entries(inst.metadata || {}).map(([k, v]) => k + "=" + v).join(" ");
   const cells = [inst.id, inst.address, inst.weight, inst.version, inst.zone, (inst.tags || []).join(" "), meta];
