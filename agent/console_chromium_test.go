@@ -247,3 +247,18 @@ func TestConsoleActionsOffInChromium(t *testing.T) {
 		t.Error("action buttons shown while actions are disabled")
 	}
 }
+
+// TestConsoleEmptyInChromium: an empty registry says so, a search that
+// matches nothing says so, and the first instance shows without reload.
+func TestConsoleEmptyInChromium(t *testing.T) {
+	f := newMemFixture(t, agent.Config{ProbeInterval: 50 * time.Millisecond})
+	ctx := browser(t)
+	if err := chromedp.Do(ctx, chromedp.Navigate(f.url+"/")); err != nil {
+		t.Fatal(err)
+	}
+	appears(t, ctx, "the empty state", `document.getElementById('services').textContent === "The registry lists no service."`)
+	f.register(registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80"})
+	appears(t, ctx, "the first instance", row("a"))
+	setInput(t, ctx, "f-service", "nothing-like-it")
+	appears(t, ctx, "no match", `document.getElementById('services').textContent === 'No service matches "nothing-like-it".'`)
+}
