@@ -352,7 +352,7 @@ func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *regist
 	if o.Endpoint != "" && p.ports {
 		p = p.serving(o.Endpoint) // no locality tiers yet: see docs/selector.md
 	}
-	tiered := p.local != nil
+	tiered := p.tiered
 	if p.mayRoute(o) {
 		r := p.routed(ctx, o)
 		tiered = tiered && r == p
@@ -524,12 +524,13 @@ func (s *Selector) tier(p *Picker, insts []registry.Instance, ep func(*registry.
 			delete(s.unusable, id)
 		}
 	}
-	local, remote := tiers(insts, s.cfg.zone)
-	p.local = s.assemble(p.snap, local, ep, nil)
-	if len(remote) > 0 {
-		p.remote = s.assemble(p.snap, remote, ep, nil)
+	for i, in := range tiers(insts, s.cfg.zone, s.cfg.region) {
+		if len(in) > 0 {
+			p.tiers[i] = s.assemble(p.snap, in, ep, nil)
+		}
 	}
-	p.share = localShare(p, s.unusable)
+	p.tiered = true
+	s.cfg.loads(p, s.unusable)
 	p.direct = false // a pick chooses its tier first
 }
 
@@ -712,10 +713,13 @@ type Picker struct {
 	sel      *Selector
 	routes   *routeCache // per-call routes' pickers; nil in a route's picker
 	snap     registry.Snapshot
-	// WithLocality: the local zone's instances and the others' (nil
-	// when there are none), and the share of picks local gets (of 2^64).
-	local, remote *Picker
-	share         uint64
+	// WithLocality: the tiers' instances (zone, region, rest; nil when
+	// a tier has none), the cumulative shares of picks of the first two
+	// (of 2^64; math.MaxUint64 is all), and which tiers are in panic.
+	tiers  [numTiers]*Picker
+	cum    [2]uint64
+	tiered bool
+	panic  uint8
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into
