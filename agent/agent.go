@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -71,6 +72,18 @@ type Config struct {
 	WriteTimeout time.Duration
 	IdleTimeout  time.Duration
 	MaxConns     int
+
+	// Logger receives the registry's up and down transitions, once per
+	// transition, and every operator action (default: slog.Default()).
+	Logger *slog.Logger
+	// AllowActions enables the operator actions of the console and of
+	// POST /v1/actions/{action} (drain, weight, maint, restore,
+	// deregister). Off by default: without it they answer 403.
+	AllowActions bool
+	// ProbeInterval is how often the agent asks the registry for its
+	// service list, for the console's catalog and to tell it is up
+	// (default 5 seconds).
+	ProbeInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -98,6 +111,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxConns <= 0 {
 		c.MaxConns = 1024
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = 5 * time.Second
+	}
 	return c
 }
 
@@ -124,6 +143,12 @@ type Agent struct {
 	locals      map[string]*local
 	reserved    int      // registrations under way, counted against MaxServices
 	svcList     []string // last answer of the registry's service list
+	svcAt       time.Time
+	svcErr      string // why the last listing failed
+
+	health  *health
+	history *history
+	act     actioner
 }
 
 // errTooMany is returned when a bound of the Config is reached.
@@ -154,7 +179,12 @@ func New(cfg Config) (*Agent, error) {
 		ctx: ctx, cancel: cancel,
 		clients: map[selector.Strategy]*middleware.Client{}, quarantines: map[selector.Strategy]*middleware.Quarantine{}, views: map[string]*view{}, locals: map[string]*local{}}
 	a.tokens = newTokens(cfg.TokenTTL, cfg.MaxTokens, a.expire)
+	a.health = &health{log: cfg.Logger, name: a.reg.String()}
+	a.history = newHistory()
+	a.act = localActioner{a}
 	m.observe(a)
+	a.wg.Add(1)
+	go func() { defer a.wg.Done(); a.probe(ctx) }()
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.tokens.sweep(ctx) }()
 	a.wg.Add(1)

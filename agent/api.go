@@ -40,7 +40,10 @@ func (a *Agent) routes() {
 	m.HandleFunc("GET /v1/state", a.handleState)
 	m.HandleFunc("GET /v1/events", a.handleEvents)
 	m.Handle("GET /metrics", a.metrics.handler)
-	m.Handle("GET /{$}", dashboard.Handler("roster agent", "v1/state", "v1/events"))
+	m.HandleFunc("GET /v1/console", a.handleConsole)
+	m.HandleFunc("GET /v1/console/events", a.handleConsoleEvents)
+	m.HandleFunc("POST /v1/actions/{action}", a.handleAction)
+	m.Handle("GET /{$}", dashboard.Console("roster console", "v1/console", "v1/console/events", "v1/actions/"))
 	a.mux = m
 }
 
@@ -52,9 +55,10 @@ type services struct {
 
 func (a *Agent) handleServices(w http.ResponseWriter, r *http.Request) {
 	names, err := a.reg.Services(r.Context())
+	a.health.observe(err)
 	a.mu.Lock()
 	if err == nil {
-		a.svcList = names
+		a.svcList, a.svcAt = names, time.Now()
 	}
 	last := a.svcList
 	a.mu.Unlock()

@@ -24,9 +24,9 @@
 //	POST   /v1/register               a local registration, held as a lease
 //	GET    /v1/register               the local registrations
 //	DELETE /v1/register/{id}
-//	GET    /v1/state, /v1/events      the dashboard's state
+//	GET    /v1/console[/events]       the console's state: catalog, history, health
+//	POST   /v1/actions/{action}       drain, weight, maint, restore, deregister
 //	GET    /metrics                   Prometheus, through OpenTelemetry
-//	GET    /                          the dashboard
 //
 // Routing filters (version, zone, tags, endpoint) are hard. A pick never returns an
 // instance they reject, and fails with 503 when none is left. A token is
@@ -35,17 +35,17 @@
 // starve the instance. A token left unreported expires after
 // Config.TokenTTL and counts as an aborted call.
 //
-// While the registry fails, picks go on from the last good list. Answers
-// flag it stale. Config.MaxStaleness bounds how long this lasts.
+// While the registry fails, picks go on from the last good list, flagged
+// stale, for at most Config.MaxStaleness.
 //
 // The API has no authentication, so it serves the programs of its host
 // only. It refuses a request whose Origin is not its own. Over TCP it also
 // refuses a Host other than a loopback address or localhost, against DNS
 // rebinding.
 //
-// The agent holds local registrations while it runs. [Agent.Close]
-// deregisters them. [Agent.RunTemplates] renders text/template files after
-// every change, as consul-template does.
-//
-// See docs/agent.md for the full API and clients in PHP, Python and the shell.
+// The agent holds local registrations until [Agent.Close] deregisters
+// them. [Agent.RunTemplates] renders text/template files after every
+// change, as consul-template does. Actions answer 403 unless
+// Config.AllowActions. The console is at /. See docs/agent.md for the
+// API, docs/operations.md for the console.
 package agent

@@ -27,7 +27,8 @@ type localInfo struct {
 }
 
 type local struct {
-	lease *registry.Lease
+	lease  *registry.Lease
+	weight uint32 // the weight before an operator's drain or weight action (guarded by Agent.mu)
 }
 
 func (l *local) stop(ctx context.Context) error {

@@ -38,6 +38,7 @@ type instanceState struct {
 	registry.Instance
 	Quarantined bool          `json:"quarantined"`
 	Stats       instanceStats `json:"stats"`
+	Lease       *leaseInfo    `json:"lease,omitempty"` // on the console, for the agent's own registrations
 }
 
 // state returns the agent's state, services sorted by name.
@@ -48,16 +49,22 @@ func (a *Agent) state() agentState {
 		Services: make([]serviceState, 0, len(views))}
 	for _, v := range views {
 		cur, _ := v.current()
-		ss := serviceState{Service: cur.Service, Index: cur.Index, Revision: cur.Revision, Stale: cur.Stale,
-			StaleSince: v.staleSince(), At: cur.At, Instances: make([]instanceState, 0, len(cur.Instances))}
 		st.Stale = st.Stale || cur.Stale
-		ejected := a.quarantined(cur.Service)
-		for _, in := range cur.Instances {
-			ss.Instances = append(ss.Instances, instanceState{Instance: in, Quarantined: ejected[in.ID], Stats: a.stats.snapshot(cur.Service, in.ID)})
-		}
-		st.Services = append(st.Services, ss)
+		st.Services = append(st.Services, a.serviceState(v, cur))
 	}
 	return st
+}
+
+// serviceState returns a followed service's state: its list cur, with
+// each instance's quarantine and figures.
+func (a *Agent) serviceState(v *view, cur instanceList) serviceState {
+	ss := serviceState{Service: cur.Service, Index: cur.Index, Revision: cur.Revision, Stale: cur.Stale,
+		StaleSince: v.staleSince(), At: cur.At, Instances: make([]instanceState, 0, len(cur.Instances))}
+	ejected := a.quarantined(cur.Service)
+	for _, in := range cur.Instances {
+		ss.Instances = append(ss.Instances, instanceState{Instance: in, Quarantined: ejected[in.ID], Stats: a.stats.snapshot(cur.Service, in.ID)})
+	}
+	return ss
 }
 
 // quarantined returns the instances of service that some strategy's
@@ -85,6 +92,12 @@ func (a *Agent) changed(service string) {
 	a.mu.Unlock()
 	if v != nil {
 		cur, _ := v.current()
+		if cur.Stale {
+			a.health.observe(errStaleList(service))
+		} else {
+			a.health.observe(nil)
+		}
+		a.history.update(service, cur)
 		a.stats.prune(service, func(id string) bool { _, ok := registry.Snapshot{Instances: cur.Instances}.Find(id); return ok })
 	}
 	a.events.notify()
@@ -99,6 +112,12 @@ const (
 )
 
 func (a *Agent) handleEvents(w http.ResponseWriter, r *http.Request) {
+	a.stream(w, r, func() any { return a.state() })
+}
+
+// stream sends the state as a server-sent event on each change, paced
+// as above, until the client or the agent goes.
+func (a *Agent) stream(w http.ResponseWriter, r *http.Request, state func() any) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
@@ -110,7 +129,7 @@ func (a *Agent) handleEvents(w http.ResponseWriter, r *http.Request) {
 	defer tick.Stop()
 	for {
 		ch := a.events.wait()
-		b, _ := json.Marshal(a.state())
+		b, _ := json.Marshal(state())
 		a.extendDeadlines(w, 0)
 		if _, err := w.Write([]byte("data: " + string(b) + "\n\n")); err != nil {
 			return

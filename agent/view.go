@@ -180,6 +180,7 @@ func (a *Agent) evictIdle(ctx context.Context) {
 			for _, v := range a.takeIdle(now.Add(-idle)) {
 				v.stop()
 				a.stats.forget(v.name)
+				a.history.forget(v.name)
 				a.events.notify()
 			}
 		}

@@ -40,6 +40,7 @@ type agentFlags struct {
 	// The agent's bounds, agent.Config's fields of the same names.
 	readTimeout, writeTimeout, idleTimeout, serviceIdle time.Duration
 	maxConns, maxServices, maxTokens                    int
+	allowActions                                        bool
 }
 
 // config is the agent.Config the flags describe.
@@ -48,7 +49,7 @@ func (fl agentFlags) config(reg *registry.Registry) agent.Config {
 		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir,
 		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
 		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle,
-		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region}
+		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region, AllowActions: fl.allowActions}
 }
 
 func newAgent() *cobra.Command {
@@ -69,7 +70,8 @@ strategies, report the call's outcome by token (feeding the least-request and
 latency state and the local quarantine) and register local processes. While
 the registry fails, picks go on from the last good list, flagged stale.
 
-It serves /metrics (Prometheus) and a live dashboard at /. The API has no
+It serves /metrics (Prometheus) and a live console at / (docs/operations.md;
+its actions need --allow-actions). The API has no
 authentication: --listen takes a loopback address or a Unix socket only, the
 socket with --socket-mode (0660: the agent's user and group) whatever the umask.
 
@@ -111,6 +113,8 @@ See docs/agent.md for the API.`,
 	f.BoolVar(&fl.instMetrics, "instance-metrics", false, "add /metrics series by instance ID, ended when an instance leaves")
 	durationVar(f, &fl.serviceIdle, "service-idle", 5*time.Minute, time.Second, 24*time.Hour,
 		"how long a service no pick or long poll asked for stays followed")
+	f.BoolVar(&fl.allowActions, "allow-actions", false,
+		"let the console and POST /v1/actions/* drain, weigh, maintain, restore and deregister instances (same-origin only)")
 	return cmd, &fl
 }
 

@@ -26,6 +26,10 @@ var page = template.Must(template.ParseFS(static, "static/index.html"))
 // streams it as server-sent events, else the page polls stateURL every
 // second. Both are relative to the page.
 func Handler(title, stateURL, eventsURL string) http.Handler {
+	return handler(title, stateURL, eventsURL, "")
+}
+
+func handler(title, stateURL, eventsURL, actionsURL string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Query().Get("asset") {
 		case "app.js":
@@ -35,7 +39,7 @@ func Handler(title, stateURL, eventsURL string) http.Handler {
 		case "":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			setSecurityHeaders(w)
-			_ = page.Execute(w, struct{ Title, State, Events string }{title, stateURL, eventsURL})
+			_ = page.Execute(w, struct{ Title, State, Events, Actions string }{title, stateURL, eventsURL, actionsURL})
 		default:
 			http.NotFound(w, r)
 		}
@@ -59,4 +63,12 @@ func setSecurityHeaders(w http.ResponseWriter) {
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
+}
+
+// Console serves the same page as Handler, as roster agent's console:
+// the whole catalog with paging and search, instance details, each
+// service's history, the registry's health and, if the state says
+// actions are allowed, buttons that POST to actionsURL + action.
+func Console(title, stateURL, eventsURL, actionsURL string) http.Handler {
+	return handler(title, stateURL, eventsURL, actionsURL)
 }
