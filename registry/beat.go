@@ -2,6 +2,7 @@ package registry
 
 import (
 	"container/heap"
+	"context"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,8 @@ type leaseSched struct {
 	gen     uint64
 	at      int64 // its slot, or -1
 	running bool  // a step is in flight, and reschedules when done
+	// cancel ends the context of the step in flight, for halt.
+	cancel context.CancelFunc
 }
 
 const (
@@ -121,6 +124,15 @@ func (g *grid) unschedule(l *Lease) {
 	}
 }
 
+// interrupt ends the call of l's step in flight, if any: l halted.
+func (g *grid) interrupt(l *Lease) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l.sched.running && l.sched.cancel != nil {
+		l.sched.cancel()
+	}
+}
+
 // arm sets the timer for at; g.mu is held.
 func (g *grid) arm(at, now int64) {
 	g.armed = at
@@ -194,16 +206,35 @@ func (s *slotRun) help() {
 	s.hmu.Unlock()
 }
 
+// work steps the slot's leases until none is left. The heartbeats of one
+// goroutine share a context, made anew when it ended (a lease halted
+// during its call) or when it has less than half a call's timeout left,
+// so that each call still gets between half and all of its timeout.
 func (s *slotRun) work() {
+	var (
+		ctx      context.Context
+		cancel   context.CancelFunc = func() {}
+		deadline time.Time
+		timeout  time.Duration
+	)
+	defer func() { cancel() }()
 	for {
 		i := s.next.Add(1) - 1
 		if i >= int64(len(s.entries)) {
 			return
 		}
 		l := s.entries[i].l
-		d, again := l.step()
+		if t := l.callTimeout(); ctx == nil || ctx.Err() != nil || t != timeout || time.Until(deadline) < t/2 {
+			cancel()
+			timeout, deadline = t, time.Now().Add(t)
+			ctx, cancel = context.WithDeadline(context.Background(), deadline)
+		}
 		s.g.mu.Lock()
-		l.sched.running = false
+		l.sched.cancel = cancel
+		s.g.mu.Unlock()
+		d, again := l.step(ctx)
+		s.g.mu.Lock()
+		l.sched.running, l.sched.cancel = false, nil
 		if again && !l.halted.Load() {
 			s.g.put(l, d)
 		}

@@ -198,6 +198,7 @@ func (l *Lease) halt() bool {
 		l.halted.Store(true)
 		close(l.stop)
 		l.cancel()
+		l.r.beats.interrupt(l)
 		<-l.done
 		// A step in flight holds stepMu; none starts after halted.
 		l.stepMu.Lock()
@@ -290,20 +291,22 @@ func (l *Lease) checkLoop(ctx context.Context) {
 // says the registration is gone — the lease switches to registering
 // again. It returns when the lease is next due, or false when it is not
 // (halted, withdrawn).
-func (l *Lease) step() (time.Duration, bool) {
+// A heartbeat runs within hctx, the slot goroutine's context, which ends
+// within callTimeout and when the lease halts (grid.interrupt).
+func (l *Lease) step(hctx context.Context) (time.Duration, bool) {
 	l.stepMu.Lock()
 	defer l.stepMu.Unlock()
 	ctx := l.ctx
 	for !l.halted.Load() {
 		switch l.State() {
 		case LeaseHealthy:
-			err := l.heartbeat(ctx)
+			err := l.heartbeat(hctx)
 			switch {
 			case err == nil:
 				l.lastOK, l.attempt = time.Now(), 0
 				l.setErr(nil)
 				return backoff.Jitter(l.interval, 0.2), true
-			case ctx.Err() != nil:
+			case l.halted.Load():
 				return 0, false
 			case errors.Is(err, ErrNotFound) || time.Since(l.lastOK) >= l.ttl:
 				l.setState(LeaseReregistering, err)
@@ -337,19 +340,22 @@ func (l *Lease) step() (time.Duration, bool) {
 	return 0, false
 }
 
+// callTimeout bounds one driver call of the lease.
+func (l *Lease) callTimeout() time.Duration { return max(l.interval, time.Second) }
+
 func (l *Lease) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, max(l.interval, time.Second))
+	return context.WithTimeout(ctx, l.callTimeout())
 }
 
+// heartbeat runs within ctx, which the grid bounds (slotRun.ctxFor): a
+// context per heartbeat was most of the engine's cost.
 func (l *Lease) heartbeat(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	if l.reg == nil {
 		return ErrNotFound
 	}
-	cctx, cancel := l.callCtx(ctx)
-	defer cancel()
-	return l.reg.Heartbeat(cctx)
+	return l.reg.Heartbeat(ctx)
 }
 
 func (l *Lease) register(ctx context.Context) error {
