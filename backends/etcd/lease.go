@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,7 @@ type sharedLease struct {
 
 	bmu     sync.Mutex
 	members map[*registration]struct{} // registrations on the lease
+	byKey   map[string][]*registration // the same, by key (one, unless an ID is registered twice)
 }
 
 // epoch is the origin of mono.
@@ -68,15 +70,28 @@ func (l *sharedLease) join(r *registration) {
 	l.bmu.Lock()
 	defer l.bmu.Unlock()
 	if l.members == nil {
-		l.members = map[*registration]struct{}{}
+		l.members, l.byKey = map[*registration]struct{}{}, map[string][]*registration{}
+	}
+	if _, ok := l.members[r]; ok {
+		return
 	}
 	l.members[r] = struct{}{}
+	l.byKey[r.key] = append(l.byKey[r.key], r)
 }
 
 func (l *sharedLease) leave(r *registration) {
 	l.bmu.Lock()
 	defer l.bmu.Unlock()
+	if _, ok := l.members[r]; !ok {
+		return
+	}
 	delete(l.members, r)
+	rs := slices.DeleteFunc(l.byKey[r.key], func(x *registration) bool { return x == r })
+	if len(rs) == 0 {
+		delete(l.byKey, r.key)
+	} else {
+		l.byKey[r.key] = rs
+	}
 }
 
 // silent returns the registrations that have not beaten for a TTL.
@@ -209,13 +224,9 @@ func (d *Driver) readKeys(c, parent context.Context, op string, l *sharedLease) 
 		}
 		return d.wrap(parent, op+": lease keys", err)
 	}
-	keys := make(map[string]struct{}, len(resp.Keys))
-	for _, k := range resp.Keys {
-		keys[string(k)] = struct{}{}
-	}
 	l.bmu.Lock()
-	for r := range l.members {
-		if _, ok := keys[r.key]; ok {
+	for _, k := range resp.Keys {
+		for _, r := range l.byKey[string(k)] { // the conversion allocates nothing
 			r.seen.Store(at)
 		}
 	}
