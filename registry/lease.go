@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/roster-go/roster/internal/backend"
@@ -70,8 +71,18 @@ type Lease struct {
 	state LeaseState
 	err   error
 
+	// The registry's grid runs the lease's heartbeats and
+	// re-registrations (beat.go); stepMu serialises them with the health
+	// check's transitions. lastOK and attempt are the step's, under stepMu.
+	stepMu  sync.Mutex
+	ctx     context.Context // ends at halt
+	lastOK  time.Time
+	attempt int
+	sched   leaseSched // the registry grid's mu guards it
+	halted  atomic.Bool
+
 	stop    chan struct{}
-	done    chan struct{}
+	done    chan struct{} // closed when the health check's goroutine ends
 	cancel  context.CancelFunc
 	stopped sync.Once
 }
@@ -184,9 +195,14 @@ func (l *Lease) halt() bool {
 	first := false
 	l.stopped.Do(func() {
 		first = true
+		l.halted.Store(true)
 		close(l.stop)
 		l.cancel()
+		l.r.beats.interrupt(l)
 		<-l.done
+		// A step in flight holds stepMu; none starts after halted.
+		l.stepMu.Lock()
+		l.stepMu.Unlock()
 		l.setState(LeaseClosed, nil)
 	})
 	return first
@@ -239,82 +255,107 @@ func (l *Lease) setErr(err error) {
 	l.mu.Unlock()
 }
 
-// run is the lease's only goroutine. Heartbeats are due every interval;
-// failures are retried sooner, with backoff, and after a full TTL without
-// a successful heartbeat — or as soon as the backend says the registration
-// is gone — the lease switches to registering again.
-func (l *Lease) run(ctx context.Context, lastOK time.Time) {
-	defer close(l.done)
-	hb := time.NewTimer(backoff.Jitter(l.interval, 0.2))
-	defer hb.Stop()
-	var checkC <-chan time.Time
+// start puts the lease on the registry's grid, and starts its health
+// check's goroutine if it has one.
+func (l *Lease) start(ctx context.Context, lastOK time.Time) {
+	l.ctx, l.lastOK = ctx, lastOK
+	l.sched.at = -1
 	if l.check != nil {
-		t := time.NewTicker(l.checkEvery)
-		defer t.Stop()
-		checkC = t.C
+		go l.checkLoop(ctx)
+	} else {
+		close(l.done)
 	}
-	attempt := 0
-	if l.State() != LeaseHealthy {
-		hb.Stop() // withdrawn from the start: wait for the health check
+	if l.State() == LeaseHealthy { // not withdrawn from the start
+		l.r.beats.schedule(l, backoff.Jitter(l.interval, 0.2))
 	}
+}
+
+// checkLoop is the health check's goroutine.
+func (l *Lease) checkLoop(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(l.checkEvery)
+	defer t.Stop()
 	for {
 		select {
 		case <-l.stop:
 			return
-		case <-checkC:
-			l.checkHealth(ctx, hb)
-		case <-hb.C:
-			switch l.State() {
-			case LeaseHealthy:
-				err := l.heartbeat(ctx)
-				switch {
-				case err == nil:
-					lastOK, attempt = time.Now(), 0
-					l.setErr(nil)
-					hb.Reset(backoff.Jitter(l.interval, 0.2))
-				case ctx.Err() != nil:
-					return
-				case errors.Is(err, ErrNotFound) || time.Since(lastOK) >= l.ttl:
-					l.setState(LeaseReregistering, err)
-					attempt = 0
-					hb.Reset(0)
-				default:
-					l.setErr(err)
-					hb.Reset(min(l.policy.Delay(attempt), l.interval))
-					attempt++
-				}
-			case LeaseReregistering:
-				err := l.register(ctx)
-				switch {
-				case err == nil:
-					lastOK, attempt = time.Now(), 0
-					l.setState(LeaseHealthy, nil)
-					hb.Reset(backoff.Jitter(l.interval, 0.2))
-				case ctx.Err() != nil:
-					return
-				default:
-					l.setErr(err)
-					hb.Reset(l.policy.Delay(attempt))
-					attempt++
-				}
-			}
+		case <-t.C:
+			l.checkHealth(ctx)
 		}
 	}
 }
 
-func (l *Lease) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, max(l.interval, time.Second))
+// step is what the grid runs when the lease is due. Heartbeats are due
+// every interval; failures are retried sooner, with backoff, and after a
+// full TTL without a successful heartbeat — or as soon as the backend
+// says the registration is gone — the lease switches to registering
+// again. It returns when the lease is next due, or false when it is not
+// (halted, withdrawn).
+// A heartbeat runs within hctx, the slot goroutine's context, which ends
+// within callTimeout and when the lease halts (grid.interrupt).
+func (l *Lease) step(hctx context.Context) (time.Duration, bool) {
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
+	ctx := l.ctx
+	for !l.halted.Load() {
+		switch l.State() {
+		case LeaseHealthy:
+			err := l.heartbeat(hctx)
+			switch {
+			case err == nil:
+				l.lastOK, l.attempt = time.Now(), 0
+				l.setErr(nil)
+				return backoff.Jitter(l.interval, 0.2), true
+			case l.halted.Load():
+				return 0, false
+			case errors.Is(err, ErrNotFound) || time.Since(l.lastOK) >= l.ttl:
+				l.setState(LeaseReregistering, err)
+				l.attempt = 0
+				continue // at once
+			default:
+				l.setErr(err)
+				d := min(l.policy.Delay(l.attempt), l.interval)
+				l.attempt++
+				return d, true
+			}
+		case LeaseReregistering:
+			err := l.register(ctx)
+			switch {
+			case err == nil:
+				l.lastOK, l.attempt = time.Now(), 0
+				l.setState(LeaseHealthy, nil)
+				return backoff.Jitter(l.interval, 0.2), true
+			case ctx.Err() != nil:
+				return 0, false
+			default:
+				l.setErr(err)
+				d := l.policy.Delay(l.attempt)
+				l.attempt++
+				return d, true
+			}
+		default: // withdrawn: the health check reschedules it
+			return 0, false
+		}
+	}
+	return 0, false
 }
 
+// callTimeout bounds one driver call of the lease.
+func (l *Lease) callTimeout() time.Duration { return max(l.interval, time.Second) }
+
+func (l *Lease) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, l.callTimeout())
+}
+
+// heartbeat runs within ctx, which the grid bounds (slotRun.ctxFor): a
+// context per heartbeat was most of the engine's cost.
 func (l *Lease) heartbeat(ctx context.Context) error {
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
 	if l.reg == nil {
 		return ErrNotFound
 	}
-	cctx, cancel := l.callCtx(ctx)
-	defer cancel()
-	return l.reg.Heartbeat(cctx)
+	return l.reg.Heartbeat(ctx)
 }
 
 func (l *Lease) register(ctx context.Context) error {
@@ -330,17 +371,19 @@ func (l *Lease) register(ctx context.Context) error {
 	return nil
 }
 
-func (l *Lease) checkHealth(ctx context.Context, hb *time.Timer) {
+func (l *Lease) checkHealth(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, l.checkEvery)
 	err := runCheck(cctx, l.check)
 	cancel()
 	if ctx.Err() != nil {
 		return
 	}
+	l.stepMu.Lock()
+	defer l.stepMu.Unlock()
 	state := l.State()
 	switch {
 	case err != nil && state != LeaseWithdrawn:
-		hb.Stop()
+		l.r.beats.unschedule(l)
 		l.opMu.Lock()
 		reg := l.reg
 		l.reg = nil
@@ -358,11 +401,6 @@ func (l *Lease) checkHealth(ctx context.Context, hb *time.Timer) {
 		l.setErr(fmt.Errorf("health check: %w", err))
 	case state == LeaseWithdrawn:
 		l.setState(LeaseReregistering, nil)
-		resetTimer(hb, 0)
+		l.r.beats.schedule(l, 0)
 	}
-}
-
-func resetTimer(t *time.Timer, d time.Duration) {
-	t.Stop()
-	t.Reset(d)
 }

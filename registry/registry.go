@@ -40,6 +40,7 @@ type Registry struct {
 	closed  bool
 	leases  map[*Lease]struct{}
 	entries map[string]*entry
+	beats   grid // runs the leases' heartbeats (beat.go)
 }
 
 // New returns a Registry over a driver. Most programs call Open with a URL
@@ -253,7 +254,7 @@ func (r *Registry) track(ctx context.Context, l *Lease) error {
 	}
 	r.leases[l] = struct{}{}
 	r.mu.Unlock()
-	go l.run(lctx, time.Now())
+	l.start(lctx, time.Now())
 	return nil
 }
 

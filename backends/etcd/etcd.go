@@ -48,6 +48,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/roster-go/roster/internal/backend"
@@ -452,25 +453,17 @@ type registration struct {
 
 	mu    sync.Mutex
 	lease *sharedLease // nil once released
-	putAt time.Time    // when the last put of the key returned
+
+	// Times on mono, read by heartbeats without a lock.
+	putAt  atomic.Int64 // when the last put of the key returned
+	beatAt atomic.Int64 // the last heartbeat, or the join
+	seen   atomic.Int64 // the last key listing of the lease that had the key
 }
 
 func (r *registration) current() *sharedLease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lease
-}
-
-func (r *registration) lastPut() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.putAt
-}
-
-func (r *registration) setPut(at time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.putAt = at
 }
 
 // releaseLease takes the registration off its lease, once.
@@ -508,10 +501,16 @@ func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 		if err != nil {
 			return err
 		}
+		if old := r.current(); old != l {
+			l.join(r) // before the put: see readKeys
+		}
 		err = d.put(ctx, r.key, val, l.id)
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				d.drop(l)
+			}
+			if r.current() != l {
+				l.leave(r)
 			}
 			d.release(ctx, l)
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) && attempt == 0 {
@@ -519,11 +518,18 @@ func (r *registration) grantAndPut(ctx context.Context, op, val string) error {
 			}
 			return d.wrap(ctx, op+": put", err)
 		}
-		r.releaseLease(ctx) // the old lease, on a re-grant by Update
 		r.mu.Lock()
-		r.lease, r.putAt = l, time.Now()
+		old := r.lease
+		r.lease = l
 		r.mu.Unlock()
-		l.beat(r)
+		if old != nil && old != l { // the old lease, on a re-grant by Update
+			old.leave(r)
+			d.release(ctx, old)
+		} else if old == l {
+			d.release(ctx, l) // counted once already
+		}
+		r.putAt.Store(mono())
+		r.beatAt.Store(mono())
 		return nil
 	}
 }
@@ -556,14 +562,14 @@ func (r *registration) Heartbeat(ctx context.Context) error {
 		}
 		return err
 	}
-	if l.lost(r.key, r.lastPut()) {
+	if l.lost(r) {
 		// Deleted behind our back, or overwritten without the lease (it
 		// would not expire with us): the engine registers anew, on the
 		// same lease.
 		r.releaseLease(ctx)
 		return fmt.Errorf("etcd: heartbeat %s: %w: key %s is no longer on the lease (deleted?)", r.id, driver.ErrNotFound, r.key)
 	}
-	l.beat(r)
+	r.beatAt.Store(mono())
 	return nil
 }
 
@@ -578,7 +584,7 @@ func (r *registration) Update(ctx context.Context, inst driver.Instance) error {
 	l := r.current()
 	if l != nil {
 		if err = d.put(ctx, r.key, val, l.id); err == nil {
-			r.setPut(time.Now())
+			r.putAt.Store(mono())
 		}
 	}
 	if l == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {

@@ -3,7 +3,9 @@ package etcd
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -36,33 +38,60 @@ type leasePool struct {
 type sharedLease struct {
 	ttl  int64 // seconds
 	id   clientv3.LeaseID
-	refs int // registrations attached and not deregistered
+	refs int // registrations attached and not deregistered; leasePool.mu
+	// gone: dropped from the pool (lost or revoked); set under
+	// leasePool.mu, read by heartbeats without it.
+	gone atomic.Bool
 
-	kmu     sync.Mutex // one keep-alive at a time; guards renewed, keys, keysAt
-	renewed time.Time  // start of the last successful keep-alive
-	// keys are the keys the server held on the lease when asked at
-	// keysAt, right after the last renewal.
-	keys   map[string]struct{}
-	keysAt time.Time
+	kmu sync.Mutex // one keep-alive at a time
+	// renewed is the start of the last successful keep-alive, keysAt the
+	// start of the key listing that followed it (mono). A heartbeat reads
+	// both without kmu: a thousand registrations beating on one lease
+	// must not queue on one lock.
+	renewed atomic.Int64
+	keysAt  atomic.Int64
 
-	bmu   sync.Mutex
-	beats map[*registration]time.Time // last heartbeat (or put) of each registration
+	bmu     sync.Mutex
+	members map[*registration]struct{} // registrations on the lease
+	byKey   map[string][]*registration // the same, by key (one, unless an ID is registered twice)
 }
 
-// beat records that r proved itself alive.
-func (l *sharedLease) beat(r *registration) {
+// epoch is the origin of mono.
+var epoch = time.Now()
+
+// mono is the time since epoch on the monotonic clock: one int64, so
+// that a heartbeat stores and compares times with atomics.
+func mono() int64 { return int64(time.Since(epoch)) }
+
+// join puts r on the lease before its key is put: a key listing that
+// sees the key then sees r. Its last beat is now.
+func (l *sharedLease) join(r *registration) {
+	r.beatAt.Store(mono())
 	l.bmu.Lock()
 	defer l.bmu.Unlock()
-	if l.beats == nil {
-		l.beats = map[*registration]time.Time{}
+	if l.members == nil {
+		l.members, l.byKey = map[*registration]struct{}{}, map[string][]*registration{}
 	}
-	l.beats[r] = time.Now()
+	if _, ok := l.members[r]; ok {
+		return
+	}
+	l.members[r] = struct{}{}
+	l.byKey[r.key] = append(l.byKey[r.key], r)
 }
 
 func (l *sharedLease) leave(r *registration) {
 	l.bmu.Lock()
 	defer l.bmu.Unlock()
-	delete(l.beats, r)
+	if _, ok := l.members[r]; !ok {
+		return
+	}
+	delete(l.members, r)
+	rs := slices.DeleteFunc(l.byKey[r.key], func(x *registration) bool { return x == r })
+	if len(rs) == 0 {
+		delete(l.byKey, r.key)
+	} else {
+		l.byKey[r.key] = rs
+	}
 }
 
 // silent returns the registrations that have not beaten for a TTL.
@@ -70,8 +99,9 @@ func (l *sharedLease) silent() []*registration {
 	l.bmu.Lock()
 	defer l.bmu.Unlock()
 	var out []*registration
-	for r, at := range l.beats {
-		if time.Since(at) >= time.Duration(l.ttl)*time.Second {
+	cut := mono() - int64(time.Duration(l.ttl)*time.Second)
+	for r := range l.members {
+		if r.beatAt.Load() <= cut {
 			out = append(out, r)
 		}
 	}
@@ -99,7 +129,8 @@ func (d *Driver) acquire(ctx context.Context, op string, ttl int64) (*sharedLeas
 	if p.byTTL == nil {
 		p.byTTL = map[int64]*sharedLease{}
 	}
-	l := &sharedLease{ttl: ttl, id: g.ID, refs: 1, renewed: time.Now()}
+	l := &sharedLease{ttl: ttl, id: g.ID, refs: 1}
+	l.renewed.Store(mono())
 	p.byTTL[ttl] = l
 	p.grants++
 	return l, nil
@@ -114,6 +145,7 @@ func (d *Driver) release(ctx context.Context, l *sharedLease) {
 	last := l.refs <= 0 && p.byTTL[l.ttl] == l
 	if last {
 		delete(p.byTTL, l.ttl)
+		l.gone.Store(true)
 	}
 	p.mu.Unlock()
 	if !last {
@@ -127,11 +159,7 @@ func (d *Driver) release(ctx context.Context, l *sharedLease) {
 
 // isCurrent reports whether l is still the pool's lease for its TTL: a
 // lease dropped or revoked is gone from the server, with its keys.
-func (d *Driver) isCurrent(l *sharedLease) bool {
-	d.leases.mu.Lock()
-	defer d.leases.mu.Unlock()
-	return d.leases.byTTL[l.ttl] == l
-}
+func (d *Driver) isCurrent(l *sharedLease) bool { return !l.gone.Load() }
 
 // drop forgets l after the server lost it: the next acquire grants anew.
 func (d *Driver) drop(l *sharedLease) {
@@ -141,6 +169,7 @@ func (d *Driver) drop(l *sharedLease) {
 	if p.byTTL[l.ttl] == l {
 		delete(p.byTTL, l.ttl)
 	}
+	l.gone.Store(true)
 }
 
 // keepAlive renews l unless it was renewed within the last sixth of its
@@ -148,11 +177,15 @@ func (d *Driver) drop(l *sharedLease) {
 // TTL/3, so each lease is renewed at least that often). Concurrent
 // callers share one call.
 func (d *Driver) keepAlive(ctx context.Context, op string, l *sharedLease) error {
+	fresh := int64(time.Duration(l.ttl) * time.Second / 6)
+	if mono()-l.renewed.Load() < fresh {
+		return nil // without the lock: most heartbeats
+	}
 	l.kmu.Lock()
 	defer l.kmu.Unlock()
-	start := time.Now()
-	if start.Sub(l.renewed) < time.Duration(l.ttl)*time.Second/6 {
-		return nil
+	start := mono()
+	if start-l.renewed.Load() < fresh {
+		return nil // renewed while this one waited
 	}
 	for _, r := range l.silent() {
 		if err := r.expire(ctx); err != nil {
@@ -170,7 +203,7 @@ func (d *Driver) keepAlive(ctx context.Context, op string, l *sharedLease) error
 	if err := d.readKeys(c, ctx, op, l); err != nil {
 		return err
 	}
-	l.renewed = start
+	l.renewed.Store(start)
 	return nil
 }
 
@@ -180,7 +213,7 @@ func (d *Driver) keepAlive(ctx context.Context, op string, l *sharedLease) error
 // every committed write, so a key put before the look-up began is in the
 // answer unless something removed it since. l.kmu is held.
 func (d *Driver) readKeys(c, parent context.Context, op string, l *sharedLease) error {
-	at := time.Now()
+	at := mono()
 	resp, err := d.cli.TimeToLive(c, l.id, clientv3.WithAttachedKeys())
 	if err == nil && resp.TTL < 0 {
 		err = rpctypes.ErrLeaseNotFound // the server's answer for an unknown lease
@@ -191,24 +224,23 @@ func (d *Driver) readKeys(c, parent context.Context, op string, l *sharedLease) 
 		}
 		return d.wrap(parent, op+": lease keys", err)
 	}
-	keys := make(map[string]struct{}, len(resp.Keys))
+	l.bmu.Lock()
 	for _, k := range resp.Keys {
-		keys[string(k)] = struct{}{}
+		for _, r := range l.byKey[string(k)] { // the conversion allocates nothing
+			r.seen.Store(at)
+		}
 	}
-	l.keys, l.keysAt = keys, at
+	l.bmu.Unlock()
+	// After every seen: a heartbeat that reads this keysAt reads them.
+	l.keysAt.Store(at)
 	return nil
 }
 
-// lost reports whether the server's last answer lacked key, put at
-// putAt. An answer from before the put says nothing about it.
-func (l *sharedLease) lost(key string, putAt time.Time) bool {
-	l.kmu.Lock()
-	defer l.kmu.Unlock()
-	if !l.keysAt.After(putAt) {
-		return false
-	}
-	_, ok := l.keys[key]
-	return !ok
+// lost reports whether the server's last key listing lacked r's key,
+// put at putAt. A listing from before the put says nothing about it.
+func (l *sharedLease) lost(r *registration) bool {
+	at := l.keysAt.Load()
+	return at > r.putAt.Load() && r.seen.Load() < at
 }
 
 // leaseGrants reports how many leases the driver has granted: one per TTL

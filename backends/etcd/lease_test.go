@@ -97,9 +97,7 @@ func (c *rpcCount) take(method string) int {
 // renewalDue makes the next heartbeat on l renew it, as TTL/6 after the
 // last renewal would.
 func renewalDue(l *sharedLease) {
-	l.kmu.Lock()
-	l.renewed = time.Time{}
-	l.kmu.Unlock()
+	l.renewed.Store(mono() - int64(time.Hour))
 }
 
 // Heartbeats of N registrations on one lease read no key: one look-up of
