@@ -350,7 +350,7 @@ func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, 
 // PickOptions. It returns the picker it picked from (a route's) too.
 func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *registry.Instance, *endpoint, error) {
 	if o.Endpoint != "" && p.ports {
-		p = p.serving(o.Endpoint) // no locality tiers yet: see docs/selector.md
+		p = p.serving(o.Endpoint) // with the locality tiers, if any
 	}
 	tiered := p.tiered
 	if p.mayRoute(o) {
@@ -405,6 +405,11 @@ func (p *Picker) fallback(h uint64, keyed bool, o *PickOptions) (*registry.Insta
 // again, then a scan, then the draining instances.
 func (p *Picker) pickExcluding(h uint64, keyed bool, o *PickOptions, s step) (*registry.Instance, *endpoint) {
 	n := len(p.insts)
+	if n == 1 && !o.rejects(&p.insts[0], s) {
+		// The one instance, rejected at a stricter step (a route of
+		// one quarantined instance): a relaxed step takes it.
+		return &p.insts[0], p.eps[0]
+	}
 	if n > 1 {
 		for attempt := 1; attempt < maxEffort; attempt++ {
 			i := p.algo.pick(h, keyed, attempt)
