@@ -185,23 +185,15 @@ func TestActionsThroughOverrides(t *testing.T) {
 				return true
 			}
 		}
+		start := time.Now()
 		if st, e := action(t, f.url, "drain", `{"service":"api","id":"a"}`); st != 200 {
 			t.Fatalf("drain: %d %+v", st, e)
 		}
-		// Traffic to a is 0 once 30 picks in a row miss it (by chance,
-		// with equal weights: 1 in 10⁹).
-		start, run := time.Now(), 0
-		for run < 30 {
-			if time.Since(start) > time.Second {
-				t.Fatalf("a still picked a second after the drain")
-			}
-			if p := f.pick(agent.PickRequest{Service: "api"}); p.Instance.ID == "a" {
-				run = 0
-			} else {
-				run++
-			}
+		if d := outOfPicks(t, f, "a", start); d > time.Second {
+			t.Errorf("drained instance out of picks only %v after the drain, want within a second", d)
+		} else {
+			t.Logf("drained instance out of picks %v after the drain", d)
 		}
-		t.Logf("drained instance out of picks after %v", time.Since(start))
 		f.waitInstances("api", time.Second, weight("a", 0)) // still registered
 		if st, e := action(t, f.url, "weight", `{"service":"api","id":"a","weight":7}`); st != 200 {
 			t.Fatalf("weight: %d %+v", st, e)
