@@ -144,7 +144,8 @@ type Agent struct {
 	reserved    int      // registrations under way, counted against MaxServices
 	svcList     []string // last answer of the registry's service list
 	svcAt       time.Time
-	svcErr      string // why the last listing failed
+	svcErr      string              // why the last listing failed
+	overrides   []registry.Override // the operators' overrides, read with the catalog
 
 	health  *health
 	history *history
@@ -181,7 +182,7 @@ func New(cfg Config) (*Agent, error) {
 	a.tokens = newTokens(cfg.TokenTTL, cfg.MaxTokens, a.expire)
 	a.health = &health{log: cfg.Logger, name: a.reg.String()}
 	a.history = newHistory()
-	a.act = localActioner{a}
+	a.act = overrideActioner{a: a, local: localActioner{a}}
 	m.observe(a)
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.probe(ctx) }()

@@ -125,6 +125,10 @@ func (a *Agent) refreshCatalog(ctx context.Context) {
 	}
 	changed := !slices.Equal(a.svcList, names)
 	a.svcList, a.svcAt, a.svcErr = names, time.Now(), ""
+	if ovs, err := a.reg.Overrides(ctx, ""); err == nil || errors.Is(err, errors.ErrUnsupported) {
+		changed = changed || !slices.EqualFunc(a.overrides, ovs, sameOverride)
+		a.overrides = ovs
+	}
 	if changed {
 		a.events.notify()
 	}
@@ -332,6 +336,9 @@ type consoleService struct {
 	Loading bool     `json:"loading"`
 	Error   string   `json:"error,omitempty"` // why it is not followed
 	History []change `json:"history"`
+	// Held are the overrides that match no instance of the list: those
+	// holding instances out of it (maintenance, deregistered).
+	Held []registry.Override `json:"held,omitempty"`
 }
 
 // leaseInfo is the lease of an instance this agent registered.
@@ -398,6 +405,9 @@ func (a *Agent) console(ctx context.Context, cq consoleQuery) consoleState {
 	from := min((cq.page-1)*cq.size, len(match))
 	page := match[from:min(from+cq.size, len(match))]
 	leases := a.leases()
+	a.mu.Lock()
+	overrides := a.overrides
+	a.mu.Unlock()
 	st.Services = make([]consoleService, 0, len(page))
 	for _, name := range page {
 		cs := consoleService{serviceState: serviceState{Service: name, Instances: []instanceState{}}}
@@ -413,6 +423,7 @@ func (a *Agent) console(ctx context.Context, cq consoleQuery) consoleState {
 		for i := range cs.Instances {
 			cs.Instances[i].Lease = leases[cs.Instances[i].ID]
 		}
+		cs.Held = applyOverrideInfo(cs.Instances, overridesOf(overrides, name))
 		a.history.quarantine(name, a.quarantined(name))
 		cs.History = a.history.changes(name)
 		st.Stale = st.Stale || cur.Stale

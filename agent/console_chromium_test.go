@@ -77,11 +77,35 @@ func sectionRows(service string) string {
 	return fmt.Sprintf(`[...document.querySelectorAll('section[data-service=%q] tbody tr')].map(r => r.dataset.id).join(",")`, service)
 }
 
+// outOfPicks picks until 60 picks in a row miss id (by chance, with
+// three equal instances: (2/3)⁶⁰, 1 in 10¹⁰) and returns how long after
+// start the first of them was: when id's traffic went to 0.
+func outOfPicks(t *testing.T, f *fixture, id string, start time.Time) time.Duration {
+	t.Helper()
+	var first time.Time
+	for run := 0; run < 60; {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("%s still picked 10 s after it was drained", id)
+		}
+		at := time.Now()
+		if p := f.pick(agent.PickRequest{Service: "api"}); p.Instance.ID == id {
+			run = 0
+			continue
+		}
+		if run == 0 {
+			first = at
+		}
+		run++
+	}
+	return first.Sub(start)
+}
+
 // TestConsoleInChromium, on real Redis: the console lists the catalog,
 // reads at 1,280 px and 375 px without sideways scrolling, filters by
 // zone, tag, health and service, opens an instance, records a join and
-// a leave, shows hostile metadata as text, drives drain, restore and
-// deregister through its buttons, and tells the registry is down. With
+// a leave, shows hostile metadata as text, drives drain, weight,
+// maintenance, restore and deregister through its buttons (registry
+// overrides), and tells the registry is down. With
 // -update it saves its screenshots into docs/img.
 func TestConsoleInChromium(t *testing.T) {
 	srv := redistest.Start(t)
@@ -161,35 +185,38 @@ func TestConsoleInChromium(t *testing.T) {
 
 	// Actions, through the page's buttons.
 	weightIs := func(id string, w uint32) string {
-		return fmt.Sprintf(`[...document.querySelectorAll('tr[data-id=%q] td')].find(td => td.dataset.label === "weight").textContent === "%d"`, id, w)
+		return fmt.Sprintf(`(() => { const td = [...document.querySelectorAll('tr[data-id=%q] td')].find(td => td.dataset.label === "weight"); return !!td && td.textContent === "%d" })()`, id, w)
 	}
-	click(t, ctx, `tr[data-id="api-local"]`)
-	appears(t, ctx, "the local instance's view", `document.getElementById('detail-body').textContent.includes("this agent")`)
+	notice := func(sub string) string {
+		return fmt.Sprintf(`document.getElementById('notice').textContent.includes(%q)`, sub)
+	}
+	click(t, ctx, `tr[data-id="api-b"]`)
+	appears(t, ctx, "api-b's view", `document.getElementById('detail').dataset.id === "api-b"`)
 	click(t, ctx, `#detail button[data-action="drain"]`)
 	start := time.Now()
-	appears(t, ctx, "drain done", `document.getElementById('notice').textContent.includes("weight 100 → 0")`)
-	for run := 0; run < 30; { // traffic to 0: 30 picks in a row miss it
-		if time.Since(start) > time.Second {
-			t.Fatal("the drained instance is still picked a second after the click")
-		}
-		if p := f.pick(agent.PickRequest{Service: "api"}); p.Instance.ID == "api-local" {
-			run = 0
-		} else {
-			run++
-		}
+	appears(t, ctx, "drain done", notice("drain api/api-b: drained"))
+	if d := outOfPicks(t, f, "api-b", start); d > time.Second {
+		t.Errorf("drained through the console: out of picks only %v after the click, want within a second", d)
+	} else {
+		t.Logf("drained through the console: out of picks %v after the click", d)
 	}
-	t.Logf("drained through the console: out of picks %v after the click", time.Since(start))
-	appears(t, ctx, "drained, still registered", weightIs("api-local", 0))
+	appears(t, ctx, "drained, still registered", weightIs("api-b", 0))
+	appears(t, ctx, "the override in the instance view", `document.getElementById('detail-body').textContent.includes("roster agent console")`)
 	screenshot(t, ctx, "console-actions.png")
 	setInput(t, ctx, "weight-value", "7")
 	click(t, ctx, `#detail button[data-action="weight"]`)
-	appears(t, ctx, "weight set", weightIs("api-local", 7))
+	appears(t, ctx, "weight set", weightIs("api-b", 7))
 	click(t, ctx, `#detail button[data-action="maint"]`)
-	appears(t, ctx, "maint refused until the registry keeps overrides", `document.getElementById('notice').textContent.includes("maint refused")`)
-	click(t, ctx, `#detail button[data-action="restore"]`)
-	appears(t, ctx, "restored", weightIs("api-local", 100))
+	appears(t, ctx, "in maintenance: out of the list, held below it",
+		"!("+row("api-b")+`) && document.querySelector('section[data-service="api"] .held li[data-target="api-b"]') !== null`)
+	click(t, ctx, `section[data-service="api"] .held li[data-target="api-b"] button[data-action="restore"]`)
+	appears(t, ctx, "restored", weightIs("api-b", 100))
+	click(t, ctx, "#close")
+
+	click(t, ctx, `tr[data-id="api-local"]`)
+	appears(t, ctx, "the local instance's view", `document.getElementById('detail-body').textContent.includes("this agent")`)
 	click(t, ctx, `#detail button[data-action="deregister"]`)
-	if js[bool](t, ctx, `document.getElementById('notice').textContent.includes("deregister")`) {
+	if js[bool](t, ctx, notice("deregister")) {
 		t.Error("deregister ran on the first click, without confirmation")
 	}
 	click(t, ctx, `#detail button[data-action="deregister"]`)

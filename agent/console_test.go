@@ -114,8 +114,8 @@ func TestActionsRefusedUnlessAllowed(t *testing.T) {
 }
 
 // TestActionsInput: bad bodies answer 400 naming the field; a form or
-// text body 415; another origin 403; an unknown action 404; an instance
-// the agent cannot act on 501. Nothing is written.
+// text body 415; another origin 403; an unknown action 404. Nothing is
+// written.
 func TestActionsInput(t *testing.T) {
 	f := newMemFixture(t, agent.Config{AllowActions: true, Logger: slog.New(slog.DiscardHandler)})
 	lease := f.register(registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80", Weight: 100})
@@ -133,8 +133,7 @@ func TestActionsInput(t *testing.T) {
 		{"drain", `{"service":"api","id":"a","extra":1}`, 400, "extra"},
 		{"drain", `not json`, 400, "request body"},
 		{"explode", `{"service":"api","id":"a"}`, 404, "explode"},
-		{"drain", `{"service":"api","id":"a"}`, 501, "not registered through this agent"},
-		{"maint", `{"service":"api","id":"a"}`, 501, "not registered through this agent"},
+		{"weight", `{"service":"api","id":"a","weight":70000}`, 400, "weight"},
 	} {
 		st, e := action(t, f.url, c.name, c.body)
 		if st != c.status || !strings.Contains(e.Error, c.field) {
@@ -154,64 +153,77 @@ func TestActionsInput(t *testing.T) {
 	}
 }
 
-// TestActionsOnLocalRegistration, on real Redis: drain, weight, restore
-// and deregister an instance the agent registered; each is logged, and
-// drain takes it out of picks at once while it stays registered.
-func TestActionsOnLocalRegistration(t *testing.T) {
-	var logs logBuffer
-	f := newFixture(t, startRedis(t), agent.Config{AllowActions: true, Logger: logs.logger()})
-	var in registry.Instance
-	if st := do(t, "POST", f.url+"/v1/register", agent.RegisterRequest{Instance: registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80", Weight: 100}, TTL: "5s"}, &in); st != http.StatusOK {
-		t.Fatalf("register: %d", st)
-	}
-	f.register(registry.Instance{ID: "b", Service: "api", Address: "10.0.0.2:80", Weight: 100})
-	f.waitInstances("api", 10*time.Second, has(2))
-
-	want := func(id string, w uint32) func(agent.Instances) bool {
-		return func(l agent.Instances) bool {
-			for _, x := range l.Instances {
-				if x.ID == id {
-					return x.Weight == w
+// TestActionsThroughOverrides, on real Redis and etcd: drain, weight,
+// maintenance, restore and deregister an instance another process
+// registered. Drain takes it out of picks within a second while it stays
+// registered; maintenance leaves it out of the list while its owner
+// heartbeats; deregister removes it for good. Each action is logged.
+func TestActionsThroughOverrides(t *testing.T) {
+	onBackends(t, func(t *testing.T, b backend) {
+		var logs logBuffer
+		f := newFixture(t, b, agent.Config{AllowActions: true, Logger: logs.logger()})
+		owner := f.register(registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80", Weight: 100})
+		f.register(registry.Instance{ID: "b", Service: "api", Address: "10.0.0.2:80", Weight: 100})
+		f.waitInstances("api", 10*time.Second, has(2))
+		weight := func(id string, w uint32) func(agent.Instances) bool {
+			return func(l agent.Instances) bool {
+				for _, x := range l.Instances {
+					if x.ID == id {
+						return x.Weight == w
+					}
 				}
+				return false
 			}
-			return false
 		}
-	}
-	if st, e := action(t, f.url, "drain", `{"service":"api","id":"a"}`); st != 200 {
-		t.Fatalf("drain: %d %+v", st, e)
-	}
-	// Traffic to a is 0 once 30 picks in a row miss it (by chance, with
-	// equal weights: 1 in 10⁹).
-	start, run := time.Now(), 0
-	for run < 30 {
-		if time.Since(start) > time.Second {
-			t.Fatalf("a still picked a second after the drain")
+		absent := func(id string) func(agent.Instances) bool {
+			return func(l agent.Instances) bool {
+				for _, x := range l.Instances {
+					if x.ID == id {
+						return false
+					}
+				}
+				return true
+			}
 		}
-		if p := f.pick(agent.PickRequest{Service: "api"}); p.Instance.ID == "a" {
-			run = 0
+		start := time.Now()
+		if st, e := action(t, f.url, "drain", `{"service":"api","id":"a"}`); st != 200 {
+			t.Fatalf("drain: %d %+v", st, e)
+		}
+		if d := outOfPicks(t, f, "a", start); d > time.Second {
+			t.Errorf("drained instance out of picks only %v after the drain, want within a second", d)
 		} else {
-			run++
+			t.Logf("drained instance out of picks %v after the drain", d)
 		}
-	}
-	t.Logf("drained instance out of picks after %v", time.Since(start))
-	f.waitInstances("api", time.Second, want("a", 0)) // still registered
-	if st, e := action(t, f.url, "weight", `{"service":"api","id":"a","weight":7}`); st != 200 {
-		t.Fatalf("weight: %d %+v", st, e)
-	}
-	f.waitInstances("api", time.Second, want("a", 7))
-	if st, e := action(t, f.url, "restore", `{"service":"api","id":"a"}`); st != 200 {
-		t.Fatalf("restore: %d %+v", st, e)
-	}
-	f.waitInstances("api", time.Second, want("a", 100))
-	if st, e := action(t, f.url, "deregister", `{"service":"api","id":"a"}`); st != 200 {
-		t.Fatalf("deregister: %d %+v", st, e)
-	}
-	f.waitInstances("api", time.Second, has(1))
-	for _, a := range []string{"drain", "weight", "restore", "deregister"} {
-		if n := logs.count("action done", "action="+a, "service=api", "id=a"); n != 1 {
-			t.Errorf("action %s logged %d times, want 1:\n%s", a, n, logs.String())
+		f.waitInstances("api", time.Second, weight("a", 0)) // still registered
+		if st, e := action(t, f.url, "weight", `{"service":"api","id":"a","weight":7}`); st != 200 {
+			t.Fatalf("weight: %d %+v", st, e)
 		}
-	}
+		f.waitInstances("api", time.Second, weight("a", 7))
+		if st, e := action(t, f.url, "maint", `{"service":"api","id":"a"}`); st != 200 {
+			t.Fatalf("maint: %d %+v", st, e)
+		}
+		f.waitInstances("api", time.Second, absent("a"))
+		if owner.State() != registry.LeaseHealthy {
+			t.Errorf("owner's lease %v in maintenance, want healthy: it heartbeats on", owner.State())
+		}
+		if st, e := action(t, f.url, "restore", `{"service":"api","id":"a"}`); st != 200 {
+			t.Fatalf("restore: %d %+v", st, e)
+		}
+		f.waitInstances("api", time.Second, weight("a", 100))
+		if st, e := action(t, f.url, "deregister", `{"service":"api","id":"a"}`); st != 200 {
+			t.Fatalf("deregister: %d %+v", st, e)
+		}
+		f.waitInstances("api", time.Second, absent("a"))
+		ovs, err := f.writer.Overrides(context.Background(), "api")
+		if err != nil || len(ovs) != 1 || !ovs[0].Deregistered {
+			t.Errorf("overrides after deregister: %+v, %v; want one, deregistered", ovs, err)
+		}
+		for _, a := range []string{"drain", "weight", "maint", "restore", "deregister"} {
+			if n := logs.count("action done", "action="+a, "service=api", "id=a"); n != 1 {
+				t.Errorf("action %s logged %d times, want 1:\n%s", a, n, logs.String())
+			}
+		}
+	})
 }
 
 // TestRegistryUpDownLogged, on real Redis: the agent logs the registry

@@ -39,6 +39,8 @@ type instanceState struct {
 	Quarantined bool          `json:"quarantined"`
 	Stats       instanceStats `json:"stats"`
 	Lease       *leaseInfo    `json:"lease,omitempty"` // on the console, for the agent's own registrations
+	// Override is the operator's override of the instance, on the console.
+	Override *registry.Override `json:"override,omitempty"`
 }
 
 // state returns the agent's state, services sorted by name.

@@ -183,7 +183,7 @@ function renderDetail() {
   const body = $("detail-body");
   const found = findOpen();
   if (!found) {
-    body.replaceChildren(el("h2", open.id), el("p", "This instance is not in " + open.service + "'s list any more: it left the registry.", "empty"));
+    body.replaceChildren(el("h2", open.id), el("p", "This instance is not in " + open.service + "'s list any more: it left the registry, or an operator holds it out (listed under the service).", "empty"));
     return;
   }
   const { svc, inst } = found;
