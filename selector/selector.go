@@ -59,8 +59,8 @@ type Selector struct {
 	// picks never read either.
 	cfg  config
 	live *config
-	sh   *shared // the current generation's, under mu
-	cur atomic.Pointer[Picker] // never nil after New
+	sh   *shared                // the current generation's, under mu
+	cur  atomic.Pointer[Picker] // never nil after New
 
 	mu   sync.Mutex           // serialises Update
 	eps  map[string]*endpoint // by instance ID; owned by mu
