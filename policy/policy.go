@@ -1,19 +1,20 @@
-// Package policy is the traffic policy of one service, as data: how a
-// client picks its instances (strategy, filter, canary split, locality),
-// retries and hedges its calls, bounds them in time and ejects failing
-// instances. A Policy is plain JSON, so that it can be written by hand,
-// kept in a file or in the registry, and changed while clients run:
+// Package policy is the traffic policy of one service, as data. It says
+// how a client picks the service's instances: the strategy, a filter, a
+// canary split and a locality zone. It says how calls are retried,
+// hedged and bounded in time. A Policy is plain JSON. It can be written by
+// hand, kept in a file or in the registry, and changed while clients run.
 //
-//	p, err := policy.Parse([]byte(`{"strategy": "consistent_hash", "hash_key": "X-User-ID",
+//	p, err := policy.Parse([]byte(`{"strategy": "consistent_hash",
 //		"split": [{"version": "v2", "percent": 5}], "retry": {"attempts": 2}}`))
 //	if err != nil { ... } // a *FieldError names the field
-//	err = client.SetPolicy("user-svc", p) // middleware.Client: live, state kept
+//	err = client.SetPolicy("user-svc", p) // middleware.Client, state kept
 //
-// A field left out means "the default" (Default lists them): a policy
-// says only what it changes. Parse and Marshal are strict (unknown fields
-// are rejected) and validate; an invalid policy is reported as a
-// *FieldError naming the field, such as "split[1].percent", and wrapping
-// registry.ErrInvalid. See docs/policy.md for every field.
+// A field left out keeps the client's setting, else the default. So a
+// policy says only what it changes, and [Default] lists the defaults.
+// [Parse] and [Marshal] are strict and validate. Unknown fields are
+// rejected. An invalid value is a [*FieldError] that names the field,
+// such as "split[1].percent", and wraps registry.ErrInvalid. See
+// docs/policy.md for every field.
 package policy
 
 import (
