@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -124,4 +125,37 @@ func ExampleRedact() {
 	// Output:
 	// redis://app:xxxxx@10.0.0.2:6379/0
 	// redis:<opaque>
+}
+
+// Records outlive every process: one writer's record reaches every
+// watcher of the fleet. A version makes read-modify-write safe.
+func ExampleRecords() {
+	ctx := context.Background()
+	reg, err := registry.Open(ctx, "mem://records-example")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer reg.Close()
+	st, err := reg.Records() // errors.ErrUnsupported on a read-only backend
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	rec, _ := st.Put(ctx, registry.Record{Key: "policy/user-svc", Value: []byte(`{"strategy":"p2c_ewma"}`)})
+
+	w, _ := st.Watch(ctx, "policy/")
+	defer w.Close()
+	set, _ := w.Next(ctx)
+	fmt.Println(len(set.Records), set.Records[0].Key)
+
+	// Written only if nobody wrote since rec was read.
+	_, err = st.Put(ctx, registry.Record{Key: rec.Key, Value: []byte(`{}`), Version: rec.Version})
+	fmt.Println(err)
+	_, err = st.Put(ctx, registry.Record{Key: rec.Key, Value: []byte(`{}`), Version: rec.Version})
+	fmt.Println(errors.Is(err, registry.ErrConflict))
+	// Output:
+	// 1 policy/user-svc
+	// <nil>
+	// true
 }

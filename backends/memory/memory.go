@@ -79,6 +79,8 @@ type Server struct {
 	changed  chan struct{} // closed and replaced on every change
 	timer    *time.Timer   // fires at the earliest deadline
 	timerAt  time.Time
+	records  map[string]driver.Record // the record store (store.go)
+	recSeq   uint64                   // last record version given
 }
 
 type record struct {
@@ -107,6 +109,7 @@ func (s *Server) Wipe() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.services = map[string]map[string]*record{}
+	s.records = nil
 	s.rev = 0
 	s.notify()
 }
@@ -390,30 +393,39 @@ type stream struct {
 // change of the server or the link. A change of another service returns
 // the same state again: Registry drops repeats.
 func (st *stream) Next(ctx context.Context) (driver.Snapshot, error) {
+	var snap driver.Snapshot
+	err := st.wait(ctx, func(s *Server) { snap = s.list(st.service) })
+	return snap, err
+}
+
+// wait returns at once the first time, then after each change of the
+// server or the link, and calls read with the server locked.
+func (st *stream) wait(ctx context.Context, read func(*Server)) error {
 	if st.changed != nil {
 		select {
 		case <-st.changed:
 		case <-st.wake:
 		case <-ctx.Done():
-			return driver.Snapshot{}, ctx.Err()
+			return ctx.Err()
 		case <-st.closed:
-			return driver.Snapshot{}, fmt.Errorf("memory: watch: %w", driver.ErrClosed)
+			return fmt.Errorf("memory: watch: %w", driver.ErrClosed)
 		}
 	}
 	// Read the link's channel before checking the link, so a cut made
 	// after the check still wakes the next wait.
 	wake, err := st.d.link()
 	if err != nil {
-		return driver.Snapshot{}, err
+		return err
 	}
 	s := st.d.srv
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.unavailable(); err != nil {
-		return driver.Snapshot{}, err
+		return err
 	}
 	st.changed, st.wake = s.changed, wake
-	return s.list(st.service), nil
+	read(s)
+	return nil
 }
 
 func (st *stream) Close() error {

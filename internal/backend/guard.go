@@ -85,7 +85,8 @@ func (g *guard) mapErr(ctx context.Context, err error) error {
 
 func isSentinel(err error) bool {
 	return errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrNotFound) ||
-		errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed)
+		errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed) ||
+		errors.Is(err, driver.ErrConflict)
 }
 
 // close ends the calls in flight, waits for them (at most closeGrace: a
