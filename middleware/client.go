@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,7 @@ type clientConfig struct {
 	// WithIdempotent(false).
 	policies      map[string]policy.Policy
 	notIdempotent bool
+	noStored      bool // WithStoredPolicies(false)
 }
 
 // WithSelector sets the selector options (strategy, filters) used for
@@ -165,6 +167,11 @@ type Client struct {
 	// serialises SetPolicy.
 	policies map[string]*servicePolicy
 	pmu      sync.Mutex
+	// code holds the policies given in code (WithPolicy, SetPolicy),
+	// which apply where no stored policy does; under pmu.
+	code map[string]policy.Policy
+	// stored follows the policies stored in the registry; nil when off.
+	stored *storedPolicies
 
 	// epoch counts idle sweeps; a call stamps its service with it, so
 	// the hot path reads no clock. Guarded by mu.
@@ -191,6 +198,10 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("middleware: policy of %s: %w", name, err)
 		}
 		c.policies[name] = sp
+	}
+	c.code = maps.Clone(cfg.policies)
+	if c.code == nil {
+		c.code = map[string]policy.Policy{}
 	}
 	c.tel = newTelemetry(cfg.tp, cfg.mp, cfg.instMetrics)
 	c.q = cfg.quarantine
@@ -228,6 +239,9 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	c.chain = Chain(c.attempt, mw...)
 	c.pool.New = func() any { r := &Request{}; r.reset(); return r }
 	c.stopSweep, c.swept = make(chan struct{}), make(chan struct{})
+	if !cfg.noStored {
+		c.followStored()
+	}
 	if cfg.idle > 0 {
 		go c.sweepEvery(cfg.idle / 2)
 	} else {
@@ -511,6 +525,7 @@ func (c *Client) Close() error {
 	c.services = map[string]*service{}
 	c.mu.Unlock()
 	close(c.stopSweep)
+	c.stored.stop()
 	<-c.swept
 	for _, s := range svcs {
 		s.stop()

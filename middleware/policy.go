@@ -157,28 +157,47 @@ func (c *Client) compilePolicy(p policy.Policy, old *servicePolicy) (*servicePol
 func (c *Client) SetPolicy(service string, p policy.Policy) error {
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
+	if err := c.setPolicy(service, &p); err != nil {
+		return err
+	}
+	c.code[service] = p
+	return nil
+}
+
+// setPolicy installs p, or the client's own configuration when p is nil,
+// as the policy of service; c.pmu held.
+func (c *Client) setPolicy(service string, p *policy.Policy) error {
 	c.mu.Lock()
 	s := c.services[service]
 	old := c.policyOf(service)
 	c.mu.Unlock()
-	sp, err := c.compilePolicy(p, old)
-	if err != nil {
-		return err
+	var sp *servicePolicy
+	opts := c.cfg.selOpts
+	if p != nil {
+		var err error
+		if sp, err = c.compilePolicy(*p, old); err != nil {
+			return err
+		}
+		opts = sp.selOpts
 	}
 	if s != nil {
-		if err := s.sel.Reconfigure(sp.selOpts...); err != nil {
+		if err := s.sel.Reconfigure(opts...); err != nil {
 			return &policy.FieldError{Field: "locality.zone", Reason: err.Error()}
 		}
 		s.pol.Store(sp)
 	}
 	c.mu.Lock()
-	c.policies[service] = sp
+	if sp == nil {
+		delete(c.policies, service)
+	} else {
+		c.policies[service] = sp
+	}
 	// A service swept and followed again meanwhile was built with the
 	// old policy.
 	again := c.services[service]
 	c.mu.Unlock()
 	if again != nil && again != s {
-		if err := again.sel.Reconfigure(sp.selOpts...); err == nil {
+		if err := again.sel.Reconfigure(opts...); err == nil {
 			again.pol.Store(sp)
 		}
 	}

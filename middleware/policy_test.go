@@ -67,7 +67,7 @@ func TestPolicyPerService(t *testing.T) {
 		as = append(as, startSlow(t, e.writer, "a", 0, ""))
 		bs = append(bs, startSlow(t, e.writer, "b", 0, ""))
 	}
-	bs[0].delay.Store(int64(30 * time.Millisecond))
+	bs[0].delay.Store(int64(100 * time.Millisecond))
 	c := newClient(t, e.reader,
 		middleware.WithPolicy("a", mustPolicy(t, `{"strategy": "consistent_hash"}`)),
 		middleware.WithPolicy("b", mustPolicy(t, `{"strategy": "p2c_ewma"}`)))
@@ -122,8 +122,9 @@ func TestPolicyPerService(t *testing.T) {
 			t.Errorf("fast instance %d of b got %d of 1000 calls, want ≥ 150 (p2c spreads load)", i+1, n)
 		}
 	}
-	if n := bs[0].hits.Load(); n > 100 {
-		t.Errorf("the slow instance of b got %d of 1000 calls, want ≤ 100 (p2c_ewma avoids it)", n)
+	// Its fair share is 250; a loaded machine slows the fast ones too.
+	if n := bs[0].hits.Load(); n > 125 {
+		t.Errorf("the slow instance of b got %d of 1000 calls, want ≤ 125, half its share (p2c_ewma avoids it)", n)
 	}
 }
 
