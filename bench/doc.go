@@ -8,4 +8,8 @@
 //	benchstat -col /impl /tmp/bench.txt
 //
 // Results and the reading of them: ../docs/bench/selector.md.
+//
+// The command ./registrycmp compares the registry side with go-zero's
+// core/discov and go-kit's sd/etcdv3 and sd/consul on one etcd and one
+// Consul agent (see its package documentation and ../docs/benchmarks.md).
 package bench

@@ -174,7 +174,7 @@ func New(oldSide, newSide driver.Driver, o Options) driver.Driver {
 	if d.hold == 0 {
 		d.hold = DefaultHold
 	}
-	return d
+	return withStore(d)
 }
 
 // Limits implements driver.Driver: the stricter of the two sides.
@@ -220,7 +220,8 @@ func (d *pairDriver) classify(ctx context.Context, i int, err error) error {
 
 func isSentinel(err error) bool {
 	return errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrNotFound) ||
-		errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed)
+		errors.Is(err, driver.ErrUnavailable) || errors.Is(err, driver.ErrClosed) ||
+		errors.Is(err, driver.ErrConflict)
 }
 
 // both runs fn on the two sides at once and returns their errors.

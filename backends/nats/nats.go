@@ -244,6 +244,9 @@ func (d *Driver) Services(ctx context.Context) ([]string, error) {
 		if keys, err = kv.ListKeys(ctx); err == nil {
 			seen := map[string]bool{}
 			for k := range keys.Keys() { // closed at the end of the keys, or of ctx
+				if strings.HasPrefix(k, recordsToken+".") {
+					continue // a record (store.go), not an instance
+				}
 				if svc, _, ok := splitKey(k); ok && !seen[svc] {
 					seen[svc] = true
 					names = append(names, svc)
