@@ -104,7 +104,8 @@ func (c *Client) compilePolicy(p policy.Policy, old *servicePolicy) (*servicePol
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if p.Outlier != nil {
+	// The defaults written out (Default, WithDefaults) are no change.
+	if p.Outlier != nil && *p.WithDefaults().Outlier != *policy.Default().Outlier {
 		return nil, &policy.FieldError{Field: "outlier",
 			Reason: "per-service outlier settings are not applied by middleware.Client yet; set them client-wide with WithQuarantine"}
 	}

@@ -207,6 +207,9 @@ func TestSetPolicyRejects(t *testing.T) {
 			t.Errorf("%s: a rejected policy replaced the service's: %+v", name, got)
 		}
 	}
+	if err := c.SetPolicy("api", mustPolicy(t, `{"strategy": "round_robin"}`).WithDefaults()); err != nil {
+		t.Errorf("SetPolicy of a policy WithDefaults = %v, want its default outlier section accepted", err)
+	}
 	if _, err := middleware.NewClient(e.reader, middleware.WithPolicy("x", policy.Policy{Strategy: "fastest"})); err == nil {
 		t.Error("NewClient with an invalid policy succeeded")
 	}
