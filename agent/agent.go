@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
@@ -23,6 +26,12 @@ type Config struct {
 	Strategy selector.Strategy
 	// Quarantine tunes local outlier ejection, per strategy in use.
 	Quarantine middleware.QuarantineConfig
+	// Zone is the host's zone: picks prefer its instances and fail over
+	// to the others as their quarantine ejects them
+	// (selector.WithLocality). Region (which needs Zone) is the host's
+	// region: a zone fails over to the rest of its region first
+	// (selector.WithRegion). Empty: no locality preference.
+	Zone, Region string
 	// MaxStaleness bounds how long picks are served from a stale list
 	// while the registry fails (default 0: for the whole outage, as
 	// middleware.Client).
@@ -133,6 +142,9 @@ func New(cfg Config) (*Agent, error) {
 	if _, err := selector.New(selector.WithStrategy(cfg.Strategy)); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkLocality(); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics()
 	if err != nil {
 		return nil, err
@@ -213,6 +225,9 @@ func (a *Agent) client(s selector.Strategy) (*middleware.Client, error) {
 		middleware.WithMaxStaleness(a.cfg.MaxStaleness),
 		middleware.WithMeterProvider(a.metrics.provider),
 	}
+	if a.cfg.Zone != "" {
+		opts = append(opts, middleware.WithSelector(selector.WithLocality(a.cfg.Zone), selector.WithRegion(a.cfg.Region)))
+	}
 	if a.cfg.SnapshotDir != "" {
 		opts = append(opts, middleware.WithSnapshotDir(a.cfg.SnapshotDir))
 	}
@@ -225,4 +240,24 @@ func (a *Agent) client(s selector.Strategy) (*middleware.Client, error) {
 	}
 	a.clients[s], a.quarantines[s] = c, q
 	return c, nil
+}
+
+// maxLocalityLen is the longest zone or region, the registry's limit.
+const maxLocalityLen = 128
+
+// checkLocality checks Zone and Region as the registry checks an
+// instance's: printable, at most 128 bytes; Region needs Zone.
+func (c Config) checkLocality() error {
+	for _, f := range []struct{ name, v string }{{"Zone", c.Zone}, {"Region", c.Region}} {
+		if len(f.v) > maxLocalityLen {
+			return fmt.Errorf("%w: agent: Config.%s: %d bytes, at most %d allowed", registry.ErrInvalid, f.name, len(f.v), maxLocalityLen)
+		}
+		if !utf8.ValidString(f.v) || strings.IndexFunc(f.v, unicode.IsControl) >= 0 {
+			return fmt.Errorf("%w: agent: Config.%s %q: not printable text", registry.ErrInvalid, f.name, f.v)
+		}
+	}
+	if c.Region != "" && c.Zone == "" {
+		return fmt.Errorf("%w: agent: Config.Region %q needs a Config.Zone", registry.ErrInvalid, c.Region)
+	}
+	return nil
 }

@@ -123,6 +123,10 @@ type pickRequest struct {
 	// Endpoint names the port to call, such as "grpc": only instances
 	// that serve it, as registry.Instance.Endpoint decides.
 	Endpoint string `json:"endpoint,omitempty"`
+	// Tried lists the instance IDs earlier attempts of the same call
+	// used: the pick goes elsewhere while it can (another zone before a
+	// tried instance), as Client.Do's retries do.
+	Tried []string `json:"tried,omitempty"`
 }
 
 // pickResponse is the answer of POST /v1/pick.
@@ -205,7 +209,7 @@ func (a *Agent) pick(ctx context.Context, req pickRequest) (mwhook.Pending, toke
 	if err != nil {
 		return mwhook.Pending{}, tokenID{}, err
 	}
-	p, err := mwhook.Pick(c, ctx, req.Service, selector.PickOptions{Key: req.Key, Exclude: req.excludes()})
+	p, err := mwhook.Pick(c, ctx, req.Service, selector.PickOptions{Key: req.Key, Exclude: req.excludes(), Tried: req.tried()})
 	if errors.Is(err, selector.ErrAllExcluded) && req.Endpoint != "" {
 		err = fmt.Errorf("%w by the filters and endpoint %q", err, req.Endpoint)
 	}
@@ -233,6 +237,15 @@ func (req *pickRequest) excludes() func(*registry.Instance) bool {
 	}
 	f := &routeFilter{req.Version, req.Zone, req.Endpoint, req.Tags}
 	return f.excluded
+}
+
+// tried returns the soft filter of the instances the call tried, or nil.
+func (req *pickRequest) tried() func(*registry.Instance) bool {
+	if len(req.Tried) == 0 {
+		return nil
+	}
+	ids := req.Tried
+	return func(in *registry.Instance) bool { return slices.Contains(ids, in.ID) }
 }
 
 // routeFilter is the hard routing filter of one pick request.

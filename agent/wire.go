@@ -274,6 +274,9 @@ func appendInstance(b []byte, in *registry.Instance) []byte {
 	if in.Zone != "" {
 		b = appendMember(b, ',', "zone", in.Zone)
 	}
+	if in.Region != "" {
+		b = appendMember(b, ',', "region", in.Region)
+	}
 	b = append(b, `,"weight":`...)
 	b = strconv.AppendUint(b, uint64(in.Weight), 10)
 	if len(in.Tags) > 0 {

@@ -80,7 +80,7 @@ func roundTrip(t TB, s *suite) {
 	svc := service("rt")
 	in := registry.Instance{
 		ID: "rt-1", Service: svc, Address: addr(), Version: "1.2.0-rc.1+build.5", Zone: "hz-1",
-		Weight: 37, Tags: []string{"canary", "grpc"},
+		Region: "eu-west — 1", Weight: 37, Tags: []string{"canary", "grpc"},
 		Metadata: map[string]string{
 			"owner": "team-a", "unicode": "数据中心 — ünïcødé ✓", "empty": "",
 			"json": `{"a":[1,2]}`, "spaces": "  a b  ", "x-long": strings.Repeat("v", backend.MaxMetadataValLen),

@@ -87,6 +87,7 @@ func allAtOnce(in *registry.Instance) {
 	in.Weight = backend.MaxWeight
 	in.Version = strings.Repeat("1", backend.MaxVersionLen)
 	in.Zone = strings.Repeat("z", backend.MaxZoneLen)
+	in.Region = strings.Repeat("r", backend.MaxRegionLen)
 	in.Metadata = pairs(backend.MaxMetadataPairs, 8)
 	in.Tags = tags(backend.MaxTags, 3)
 	allEndpoints(in)
@@ -131,6 +132,9 @@ var limitCases = []limitCase{
 	{name: "zone length", field: "zone",
 		at:   func(in *registry.Instance) { in.Zone = strings.Repeat("z", backend.MaxZoneLen) },
 		past: func(in *registry.Instance) { in.Zone = strings.Repeat("z", backend.MaxZoneLen+1) }},
+	{name: "region length", field: "region",
+		at:   func(in *registry.Instance) { in.Region = strings.Repeat("r", backend.MaxRegionLen) },
+		past: func(in *registry.Instance) { in.Region = strings.Repeat("r", backend.MaxRegionLen+1) }},
 	{name: "ID length", field: "id",
 		at:   func(in *registry.Instance) { in.ID = longName("id-", backend.MaxIDLen) },
 		past: func(in *registry.Instance) { in.ID = longName("id-", backend.MaxIDLen+1) }},
@@ -165,13 +169,16 @@ var limitCases = []limitCase{
 			in.Metadata = map[string]string{longName("-_Z9", backend.MaxMetadataKeyLen-2) + "_-": "v"}
 		},
 		past: func(in *registry.Instance) { in.Metadata = map[string]string{"a.b": "v"} }},
-	// Version and zone are free text: any printable UTF-8, spaces too.
+	// Version, zone and region are free text: any printable UTF-8, spaces too.
 	{name: "zone and version text", field: "zone",
 		at: func(in *registry.Instance) {
 			in.Zone = fillText("eu west ✓ ", backend.MaxZoneLen)
 			in.Version = fillText("1.0 — ünï ", backend.MaxVersionLen)
 		},
 		past: func(in *registry.Instance) { in.Zone = "eu\twest" }},
+	{name: "region text", field: "region",
+		at:   func(in *registry.Instance) { in.Region = fillText("eu west ✓ ", backend.MaxRegionLen) },
+		past: func(in *registry.Instance) { in.Region = "eu\nwest" }},
 	{name: "weight 0 (drained)", field: "weight", opts: []registry.RegisterOption{registry.Drained()},
 		at:   func(in *registry.Instance) { in.Weight = 0 },
 		past: func(in *registry.Instance) { in.Weight = 1 }},

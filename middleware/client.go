@@ -208,6 +208,10 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	if c.q == nil {
 		c.q = NewQuarantine(QuarantineConfig{})
 	}
+	// A locality tier panics where the quarantine does, unless the
+	// caller's own selector options say otherwise (they come after).
+	panicPct := min(max(c.q.cfg.PanicThreshold, 0), 100)
+	c.cfg.selOpts = append([]selector.Option{selector.WithPanicThreshold(panicPct)}, cfg.selOpts...)
 	prev := c.q.onChange
 	c.q.onChange = func(service, id string, ejected bool) {
 		c.tel.ejected(service, id, ejected)
@@ -457,7 +461,7 @@ func (q *Quarantine) Middleware() Middleware {
 			err := next(ctx, req)
 			req.popExcluders(mark)
 			if req.Picked {
-				q.reportIn(req.Service, req.Instance.ID, req.Instance.Zone, req.Classify(ctx, err), req.Total)
+				q.reportIn(req.Service, req.Instance.ID, req.Instance.Zone, req.Instance.Region, req.Classify(ctx, err), req.Total)
 				// A failure on an instance now held out is dealt with
 				// here: a Throttle outside does not count it.
 				req.contained = err != nil && q.isOut(req.Service, req.Instance.ID)

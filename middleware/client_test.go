@@ -46,6 +46,13 @@ func startBackend(t *testing.T, reg *registry.Registry, svc string, weight uint3
 // startZoned is startBackend with the instance registered in zone.
 func startZoned(t *testing.T, reg *registry.Registry, svc string, weight uint32, zone string) *backend {
 	t.Helper()
+	return startLocated(t, reg, svc, weight, zone, "")
+}
+
+// startLocated is startBackend with the instance registered in zone of
+// region.
+func startLocated(t *testing.T, reg *registry.Registry, svc string, weight uint32, zone, region string) *backend {
+	t.Helper()
 	b := &backend{}
 	b.status.Store(200)
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +64,7 @@ func startZoned(t *testing.T, reg *registry.Registry, svc string, weight uint32,
 	}))
 	t.Cleanup(b.kill)
 	l, err := reg.Register(context.Background(), registry.Instance{
-		Service: svc, Address: b.srv.Listener.Addr().String(), Weight: weight, Zone: zone,
+		Service: svc, Address: b.srv.Listener.Addr().String(), Weight: weight, Zone: zone, Region: region,
 	}, registry.WithTTL(2*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -32,12 +32,12 @@ func (q *Quarantine) lookup(service, id string) (*quarantined, *host) {
 	return sv.(*quarantined), hv.(*host)
 }
 
-// host returns the state of instance id, creating it in zone.
-func (s *quarantined) host(id, zone string) *host {
+// host returns the state of instance id, creating it in zone and region.
+func (s *quarantined) host(id, zone, region string) *host {
 	if hv, ok := s.hosts.Load(id); ok {
 		return hv.(*host)
 	}
-	hv, _ := s.hosts.LoadOrStore(id, &host{zone: zone})
+	hv, _ := s.hosts.LoadOrStore(id, &host{zone: zone, region: region})
 	return hv.(*host)
 }
 

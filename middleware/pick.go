@@ -27,9 +27,9 @@ func init() {
 }
 
 // pick picks an instance of service for a call that runs outside the
-// Client (roster agent's picks). o.Key, o.Exclude and o.Endpoint are the
-// caller's (an empty Endpoint: the call's, as in Do); the quarantine is
-// the Avoid.
+// Client (roster agent's picks). o.Key, o.Exclude, o.Tried and
+// o.Endpoint are the caller's (an empty Endpoint: the call's, as in Do);
+// the quarantine is the Avoid.
 func (c *Client) pick(ctx context.Context, service string, o selector.PickOptions) (mwhook.Pending, error) {
 	var begin time.Time
 	if c.tel.callsOn(ctx) {
@@ -46,7 +46,6 @@ func (c *Client) pick(ctx context.Context, service string, o selector.PickOption
 		return mwhook.Pending{}, err
 	}
 	total := s.sel.Len()
-	o.Tried = nil
 	if o.Endpoint == "" {
 		o.Endpoint = c.endpointOf(ctx)
 	}
@@ -84,5 +83,5 @@ func report(ctx context.Context, p mwhook.Pending, class Class, latency time.Dur
 		c.tel.failure(ctx, p.Service, p.Instance.Zone, p.Instance.ID, class)
 	}
 	c.tel.call(ctx, p.Service, p.Endpoint, outcomeOf(class), latency)
-	c.q.reportIn(p.Service, p.Instance.ID, p.Instance.Zone, class, p.Total)
+	c.q.reportIn(p.Service, p.Instance.ID, p.Instance.Zone, p.Instance.Region, class, p.Total)
 }

@@ -98,6 +98,7 @@ type quarantined struct {
 
 type host struct {
 	zone        string // the instance's zone, "" if unknown; set at creation
+	region      string // the instance's region, "" if unknown; likewise
 	consecutive atomic.Int32
 	until       atomic.Int64 // ejected until (unix ns); 0 = admitted
 	probeAt     atomic.Int64 // when the current probe was admitted
@@ -159,14 +160,14 @@ func (q *Quarantine) panicking(s *quarantined, total int) bool {
 
 // report records an attempt's outcome for an instance of unknown zone.
 func (q *Quarantine) report(service, id string, c Class, total int) {
-	q.reportIn(service, id, "", c, total)
+	q.reportIn(service, id, "", "", c, total)
 }
 
-// reportIn records an attempt's outcome for an instance of zone. Only
-// Retryable and Fatal count as failures; Business and Abort are ignored;
-// Success resets. An instance's zone is kept from its first report, for
-// the ejection cap.
-func (q *Quarantine) reportIn(service, id, zone string, c Class, total int) {
+// reportIn records an attempt's outcome for an instance of zone and
+// region. Only Retryable and Fatal count as failures; Business and Abort
+// are ignored; Success resets. An instance's zone and region are kept
+// from its first report, for the ejection cap.
+func (q *Quarantine) reportIn(service, id, zone, region string, c Class, total int) {
 	failed := c == Retryable || c == Fatal
 	if c != Success && !failed {
 		return
@@ -177,7 +178,7 @@ func (q *Quarantine) reportIn(service, id, zone string, c Class, total int) {
 			return // a success with nothing to reset, nor a zone to learn
 		}
 		s = q.service(service)
-		h = s.host(id, zone)
+		h = s.host(id, zone, region)
 	}
 	if failed {
 		n := h.consecutive.Add(1)
@@ -269,10 +270,11 @@ func (q *Quarantine) readmit(service string, s *quarantined, id string, h *host)
 // its MaxEjectedPercent cap; s.mu is held. The cap guards against a
 // failure the client cannot place: its own network, or a bad release
 // everywhere, where ejecting more only moves the load. A zone failing on
-// its own is placed. So h may go when its zone is known, every instance
-// ejected so far is in that zone, an admitted instance of another zone
-// has no failure streak, and the admitted instances left are at least
-// the panic threshold's share (50% when panic mode is off). Two failing
+// its own is placed, and so is a region. So h may go when its zone is
+// known, every instance ejected so far is in that zone (or, when h's
+// region is known, in that region), an admitted instance elsewhere has
+// no failure streak, and the admitted instances left are at least the
+// panic threshold's share (50% when panic mode is off). Two failing
 // instances of four then go when the other zone's two are healthy; a
 // zone of three among four does not, and panic mode is never reached
 // this way.
@@ -287,14 +289,22 @@ func (q *Quarantine) zoneMayGo(s *quarantined, h *host, total int) bool {
 	if (total-int(s.ejected.Load())-1)*100 < threshold*total {
 		return false
 	}
+	return placed(s, func(o *host) bool { return o.zone == h.zone }) ||
+		h.region != "" && placed(s, func(o *host) bool { return o.region == h.region })
+}
+
+// placed reports whether every ejected instance of s is one that in
+// accepts, and an admitted instance of known zone outside it has no
+// failure streak; s.mu is held.
+func placed(s *quarantined, in func(*host) bool) bool {
 	confined, healthy := true, false
 	s.hosts.Range(func(_, v any) bool {
 		o := v.(*host)
 		if o.until.Load() != 0 {
-			confined = o.zone == h.zone
+			confined = in(o)
 			return confined
 		}
-		if o.zone != "" && o.zone != h.zone && o.consecutive.Load() == 0 {
+		if o.zone != "" && !in(o) && o.consecutive.Load() == 0 {
 			healthy = true
 		}
 		return true

@@ -14,7 +14,7 @@ import (
 // failTimes reports n failures of an instance of zone.
 func failTimes(q *Quarantine, id, zone string, n, total int) {
 	for range n {
-		q.reportIn("svc", id, zone, Retryable, total)
+		q.reportIn("svc", id, zone, "", Retryable, total)
 	}
 }
 
@@ -39,7 +39,7 @@ func TestZoneEjectionCap(t *testing.T) {
 			q := NewQuarantine(QuarantineConfig{})
 			total := len(c.zones)
 			for i := c.nFail; i < total; i++ {
-				q.reportIn("svc", fmt.Sprint("i", i), c.zones[i], Success, total)
+				q.reportIn("svc", fmt.Sprint("i", i), c.zones[i], "", Success, total)
 			}
 			for i := range c.nFail {
 				failTimes(q, fmt.Sprint("i", i), c.zones[i], 5, total)
@@ -79,7 +79,7 @@ func TestUsableFollowsEjection(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the end of the ejection was not reported")
 	}
-	q.reportIn("svc", "a0", "a", Success, 4)
+	q.reportIn("svc", "a0", "a", "", Success, 4)
 	if u := <-events; !u {
 		t.Fatal("readmission reported the instance unusable")
 	}
@@ -108,5 +108,35 @@ func TestThrottleIgnoresContainedFailures(t *testing.T) {
 	}
 	if p := th.rejectProbability("svc", time.Now()); p != 0 {
 		t.Fatalf("reject probability %v after failures the quarantine contained, want 0", p)
+	}
+}
+
+// TestRegionEjectionCap: a whole region failing on its own is ejected
+// over the cap when another region is healthy; without regions only its
+// first zone is.
+func TestRegionEjectionCap(t *testing.T) {
+	zones := []string{"a", "a", "b", "b", "c", "c", "c", "c"}
+	for _, c := range []struct {
+		name    string
+		regions []string
+		want    int
+	}{
+		{"regions known", []string{"r1", "r1", "r1", "r1", "r2", "r2", "r2", "r2"}, 4},
+		{"regions unknown", make([]string, 8), 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := NewQuarantine(QuarantineConfig{})
+			for i := 4; i < 8; i++ {
+				q.reportIn("svc", fmt.Sprint("i", i), zones[i], c.regions[i], Success, 8)
+			}
+			for i := range 4 {
+				for range 5 {
+					q.reportIn("svc", fmt.Sprint("i", i), zones[i], c.regions[i], Retryable, 8)
+				}
+			}
+			if got := q.Ejected("svc"); len(got) != c.want {
+				t.Fatalf("ejected %v, want %d instances", got, c.want)
+			}
+		})
 	}
 }

@@ -9,7 +9,7 @@ import (
 // and named here, so that programs import registry alone.
 type (
 	// Instance is one registered process of a service: ID, Service,
-	// Address (host:port), Version, Zone, Weight, Tags, Metadata and
+	// Address (host:port), Version, Zone, Region, Weight, Tags, Metadata and
 	// named Endpoints. Its JSON form is what backends store. Register
 	// validates every field: an error is a *FieldError naming the field.
 	// Methods: Host, Port, Endpoint, Equal, Clone.

@@ -103,6 +103,7 @@ go test -race -count=1 -timeout 30m "$@" $(go list ./... | grep -v '/chaos$')
 # paths (a pick, a call through the chain) run once more without it.
 echo "== allocation tests (without -race)"
 go test -count=1 -run 'DoesNotAllocate|Allocations' ./selector ./middleware ./agent
+go test -count=1 -run 'DoesNotAllocate' ./contrib/rostergrpc
 
 # Fuzz what parses input, for a bounded time: a secret anywhere in a
 # mistyped URL never shows in Redact's output nor in the option parser's

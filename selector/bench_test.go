@@ -236,3 +236,34 @@ func BenchmarkPickReconfigured(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPickRegion: a pick across three locality tiers (WithLocality,
+// WithRegion), 99 instances, a third in each zone; a third of zone a is
+// ejected, so the zone keeps 93% of the picks and its region takes the
+// rest.
+func BenchmarkPickRegion(b *testing.B) {
+	ctx := context.Background()
+	sn := snap(99)
+	for i := range sn.Instances {
+		sn.Instances[i].Zone, sn.Instances[i].Region = [...]string{"a", "b", "c"}[i%3], [...]string{"r1", "r1", "r2"}[i%3]
+	}
+	for _, st := range []Strategy{RoundRobin, P2CEWMA, ConsistentHash} {
+		b.Run(string(st), func(b *testing.B) {
+			s := mustNew(b, WithStrategy(st), WithLocality("a"), WithRegion("r1"))
+			s.Update(sn)
+			for i := 0; i < 33*3; i += 3 * 3 { // every third instance of zone a
+				s.SetUsable(sn.Instances[i].ID, false)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				_, done, err := s.Pick(ctx, PickOptions{Key: keys[i&1023]})
+				if err != nil {
+					b.Fatal(err)
+				}
+				done.Done(nil, time.Millisecond)
+				i++
+			}
+		})
+	}
+}

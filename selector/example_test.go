@@ -235,3 +235,28 @@ func ExampleWithLocality() {
 	// zone out: 0.00 local
 	// picked zone b
 }
+
+// ExampleWithRegion: zone a fails over to zone b of its own region
+// before region r2 takes anything.
+func ExampleWithRegion() {
+	sel, _ := selector.New(selector.WithLocality("a"), selector.WithRegion("r1"))
+	sel.Update(registry.Snapshot{Service: "user-svc", Instances: []registry.Instance{
+		{ID: "a1", Zone: "a", Region: "r1", Address: "10.0.0.1:80", Weight: 100},
+		{ID: "a2", Zone: "a", Region: "r1", Address: "10.0.0.2:80", Weight: 100},
+		{ID: "b1", Zone: "b", Region: "r1", Address: "10.0.1.1:80", Weight: 100},
+		{ID: "c1", Zone: "c", Region: "r2", Address: "10.1.0.1:80", Weight: 100},
+	}})
+	sel.SetUsable("a1", false) // what a quarantine's ejection does
+	zone, region, rest := sel.TierShares()
+	fmt.Printf("a1 out: zone %.2f, region %.2f, elsewhere %.2f\n", zone, region, rest)
+	sel.SetUsable("a2", false)
+	zone, region, rest = sel.TierShares()
+	fmt.Printf("zone a out: zone %.2f, region %.2f, elsewhere %.2f\n", zone, region, rest)
+	sel.SetUsable("b1", false)
+	zone, region, rest = sel.TierShares()
+	fmt.Printf("region r1 out: zone %.2f, region %.2f, elsewhere %.2f\n", zone, region, rest)
+	// Output:
+	// a1 out: zone 0.70, region 0.30, elsewhere 0.00
+	// zone a out: zone 0.00, region 1.00, elsewhere 0.00
+	// region r1 out: zone 0.00, region 0.00, elsewhere 1.00
+}

@@ -154,3 +154,24 @@ func TestPickerKeepsItsSet(t *testing.T) {
 		}
 	}
 }
+
+// With one instance, avoided or tried, a relaxed step still takes it:
+// a route that narrows a pick to one quarantined instance picks it
+// rather than fail.
+func TestFallbackOneInstance(t *testing.T) {
+	ctx := context.Background()
+	for _, st := range Strategies() {
+		s := mustNew(t, WithStrategy(st))
+		s.Update(snap(1))
+		for _, o := range []PickOptions{{Avoid: idIn("i0000")}, {Tried: idIn("i0000")}, {Tried: idIn("i0000"), Avoid: idIn("i0000")}} {
+			got, done, err := s.Pick(ctx, o)
+			done.Done(nil, time.Millisecond)
+			if err != nil || got.ID != "i0000" {
+				t.Fatalf("%s: Pick = %q, %v; want i0000", st, got.ID, err)
+			}
+		}
+		if _, _, err := s.Pick(ctx, PickOptions{Exclude: idIn("i0000")}); !errors.Is(err, ErrAllExcluded) {
+			t.Fatalf("%s: an excluded instance: %v, want ErrAllExcluded", st, err)
+		}
+	}
+}

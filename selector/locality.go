@@ -6,94 +6,191 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// overprovisioning is the factor by which a tier's usable share is
-// scaled before it sheds traffic, as Envoy's overprovisioning_factor:
-// a tier with u of its instances usable takes min(1, 1.4 × u) of the
-// calls, so the local zone keeps all of them until more than about 29%
-// of it is unusable.
-const overprovisioning = 1.4
+// Defaults of the locality tiers (WithLocality), Envoy's.
+const (
+	// defaultOverprovisioning is the factor by which a tier's usable
+	// fraction is scaled before it sheds traffic, as Envoy's
+	// overprovisioning_factor: a tier with u of its instances usable
+	// takes min(1, 1.4 × u) of the calls still its own, so the local
+	// zone keeps all of them until more than about 29% of it is
+	// unusable.
+	defaultOverprovisioning = 1.4
+	// defaultPanicThreshold is the usable percentage under which a tier
+	// is in panic while the tiers together are short (Envoy's
+	// healthy_panic_threshold): its picks then ignore PickOptions.Avoid.
+	defaultPanicThreshold = 50
+)
+
+// Locality tiers, in order of preference.
+const (
+	tierZone   = iota // the caller's zone
+	tierRegion        // the caller's region, other zones
+	tierRest          // everywhere else
+	numTiers
+)
 
 // WithLocality makes zone the caller's local tier: picks prefer the
-// instances of zone, and traffic spills to every other instance in
-// proportion to how much of the zone is usable, as Envoy's
-// locality-weighted priority load balancing does. An instance is
-// unusable while it drains (weight 0) or while SetUsable says so (the
-// middleware's quarantine marks the instances it ejects). The local tier
-// takes min(1, 1.4 × usable fraction) of the calls and the
-// rest goes to the other tier. When the two tiers' shares add up to less
-// than one, they are scaled up to one; when nothing is usable anywhere,
-// every call goes to the local tier (panic mode: the quarantine's own
-// panic threshold then decides). A pick whose preferred tier rejects
-// every instance (PickOptions.Avoid, Tried) tries the other tier before
-// it relaxes a soft option. An empty zone turns locality off.
+// instances of zone, then (WithRegion) those of the caller's region,
+// then any other, and traffic spills from a tier in proportion to how
+// much of it is unusable, as Envoy's locality-weighted priority load
+// balancing does. An instance is unusable while it drains (weight 0) or
+// while SetUsable says so (the middleware's quarantine marks the
+// instances it ejects). With h = min(1, 1.4 × usable fraction) for each
+// tier, the zone takes h(zone) of the calls, the region min(h(region),
+// what is left), the rest what is left after that. When the healths add
+// up to less than one, they are scaled up to one; when nothing is usable
+// anywhere, every call goes to the first tier with instances. While the
+// healths add up to less than one, a tier whose usable share is under
+// the panic threshold (50%, WithPanicThreshold) is in panic: its picks
+// ignore PickOptions.Avoid, as Envoy's panic mode ignores health. A pick
+// whose tier rejects every instance (PickOptions.Avoid, Tried) tries the
+// next tiers before it relaxes a soft option. An empty zone turns
+// locality off.
 //
-// Locality applies to plain picks. A routed pick (Route, WithRoute) or a
-// selector with a split (WithSplit) chooses among its own instances
-// without tiers.
+// The tiers are computed at Update and SetUsable, never in Pick: a
+// tiered pick draws one random number more than a plain one.
+//
+// Locality applies to plain picks. A routed pick (Route, WithRoute), a
+// pick for a named endpoint, or a selector with a split (WithSplit)
+// chooses among its own instances without tiers.
 func WithLocality(zone string) Option { return func(c *config) { c.zone = zone } }
 
-// tiers splits insts into the local zone's and the others'.
-func tiers(insts []registry.Instance, zone string) (local, remote []registry.Instance) {
-	for _, in := range insts {
-		if in.Zone == zone {
-			local = append(local, in)
-		} else {
-			remote = append(remote, in)
-		}
+// WithRegion names the caller's region, for WithLocality: the instances
+// of region (registry.Instance.Region) outside the caller's zone are the
+// second tier, taking the traffic the zone sheds before any other
+// region. Without it there are two tiers, the zone and the rest.
+func WithRegion(region string) Option { return func(c *config) { c.region = region } }
+
+// WithOverprovisioning sets the factor of the locality tiers' health
+// (default 1.4, Envoy's); 1 spills as soon as one local instance is
+// unusable. It must be from 1 to 100.
+func WithOverprovisioning(f float64) Option { return func(c *config) { c.overprovision = f } }
+
+// WithPanicThreshold sets the usable percentage under which a locality
+// tier is in panic (default 50, Envoy's); 0 turns panic off. It must be
+// from 0 to 100. middleware.Client passes its quarantine's threshold
+// unless told otherwise.
+func WithPanicThreshold(percent int) Option { return func(c *config) { c.panicPct = percent } }
+
+// tierOf returns the tier of in for a caller in zone and region.
+func tierOf(in *registry.Instance, zone, region string) int {
+	switch {
+	case in.Zone == zone:
+		return tierZone
+	case region != "" && in.Region == region:
+		return tierRegion
 	}
-	return local, remote
+	return tierRest
 }
 
-// health is a tier's min(1, 1.4 × usable fraction).
-func health(p *Picker, unusable map[string]bool) float64 {
+// tiers splits insts by tier.
+func tiers(insts []registry.Instance, zone, region string) (out [numTiers][]registry.Instance) {
+	for _, in := range insts {
+		t := tierOf(&in, zone, region)
+		out[t] = append(out[t], in)
+	}
+	return out
+}
+
+// usable returns the usable fraction of a tier's instances.
+func usable(p *Picker, unusable map[string]bool) float64 {
 	n := len(p.insts) + len(p.spare)
 	if n == 0 {
 		return 0
 	}
-	usable := 0
+	u := 0
 	for i := range p.insts {
 		if p.insts[i].Weight > 0 && !unusable[p.insts[i].ID] {
-			usable++
+			u++
 		}
 	}
-	return min(1, overprovisioning*float64(usable)/float64(n))
+	return float64(u) / float64(n)
 }
 
-// localShare returns the share of plain picks p sends to its local tier,
-// scaled to 2^64 (math.MaxUint64: every one).
-func localShare(p *Picker, unusable map[string]bool) uint64 {
-	if p.remote == nil {
-		return math.MaxUint64
+// loads computes the share of plain picks each tier of p gets, Envoy's
+// priority load: each tier takes its health, min(1, factor × usable
+// fraction), of what the tiers before it left, the healths scaled to one
+// when they add up to less. It sets p.cum and p.panic.
+func (c *config) loads(p *Picker, unusable map[string]bool) {
+	var frac, health, load [numTiers]float64
+	total := 0.0
+	first := -1
+	for i, t := range p.tiers {
+		if t == nil {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		frac[i] = usable(t, unusable)
+		health[i] = min(1, c.overprovision*frac[i])
+		total += health[i]
 	}
-	l, r := health(p.local, unusable), health(p.remote, unusable)
-	share := l // the local tier is full: the remote one takes the rest
-	if l+r == 0 {
-		share = 1 // panic: everything local
-	} else if l+r < 1 {
-		share = l / (l + r) // normalised, as Envoy does
+	p.panic = 0
+	if first < 0 {
+		p.cum = [2]uint64{math.MaxUint64, math.MaxUint64}
+		return
 	}
-	if share >= 1 {
+	if total == 0 {
+		load[first] = 1 // nothing usable anywhere: the first tier takes it all
+	} else {
+		norm, left := min(1, total), 1.0
+		for i := range health {
+			load[i] = min(left, health[i]/norm)
+			left -= load[i]
+		}
+	}
+	if total < 1 {
+		for i, t := range p.tiers {
+			if t != nil && frac[i]*100 < float64(c.panicPct) {
+				p.panic |= 1 << i
+			}
+		}
+	}
+	p.cum[0] = fixed(load[0])
+	p.cum[1] = fixed(load[0] + load[1])
+}
+
+// fixed returns share (0 to 1) of 2^64, math.MaxUint64 for all of it.
+func fixed(share float64) uint64 {
+	if share >= 1-1e-12 { // float sums short of one by rounding are one
 		return math.MaxUint64
 	}
 	return uint64(share * (1 << 64))
 }
 
-// LocalShare returns the share of plain picks that go to the local tier
-// (WithLocality): 1 without locality or without instances elsewhere.
+// LocalShare returns the share of plain picks that go to the caller's
+// zone (WithLocality): 1 without locality.
 func (s *Selector) LocalShare() float64 {
+	z, _, _ := s.TierShares()
+	return z
+}
+
+// TierShares returns the shares of plain picks that go to the caller's
+// zone, to the rest of its region (WithRegion) and to everywhere else
+// (WithLocality). They add up to one; without locality zone is 1.
+func (s *Selector) TierShares() (zone, region, rest float64) {
 	p := s.cur.Load()
-	if p.share == math.MaxUint64 || p.local == nil {
-		return 1
+	if !p.tiered {
+		return 1, 0, 0
 	}
-	return float64(p.share) / (1 << 64)
+	share := func(c uint64) float64 {
+		if c == math.MaxUint64 {
+			return 1
+		}
+		return float64(c) / (1 << 64)
+	}
+	a, b := share(p.cum[0]), share(p.cum[1])
+	return a, b - a, 1 - b
 }
 
 // SetUsable tells the selector whether an instance can take calls now,
 // for the usable share of its locality tier (WithLocality). The
 // middleware's quarantine calls it when it ejects an instance and when
 // the ejection ends. Pick may still return an unusable instance: it only
-// shifts the tiers' shares. Without WithLocality it does nothing. The change republishes the current Picker
-// with the new shares; nothing is rebuilt.
+// shifts the tiers' shares. Without WithLocality it does nothing. The
+// change republishes the current Picker with the new shares; nothing is
+// rebuilt.
 func (s *Selector) SetUsable(id string, usable bool) {
 	if s.cfg.zone == "" {
 		return // no tiers: nothing to share out
@@ -111,32 +208,56 @@ func (s *Selector) SetUsable(id string, usable bool) {
 		}
 		s.unusable[id] = true
 	}
-	if s.prev == nil || s.prev.local == nil {
+	if s.prev == nil || !s.prev.tiered {
 		return
 	}
 	np := *s.prev
-	np.share = localShare(&np, s.unusable)
+	s.cfg.loads(&np, s.unusable)
 	s.prev = &np
 	s.cur.Store(&np)
 }
 
-// pickTiered picks across the locality tiers: the preferred tier by the
-// local share, then the other, relaxing a soft option only when neither
-// has an instance without it.
+// pickTiered picks across the locality tiers: the tier the draw gives
+// first, then the others in order, relaxing a soft option only when no
+// tier has an instance without it.
 func (p *Picker) pickTiered(o *PickOptions, h uint64, keyed bool) (*Picker, *registry.Instance, *endpoint) {
-	first, second := p.local, p.remote
-	if p.share != math.MaxUint64 && p.rnd.next() >= p.share {
-		first, second = second, first
+	first := tierZone
+	if p.cum[0] != math.MaxUint64 {
+		r := p.rnd.next()
+		switch {
+		case r < p.cum[0]:
+		case p.cum[1] == math.MaxUint64 || r < p.cum[1]:
+			first = tierRegion
+		default:
+			first = tierRest
+		}
+	}
+	var calm *PickOptions // o for a tier in panic: health ignored
+	if p.panic != 0 {
+		c := *o
+		c.Avoid = nil
+		calm = &c
 	}
 	for s := untried; s <= anyOne; s++ {
 		if s != untried && !o.relaxes(s) {
 			continue
 		}
-		for _, t := range [2]*Picker{first, second} {
+		for n := -1; n < numTiers; n++ {
+			i := n
+			if n < 0 {
+				i = first
+			} else if n == first {
+				continue
+			}
+			t := p.tiers[i]
 			if t == nil || len(t.insts) == 0 {
 				continue
 			}
-			if inst, ep := t.pickAt(h, keyed, o, s); inst != nil {
+			to := o
+			if p.panic&(1<<i) != 0 {
+				to = calm
+			}
+			if inst, ep := t.pickAt(h, keyed, to, s); inst != nil {
 				return t, inst, ep
 			}
 		}

@@ -2,7 +2,9 @@ package selector
 
 import (
 	"context"
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/roster-go/roster/registry"
@@ -154,5 +156,172 @@ func TestLocalityOnlyOneZone(t *testing.T) {
 	s.Update(zoned(4, 2))
 	if got := localFraction(t, s, PickOptions{Route: Route{Zone: "a"}}, 200); got != 1 {
 		t.Fatalf("a route to zone a: %.3f local, want 1", got)
+	}
+}
+
+// regioned returns six instances: i0000-i0001 in zone a of region r1,
+// i0002-i0003 in zone b of r1, i0004-i0005 in zone c of r2.
+func regioned() registry.Snapshot {
+	s := snap(6)
+	for i := range s.Instances {
+		s.Instances[i].Zone, s.Instances[i].Region = [...]string{"a", "b", "c"}[i/2], [...]string{"r1", "r1", "r2"}[i/2]
+	}
+	return s
+}
+
+// tierFractions picks n times and returns the shares of zones a, b, c.
+func tierFractions(t *testing.T, s *Selector, o PickOptions, n int) (a, b, c float64) {
+	t.Helper()
+	count := map[string]int{}
+	for range n {
+		in, done, err := s.Pick(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done.Finish(nil)
+		count[in.Zone]++
+	}
+	return float64(count["a"]) / float64(n), float64(count["b"]) / float64(n), float64(count["c"]) / float64(n)
+}
+
+// TestLocalityRegionTiers: the zone spills to the rest of its region
+// before another region, each tier in proportion to its health.
+func TestLocalityRegionTiers(t *testing.T) {
+	for _, st := range Strategies() {
+		s := mustNew(t, WithStrategy(st), WithLocality("a"), WithRegion("r1"))
+		s.Update(regioned())
+		steps := []struct {
+			id     string
+			usable bool
+			want   [3]float64
+		}{
+			{"", true, [3]float64{1, 0, 0}},
+			{"i0000", false, [3]float64{0.7, 0.3, 0}}, // 1/2 × 1.4 local, the rest to zone b
+			{"i0001", false, [3]float64{0, 1, 0}},     // zone a out: all to r1's zone b, none to r2
+			{"i0002", false, [3]float64{0, 0.7, 0.3}}, // zone b at 0.7: r2 takes the rest
+			{"i0003", false, [3]float64{0, 0, 1}},     // region r1 out
+			{"i0004", false, [3]float64{0, 0, 1}},     // r2 at 0.7 alone: scaled to one
+			{"i0002", true, [3]float64{0, 0.7, 0.3}},  // 0.7 and 0.7: no scaling, r2 the rest
+			{"i0005", false, [3]float64{0, 1, 0}},     // 0.7 alone: scaled to one
+			{"i0002", false, [3]float64{1, 0, 0}},     // nothing usable: the zone takes all
+		}
+		for _, step := range steps {
+			if step.id != "" {
+				s.SetUsable(step.id, step.usable)
+			}
+			z, r, rest := s.TierShares()
+			got := [3]float64{z, r, rest}
+			for i := range got {
+				if math.Abs(got[i]-step.want[i]) > 1e-9 {
+					t.Fatalf("%s: after %s usable=%v: shares %v, want %v", st, step.id, step.usable, got, step.want)
+				}
+			}
+		}
+	}
+	// Picks follow the shares.
+	s := mustNew(t, WithLocality("a"), WithRegion("r1"))
+	s.Update(regioned())
+	s.SetUsable("i0000", false)
+	s.SetUsable("i0001", false)
+	if a, b, c := tierFractions(t, s, PickOptions{}, 2000); a != 0 || b != 1 || c != 0 {
+		t.Fatalf("zone a out: picks a %.3f b %.3f c %.3f, want all in zone b (same region)", a, b, c)
+	}
+	s.SetUsable("i0002", false)
+	if a, b, c := tierFractions(t, s, PickOptions{}, 20000); a != 0 || math.Abs(b-0.7) > 0.03 || math.Abs(c-0.3) > 0.03 {
+		t.Fatalf("zone a out, b half: picks a %.3f b %.3f c %.3f, want 0, 0.7, 0.3", a, b, c)
+	}
+	// Without a region, zone b is as far as zone c.
+	s = mustNew(t, WithLocality("a"))
+	s.Update(regioned())
+	s.SetUsable("i0000", false)
+	s.SetUsable("i0001", false)
+	if z, r, rest := s.TierShares(); z != 0 || r != 0 || rest != 1 {
+		t.Fatalf("no region: shares %v %v %v, want 0 0 1", z, r, rest)
+	}
+	// Avoiding the region's instances spills to the next tier before
+	// relaxing Avoid.
+	s = mustNew(t, WithLocality("a"), WithRegion("r1"))
+	s.Update(regioned())
+	avoid := func(in *registry.Instance) bool { return in.Region == "r1" }
+	if a, b, c := tierFractions(t, s, PickOptions{Avoid: avoid}, 1000); c != 1 {
+		t.Fatalf("region r1 avoided: picks a %.3f b %.3f c %.3f, want all in r2", a, b, c)
+	}
+}
+
+// TestLocalityPanic: when the tiers together are short, a tier under the
+// panic threshold ignores Avoid (its instances all take calls); with the
+// threshold off, or when enough is usable elsewhere, Avoid holds.
+func TestLocalityPanic(t *testing.T) {
+	out := map[string]bool{"i0000": true, "i0001": true, "i0002": true, "i0004": true, "i0005": true, "i0006": true}
+	avoid := func(in *registry.Instance) bool { return out[in.ID] }
+	for _, c := range []struct {
+		name    string
+		opts    []Option
+		avoided bool // picks land on avoided instances
+	}{
+		{"default threshold", nil, true},
+		{"threshold off", []Option{WithPanicThreshold(0)}, false},
+		{"threshold 20%", []Option{WithPanicThreshold(20)}, false}, // 25% usable is not under 20%
+	} {
+		s := mustNew(t, append([]Option{WithLocality("a")}, c.opts...)...)
+		s.Update(zoned(8, 4))
+		for id := range out {
+			s.SetUsable(id, false)
+		}
+		if got := s.LocalShare(); math.Abs(got-0.5) > 1e-9 {
+			t.Fatalf("%s: local share %v with a quarter of each zone usable, want 0.5", c.name, got)
+		}
+		avoided := 0
+		for range 2000 {
+			in, done, err := s.Pick(context.Background(), PickOptions{Avoid: avoid})
+			if err != nil {
+				t.Fatal(err)
+			}
+			done.Finish(nil)
+			if out[in.ID] {
+				avoided++
+			}
+		}
+		// In panic each zone's four instances share its half: 3/4 avoided.
+		if c.avoided && math.Abs(float64(avoided)/2000-0.75) > 0.05 {
+			t.Fatalf("%s: %d of 2000 picks on avoided instances, want about 3/4 (panic)", c.name, avoided)
+		}
+		if !c.avoided && avoided != 0 {
+			t.Fatalf("%s: %d of 2000 picks on avoided instances, want none", c.name, avoided)
+		}
+	}
+	// Zone a all out, zone b whole: no panic, Avoid holds.
+	s := mustNew(t, WithLocality("a"))
+	s.Update(zoned(4, 2))
+	s.SetUsable("i0000", false)
+	s.SetUsable("i0001", false)
+	local := func(in *registry.Instance) bool { return in.Zone == "a" }
+	if got := localFraction(t, s, PickOptions{Avoid: local}, 1000); got != 0 {
+		t.Fatalf("zone a out, b healthy: %.3f of picks local, want none (no panic)", got)
+	}
+}
+
+// TestLocalityOptionsValidated: out-of-range tuning is an error naming
+// the option.
+func TestLocalityOptionsValidated(t *testing.T) {
+	for _, c := range []struct {
+		opt  Option
+		name string
+	}{
+		{WithOverprovisioning(0.5), "overprovisioning"},
+		{WithOverprovisioning(math.NaN()), "overprovisioning"},
+		{WithPanicThreshold(-1), "panic threshold"},
+		{WithPanicThreshold(101), "panic threshold"},
+	} {
+		_, err := New(WithLocality("a"), c.opt)
+		if !errors.Is(err, registry.ErrInvalid) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("New with a bad %s: %v, want ErrInvalid naming it", c.name, err)
+		}
+	}
+	s := mustNew(t, WithLocality("a"), WithOverprovisioning(1))
+	s.Update(zoned(4, 2))
+	s.SetUsable("i0000", false)
+	if got := s.LocalShare(); math.Abs(got-0.5) > 1e-9 {
+		t.Fatalf("overprovisioning 1, half the zone out: local share %v, want 0.5", got)
 	}
 }

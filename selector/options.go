@@ -90,20 +90,25 @@ const (
 type Option func(*config)
 
 type config struct {
-	strategy    Strategy
-	filters     []Filter
-	zone        string // WithLocality
-	vnodes      int
-	bound       float64 // 0 = off; else c ≥ 1
-	maglevSize  uint64  // 0 = automatic
-	choices     int
-	decay       time.Duration
-	penaltyNs   float64
-	rng         randSource // tests: deterministic randomness
-	clock       func() int64
-	smoothLimit int
-	slow        SlowStart
-	split       *Split
+	strategy Strategy
+	filters  []Filter
+	zone     string // WithLocality
+	region   string // WithRegion
+	// overprovision and panicPct tune the locality tiers
+	// (WithOverprovisioning, WithPanicThreshold).
+	overprovision float64
+	panicPct      int
+	vnodes        int
+	bound         float64 // 0 = off; else c ≥ 1
+	maglevSize    uint64  // 0 = automatic
+	choices       int
+	decay         time.Duration
+	penaltyNs     float64
+	rng           randSource // tests: deterministic randomness
+	clock         func() int64
+	smoothLimit   int
+	slow          SlowStart
+	split         *Split
 	// inflightBound: a pick counts in flight for at most this long.
 	inflightBound time.Duration
 }
@@ -113,6 +118,7 @@ func defaultConfig() config {
 		strategy: DefaultStrategy, vnodes: defaultVirtualNodes, choices: defaultChoices,
 		decay: defaultDecay, smoothLimit: 64, slow: defaultSlowStart,
 		inflightBound: DefaultInflightBound,
+		overprovision: defaultOverprovisioning, panicPct: defaultPanicThreshold,
 	}
 }
 
@@ -178,6 +184,12 @@ func (c *config) validate() error {
 	}
 	if c.decay <= 0 {
 		return fmt.Errorf("%w: decay %v (want > 0)", errInvalidOption, c.decay)
+	}
+	if !(c.overprovision >= 1 && c.overprovision <= 100) {
+		return fmt.Errorf("%w: overprovisioning %v (want 1 to 100)", errInvalidOption, c.overprovision)
+	}
+	if c.panicPct < 0 || c.panicPct > 100 {
+		return fmt.Errorf("%w: panic threshold %d%% (want 0 to 100)", errInvalidOption, c.panicPct)
 	}
 	c.choices = min(max(c.choices, 2), 10)
 	return c.split.validate()

@@ -15,8 +15,9 @@ import "fmt"
 // keeps its ramp. Calls picked before Reconfigure report their outcome
 // (Done) to the same state.
 //
-// Two options describe the process rather than the traffic and cannot
-// change: WithLocality's zone and WithInflightBound. Reconfigure keeps
+// The locality options (WithLocality, WithRegion, WithOverprovisioning,
+// WithPanicThreshold) and WithInflightBound describe the process rather
+// than the traffic and cannot change. Reconfigure keeps
 // New's values when opts do not give them, and fails when opts give
 // others. On any error (an unknown strategy, an out-of-range option, a
 // fixed option changed) the error wraps registry.ErrInvalid and the
@@ -26,7 +27,8 @@ func (s *Selector) Reconfigure(opts ...Option) error {
 	defer s.mu.Unlock()
 	c := defaultConfig()
 	// What New fixed (and the tests' hooks) carries over.
-	c.zone, c.inflightBound = s.cfg.zone, s.cfg.inflightBound
+	c.zone, c.region, c.inflightBound = s.cfg.zone, s.cfg.region, s.cfg.inflightBound
+	c.overprovision, c.panicPct = s.cfg.overprovision, s.cfg.panicPct
 	c.rng, c.clock, c.decay = s.cfg.rng, s.cfg.clock, s.cfg.decay
 	for _, o := range opts {
 		o(&c)
@@ -38,9 +40,13 @@ func (s *Selector) Reconfigure(opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	if c.zone != s.cfg.zone {
-		return fmt.Errorf("%w: locality zone %q: the selector was built for zone %q, which cannot change (build a new Selector)",
-			errInvalidOption, c.zone, s.cfg.zone)
+	if c.zone != s.cfg.zone || c.region != s.cfg.region {
+		return fmt.Errorf("%w: locality zone %q, region %q: the selector was built for zone %q, region %q, which cannot change (build a new Selector)",
+			errInvalidOption, c.zone, c.region, s.cfg.zone, s.cfg.region)
+	}
+	if c.overprovision != s.cfg.overprovision || c.panicPct != s.cfg.panicPct {
+		return fmt.Errorf("%w: locality overprovisioning %v, panic threshold %d: the selector was built with %v, %d, which cannot change (build a new Selector)",
+			errInvalidOption, c.overprovision, c.panicPct, s.cfg.overprovision, s.cfg.panicPct)
 	}
 	if c.inflightBound != s.cfg.inflightBound {
 		return fmt.Errorf("%w: in-flight bound %v: the selector was built with %v, which cannot change (build a new Selector)",

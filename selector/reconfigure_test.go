@@ -168,6 +168,8 @@ func TestReconfigureRejects(t *testing.T) {
 		"unknown strategy": {WithStrategy("fastest")},
 		"split over 100":   {WithSplit(Split{Route: Route{Version: "v2"}, Percent: 101})},
 		"zone":             {WithLocality("b")},
+		"region":           {WithRegion("r2")},
+		"overprovisioning": {WithOverprovisioning(2)},
 		"inflight bound":   {WithInflightBound(time.Minute)},
 	} {
 		err := s.Reconfigure(opts...)

@@ -365,7 +365,7 @@ func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *regist
 	if o.Endpoint != "" && p.ports {
 		p = p.serving(o.Endpoint) // no locality tiers yet: see docs/selector.md
 	}
-	tiered := p.local != nil
+	tiered := p.tiered
 	if p.mayRoute(o) {
 		r := p.routed(ctx, o)
 		tiered = tiered && r == p
@@ -418,6 +418,11 @@ func (p *Picker) fallback(h uint64, keyed bool, o *PickOptions) (*registry.Insta
 // again, then a scan, then the draining instances.
 func (p *Picker) pickExcluding(h uint64, keyed bool, o *PickOptions, s step) (*registry.Instance, *endpoint) {
 	n := len(p.insts)
+	if n == 1 && !o.rejects(&p.insts[0], s) {
+		// The one instance, rejected at a stricter step (a route of
+		// one quarantined instance): a relaxed step takes it.
+		return &p.insts[0], p.eps[0]
+	}
 	if n > 1 {
 		for attempt := 1; attempt < maxEffort; attempt++ {
 			i := p.algo.pick(h, keyed, attempt)
@@ -537,12 +542,13 @@ func (s *Selector) tier(p *Picker, insts []registry.Instance, ep func(*registry.
 			delete(s.unusable, id)
 		}
 	}
-	local, remote := tiers(insts, s.live.zone)
-	p.local = s.assemble(p.snap, local, ep, nil)
-	if len(remote) > 0 {
-		p.remote = s.assemble(p.snap, remote, ep, nil)
+	for i, in := range tiers(insts, s.cfg.zone, s.cfg.region) {
+		if len(in) > 0 {
+			p.tiers[i] = s.assemble(p.snap, in, ep, nil)
+		}
 	}
-	p.share = localShare(p, s.unusable)
+	p.tiered = true
+	s.cfg.loads(p, s.unusable)
 	p.direct = false // a pick chooses its tier first
 }
 
@@ -732,11 +738,14 @@ type Picker struct {
 	sel      *Selector
 	routes   *routeCache // per-call routes' pickers; nil in a route's picker
 	snap     registry.Snapshot
-	// WithLocality: the local zone's instances and the others' (nil
-	// when there are none), and the share of picks local gets (of 2^64).
-	local, remote *Picker
-	share         uint64
-	cfg           *config // the configuration it was built with
+	// WithLocality: the tiers' instances (zone, region, rest; nil when
+	// a tier has none), the cumulative shares of picks of the first two
+	// (of 2^64; math.MaxUint64 is all), and which tiers are in panic.
+	tiers  [numTiers]*Picker
+	cum    [2]uint64
+	tiered bool
+	panic  uint8
+	cfg    *config // the configuration it was built with
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into

@@ -22,7 +22,7 @@ import (
 	"github.com/roster-go/roster/registry/driver"
 )
 
-// Meta keys. Roster keeps its own fields (weight, version, zone) in one
+// Meta keys. Roster keeps its own fields (weight, version, zone, region) in one
 // key, metaFields, so they cost one of Consul's 64 Meta pairs:
 // backend.MaxMetadataPairs is 63 for that reason. The common validation
 // reserves the roster_ prefix, so user metadata never collides with it.
@@ -168,7 +168,9 @@ func fromConsul(e *api.ServiceEntry) driver.Instance {
 		}
 	}
 	if f, ok := s.Meta[metaFields]; ok {
-		in.Weight, in.Version, in.Zone, ok = decodeFields(f)
+		var fs fields
+		fs, ok = decodeFields(f)
+		in.Weight, in.Version, in.Zone, in.Region = fs.weight, fs.version, fs.zone, fs.region
 		if !ok {
 			// Not ours after all: a weight past backend.MaxWeight, so the
 			// check of what is read back skips the record and reports it.
@@ -222,24 +224,46 @@ func standing(e *api.ServiceEntry) backend.Standing {
 }
 
 // encodeFields packs Roster's own fields into one Meta value:
-// "<weight>,<len(version)>,<version><zone>". The length prefix needs no
-// escaping, and the longest value (5 + 1 + 3 + 1 + 128 + 128 bytes) is
-// well inside Consul's 512-byte limit on a Meta value.
+// "<weight>,<len(version)>,<version><zone>", and with a region
+// "<weight>,<len(version)>:<len(region)>,<version><zone><region>". The
+// length prefixes need no escaping, and the longest value (5 + 1 + 3 +
+// 1 + 3 + 1 + 3 × 128 bytes) is well inside Consul's 512-byte limit on a
+// Meta value. An instance without a region keeps the first form, which
+// Roster releases before regions read; they skip an instance with one
+// (its second field is no number) rather than read a wrong zone.
 func encodeFields(in driver.Instance) string {
-	return strconv.FormatUint(uint64(in.Weight), 10) + "," + strconv.Itoa(len(in.Version)) + "," + in.Version + in.Zone
+	lens := strconv.Itoa(len(in.Version))
+	if in.Region != "" {
+		lens += ":" + strconv.Itoa(len(in.Region))
+	}
+	return strconv.FormatUint(uint64(in.Weight), 10) + "," + lens + "," + in.Version + in.Zone + in.Region
+}
+
+// fields are Roster's own fields, as encodeFields packs them.
+type fields struct {
+	weight                uint32
+	version, zone, region string
 }
 
 // decodeFields reverses encodeFields; ok is false for a value it did not
 // write.
-func decodeFields(s string) (weight uint32, version, zone string, ok bool) {
+func decodeFields(s string) (f fields, ok bool) {
 	w, rest, ok1 := strings.Cut(s, ",")
 	n, rest, ok2 := strings.Cut(rest, ",")
+	nv, nr, hasRegion := strings.Cut(n, ":")
 	wn, err1 := strconv.ParseUint(w, 10, 32)
-	vn, err2 := strconv.Atoi(n)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil || vn < 0 || vn > len(rest) {
-		return 0, "", "", false
+	vn, err2 := strconv.Atoi(nv)
+	rn, err3 := 0, error(nil)
+	if hasRegion {
+		rn, err3 = strconv.Atoi(nr)
+		if err3 == nil && (rn <= 0 || nr != strconv.Itoa(rn)) {
+			err3 = strconv.ErrSyntax // one spelling per value: "01" or "+1" is not ours
+		}
 	}
-	return uint32(wn), rest[:vn], rest[vn:], true
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || err3 != nil || vn < 0 || rn < 0 || vn+rn > len(rest) {
+		return fields{}, false
+	}
+	return fields{weight: uint32(wn), version: rest[:vn], zone: rest[vn : len(rest)-rn], region: rest[len(rest)-rn:]}, true
 }
 
 // Register implements driver.Driver: an agent registration with

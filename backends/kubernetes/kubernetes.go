@@ -79,11 +79,14 @@ const (
 
 // Annotations an operator may set on a Pod, or on a Service's
 // EndpointSlices for all their endpoints. A Pod's win. Tags are
-// comma-separated.
+// comma-separated. AnnotationRegion is the instances' Region (an
+// EndpointSlice has a zone per endpoint, but no region); the slices
+// Roster writes carry it too.
 const (
 	AnnotationWeight  = "roster.dev/weight"
 	AnnotationVersion = "roster.dev/version"
 	AnnotationTags    = "roster.dev/tags"
+	AnnotationRegion  = "roster.dev/region"
 )
 
 // Labels and annotations of the slices and Leases Roster writes.

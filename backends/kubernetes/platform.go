@@ -71,7 +71,7 @@ func (p platform) instance(service string, s *discoveryv1.EndpointSlice, e disco
 	// ("fd00::1" is no ID: the registry would skip it).
 	in := driver.Instance{ID: backend.AddressID(host), Service: service,
 		Address: net.JoinHostPort(host, strconv.Itoa(int(*ports[0].Port))),
-		Version: s.Annotations[AnnotationVersion], Weight: weight}
+		Version: s.Annotations[AnnotationVersion], Region: s.Annotations[AnnotationRegion], Weight: weight}
 	if len(ports) > 1 {
 		// One port is a one-port process, as before: it serves every name.
 		in.Endpoints = make([]driver.Endpoint, len(ports))
@@ -107,9 +107,12 @@ func (p platform) podOf(e discoveryv1.Endpoint) *corev1.Pod {
 	return pod
 }
 
-// fromPod sets the version, weight and tags a Pod's labels and
+// fromPod sets the version, region, weight and tags a Pod's labels and
 // annotations give; each falls back to what the slice said.
 func fromPod(in *driver.Instance, pod *corev1.Pod) {
+	if r := pod.Annotations[AnnotationRegion]; r != "" {
+		in.Region = r
+	}
 	for _, v := range []string{pod.Annotations[AnnotationVersion], pod.Labels[labelAppVersion], pod.Labels[labelVersion]} {
 		if v != "" {
 			in.Version = v

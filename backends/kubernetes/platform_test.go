@@ -107,3 +107,19 @@ func TestPlatformPodOf(t *testing.T) {
 		t.Errorf("%+v; want web-0 at v1", ins)
 	}
 }
+
+// TestPlatformRegion: the slice's roster.dev/region annotation is its
+// endpoints' region; a Pod's wins.
+func TestPlatformRegion(t *testing.T) {
+	s := slice(port("http", 8080))
+	s.Annotations = map[string]string{AnnotationRegion: "eu-west"}
+	if ins := (platform{}).instances("svc", s); len(ins) != 1 || ins[0].Region != "eu-west" {
+		t.Errorf("%+v; want region eu-west from the slice", ins)
+	}
+	s.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: "web-0"}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Annotations: map[string]string{AnnotationRegion: "us-east"}}}
+	p := platform{pod: func(string) *corev1.Pod { return pod }}
+	if ins := p.instances("svc", s); len(ins) != 1 || ins[0].Region != "us-east" {
+		t.Errorf("%+v; want the Pod's region us-east", ins)
+	}
+}

@@ -89,12 +89,16 @@ func (r *registration) slice() (*discoveryv1.EndpointSlice, error) {
 	}
 	p, ready := int32(port), true
 	ctrl := false
+	ann := map[string]string{annotationInstance: string(js), annotationLease: string(r.leaseUID)}
+	if r.inst.Region != "" {
+		ann[AnnotationRegion] = r.inst.Region // for readers of the slice alone
+	}
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: r.name,
 			Labels: map[string]string{discoveryv1.LabelServiceName: r.inst.Service,
 				discoveryv1.LabelManagedBy: managedBy},
-			Annotations: map[string]string{annotationInstance: string(js), annotationLease: string(r.leaseUID)},
+			Annotations: ann,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "coordination.k8s.io/v1", Kind: "Lease",
 				Name: r.name, UID: r.leaseUID, Controller: &ctrl}},
 		},

@@ -51,12 +51,13 @@ type articleValue struct {
 // Roster's own fields inside the metadata string. User keys cannot start
 // with "roster_" (registry validation reserves it for backends).
 const (
-	mdZone    = "zone"        // Instance.Zone, as in the article
-	mdID      = "roster_id"   // Instance.ID
-	mdTags    = "roster_tags" // Instance.Tags, %-escaped, '|'-separated
-	mdUser    = "roster_m_"   // a user metadata key that collides with "zone"
-	metaEsc   = "%,="         // escaped in metadata values
-	tagEscape = "%,=|"        // escaped in tags
+	mdZone    = "zone"          // Instance.Zone, as in the article
+	mdID      = "roster_id"     // Instance.ID
+	mdRegion  = "roster_region" // Instance.Region: no key of the article, so one of ours
+	mdTags    = "roster_tags"   // Instance.Tags, %-escaped, '|'-separated
+	mdUser    = "roster_m_"     // a user metadata key that collides with "zone"
+	metaEsc   = "%,="           // escaped in metadata values
+	tagEscape = "%,=|"          // escaped in tags
 )
 
 func escape(s, set string) string {
@@ -108,6 +109,9 @@ func encodeArticle(in driver.Instance) (string, error) {
 		pairs = append(pairs, name+"="+escape(in.Metadata[k], metaEsc))
 	}
 	pairs = append(pairs, mdID+"="+in.ID)
+	if in.Region != "" {
+		pairs = append(pairs, mdRegion+"="+escape(in.Region, metaEsc))
+	}
 	if len(in.Tags) > 0 {
 		tags := make([]string, len(in.Tags))
 		for i, t := range in.Tags {
@@ -170,6 +174,8 @@ func decodeArticle(service, addrFromKey, val string) (driver.Instance, bool) {
 			}
 		case k == mdZone:
 			in.Zone = unescape(v)
+		case k == mdRegion:
+			in.Region = unescape(v)
 		case strings.HasPrefix(k, mdUser):
 			setMeta(&in, strings.TrimPrefix(k, mdUser), unescape(v))
 		case k != "":

@@ -137,7 +137,7 @@ func startChild(mode string, args ...string) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, append([]string{"-child", mode, "--"}, args...)...)
+	cmd := exec.Command(self, append([]string{"-ttl", ttl.String(), "-child", mode, "--"}, args...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

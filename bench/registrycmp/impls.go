@@ -21,8 +21,8 @@ import (
 	"github.com/roster-go/roster/registry"
 )
 
-// ttl is every implementation's registration TTL.
-const ttl = 5 * time.Second
+// ttl is every implementation's registration TTL (flag -ttl).
+var ttl = 5 * time.Second
 
 // An impl is one library on one backend. A client registers instances,
 // and watches a service through its own connection.
@@ -337,19 +337,33 @@ func kitView(ins interface {
 
 // ---- go-kit sd/consul ----
 
-type kitConsulImpl struct{ addr string }
+// kitConsulImpl is go-kit's sd/consul. With check set it is not go-kit
+// but plain agent registrations that carry a TTL check, created passing
+// and never renewed: the agent's own rate for what Roster registers.
+type kitConsulImpl struct {
+	addr  string
+	check bool
+}
 
-func (kitConsulImpl) name() string    { return "go-kit" }
+func (k kitConsulImpl) name() string {
+	if k.check {
+		return "plain+check"
+	}
+	return "go-kit"
+}
 func (kitConsulImpl) backend() string { return "consul" }
 
-type kitConsulClient struct{ c kitconsul.Client }
+type kitConsulClient struct {
+	c     kitconsul.Client
+	check bool
+}
 
 func (k kitConsulImpl) open(context.Context) (client, error) {
 	c, err := consulapi.NewClient(&consulapi.Config{Address: k.addr})
 	if err != nil {
 		return nil, err
 	}
-	return kitConsulClient{kitconsul.NewClient(c)}, nil
+	return kitConsulClient{kitconsul.NewClient(c), k.check}, nil
 }
 
 // register registers the service as go-kit's examples do. go-kit's
@@ -362,6 +376,9 @@ func (c kitConsulClient) register(_ context.Context, service, addr string) (hand
 	}
 	p, _ := strconv.Atoi(port)
 	r := &consulapi.AgentServiceRegistration{ID: service + "-" + addr, Name: service, Address: host, Port: p}
+	if c.check {
+		r.Check = &consulapi.AgentServiceCheck{TTL: ttl.String(), Status: consulapi.HealthPassing}
+	}
 	// Registrar.Register logs errors and returns none; call the client
 	// directly so a failure is seen.
 	if err := c.c.Register(r); err != nil {
@@ -394,7 +411,8 @@ func implsFor(etcdURL string, etcdEndpoints []string, consulAddr string) []impl 
 		out = append(out, rosterImpl{etcdURL, "etcd"}, gozeroImpl{etcdEndpoints}, kitEtcdImpl{etcdEndpoints})
 	}
 	if consulAddr != "" {
-		out = append(out, rosterImpl{"consul://" + consulAddr, "consul"}, kitConsulImpl{consulAddr})
+		out = append(out, rosterImpl{"consul://" + consulAddr, "consul"}, kitConsulImpl{addr: consulAddr},
+			kitConsulImpl{addr: consulAddr, check: true})
 	}
 	return out
 }

@@ -53,11 +53,13 @@ var (
 	holdN      = flag.Int("hold-n", 1000, "registrations kept alive for the CPU figures")
 	rounds     = flag.Int("rounds", 12, "etcd restarts")
 	regTimeout = flag.Duration("reg-timeout", 60*time.Second, "give up on registering N after this long")
+	deregN     = flag.Int("dereg-n", 1000, "registration count at which deregistrations are timed")
 	only       = flag.String("only", "", "comma-separated phases to run (reg,dereg,crash,cpu,restart); empty: all")
 	implFlag   = flag.String("impl", "", "comma-separated implementations to run (backend/name, e.g. etcd/roster); empty: all")
 )
 
 func main() {
+	flag.DurationVar(&ttl, "ttl", ttl, "TTL of every registration, whole seconds (go-zero's unit)")
 	flag.Parse()
 	if *childMode != "" {
 		runChild(*childMode, flag.Args())
@@ -175,7 +177,7 @@ func run() error {
 func fakeAddr(i int) string { return fmt.Sprintf("10.1.%d.%d:8080", i/250, i%250+1) }
 
 // registerPhase registers n instances, sequentially as one process
-// would, times it, and at n = 1,000 times deregistrations as seen by the
+// would, times it, and at n = -dereg-n times deregistrations as seen by the
 // library's watcher.
 func registerPhase(ctx context.Context, im impl, n int) error {
 	service := fmt.Sprintf("reg-%s-%d", strings.ReplaceAll(im.name(), "-", ""), n)
@@ -213,7 +215,7 @@ func registerPhase(ctx context.Context, im impl, n int) error {
 	if phase("reg") {
 		fmt.Printf("%-14s register n=%-5d calls %.3f s, watcher sees all %s\n", label(im), n, calls.Seconds(), vis)
 	}
-	if n != 1000 || !phase("dereg") || !seen {
+	if n != *deregN || !phase("dereg") || !seen {
 		return nil
 	}
 	k := min(*samples, n)
@@ -234,8 +236,8 @@ func registerPhase(ctx context.Context, im impl, n int) error {
 	}
 	hs = hs[k:]
 	slices.Sort(lat)
-	fmt.Printf("%-14s deregister→watcher (n=1000, %d samples): p50 %s p99 %s max %s, missed %d\n",
-		label(im), len(lat), ms(pct(lat, 50)), ms(pct(lat, 99)), ms(pct(lat, 100)), missed)
+	fmt.Printf("%-14s deregister→watcher (n=%d, %d samples): p50 %s p99 %s max %s, missed %d\n",
+		label(im), n, len(lat), ms(pct(lat, 50)), ms(pct(lat, 99)), ms(pct(lat, 100)), missed)
 	return nil
 }
 

@@ -35,6 +35,8 @@ type agentFlags struct {
 	socketMode  os.FileMode
 	debounce    time.Duration
 	instMetrics bool
+	// The host's locality, agent.Config's Zone and Region.
+	zone, region string
 	// The agent's bounds, agent.Config's fields of the same names.
 	readTimeout, writeTimeout, idleTimeout, serviceIdle time.Duration
 	maxConns, maxServices, maxTokens                    int
@@ -46,7 +48,7 @@ func (fl agentFlags) config(reg *registry.Registry) agent.Config {
 		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir,
 		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
 		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle,
-		InstanceMetrics: fl.instMetrics}
+		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region}
 }
 
 func newAgent() *cobra.Command {
@@ -104,6 +106,8 @@ See docs/agent.md for the API.`,
 	intVar(f, &fl.maxServices, "max-services", 1024, 1, 1<<20,
 		"services followed for clients, and local registrations; one more is 429 too_many")
 	intVar(f, &fl.maxTokens, "max-tokens", 1<<16, 1, 1<<24, "pick tokens waiting for a report; past it the oldest expires")
+	f.StringVar(&fl.zone, "zone", "", "this host's zone: picks prefer its instances and fail over as they are ejected")
+	f.StringVar(&fl.region, "region", "", "this host's region (with --zone): a zone fails over to the rest of its region first")
 	f.BoolVar(&fl.instMetrics, "instance-metrics", false, "add /metrics series by instance ID, ended when an instance leaves")
 	durationVar(f, &fl.serviceIdle, "service-idle", 5*time.Minute, time.Second, 24*time.Hour,
 		"how long a service no pick or long poll asked for stays followed")
@@ -113,6 +117,9 @@ See docs/agent.md for the API.`,
 func (fl agentFlags) validate() ([]agent.Template, error) {
 	if _, err := selector.ParseStrategy(fl.strategy); err != nil {
 		return nil, fmt.Errorf("%w: --strategy: %w", registry.ErrInvalid, err)
+	}
+	if fl.region != "" && fl.zone == "" {
+		return nil, fmt.Errorf("%w: --region %q needs --zone", registry.ErrInvalid, fl.region)
 	}
 	if err := checkPassEnv(fl.passEnv); err != nil {
 		return nil, err

@@ -88,3 +88,14 @@ func TestAgentMaxServicesFlagApplies(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentLocalityFlags: --zone and --region reach agent.Config.
+func TestAgentLocalityFlags(t *testing.T) {
+	cmd, fl := newAgentCmd()
+	if err := cmd.ParseFlags([]string{"--zone", "a", "--region", "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fl.config(nil); got.Zone != "a" || got.Region != "r1" {
+		t.Errorf("config from --zone a --region r1: zone %q region %q", got.Zone, got.Region)
+	}
+}

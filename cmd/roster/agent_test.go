@@ -273,6 +273,8 @@ func TestAgentBadFlags(t *testing.T) {
 		{[]string{"--exec", "true"}, "--exec needs at least one --template"},
 		{[]string{"--template", "only-in"}, "not in.tmpl:out.conf"},
 		{[]string{"--token-ttl", "0s"}, `"--token-ttl" flag: must be from 100ms to 1h`},
+		{[]string{"--region", "r1"}, `--region "r1" needs --zone`},
+		{[]string{"--zone", "a\tb"}, "Config.Zone"},
 		{nil, "no registry"},
 	} {
 		args := append([]string{"agent", "--listen", "127.0.0.1:0"}, c.args...)

@@ -110,6 +110,7 @@ Without CMD it keeps the registration alive until it is signalled.`,
 	f.StringVar(&in.ID, "id", "", "instance ID (default <service>-<host>-<port>-<random>)")
 	f.StringVar(&in.Version, "version", "", "version, for canary routing")
 	f.StringVar(&in.Zone, "zone", "", "zone, for zone-aware routing")
+	f.StringVar(&in.Region, "region", "", "region holding the zone, for failover within a region first")
 	f.Uint32Var(&in.Weight, "weight", registry.DefaultWeight, "relative weight, 0 to 65535; 0 starts the instance drained")
 	f.StringArrayVar(&meta, "meta", nil, "metadata key=value (repeatable)")
 	f.StringArrayVar(&tags, "tag", nil, "tag (repeatable)")

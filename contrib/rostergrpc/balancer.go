@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/roster-go/roster/internal/backend"
@@ -60,32 +62,75 @@ func (builder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balance
 		service: opts.Target.Endpoint(),
 		conns:   map[string]*subConn{},
 		state:   connectivity.Connecting,
+		ejected: map[string]bool{},
 	}
 }
 
 // settings are what a dial's Options give the balancer, through the
 // resolver state's attributes (a balancer is built by name, globally).
+// They also tell the balancers of the dial what the quarantine ejects.
 type settings struct {
 	quarantine *middleware.Quarantine
 	classify   middleware.Classifier
+	selOpts    []selector.Option
+
+	mu        sync.Mutex
+	balancers map[*rosterBalancer]bool
+}
+
+func newSettings(q *middleware.Quarantine, classify middleware.Classifier, selOpts []selector.Option) *settings {
+	s := &settings{quarantine: q, classify: classify, selOpts: selOpts, balancers: map[*rosterBalancer]bool{}}
+	mwhook.WatchUsable(q, s.usable)
+	return s
+}
+
+// join and leave add and remove a balancer that follows the quarantine.
+func (s *settings) join(b *rosterBalancer) {
+	s.mu.Lock()
+	s.balancers[b] = true
+	s.mu.Unlock()
+}
+
+func (s *settings) leave(b *rosterBalancer) {
+	s.mu.Lock()
+	delete(s.balancers, b)
+	s.mu.Unlock()
+}
+
+// usable passes an ejection, or its end, to the balancers of the dial.
+func (s *settings) usable(service, id string, usable bool) {
+	s.mu.Lock()
+	bs := make([]*rosterBalancer, 0, len(s.balancers))
+	for b := range s.balancers {
+		bs = append(bs, b)
+	}
+	s.mu.Unlock()
+	for _, b := range bs {
+		b.setEjected(service, id, !usable)
+	}
 }
 
 type settingsKey struct{}
 
 // rosterBalancer keeps one SubConn per instance address and, on every
-// change (addresses, weights, connectivity), publishes an immutable picker
-// over the READY ones, backed by a Roster selector. gRPC calls its methods
-// (and the SubConn state listeners) one at a time; only the pickers run
-// concurrently.
+// change (addresses, weights, connectivity, ejections), publishes an
+// immutable picker over the READY ones, backed by a Roster selector that
+// holds every instance: those not READY count as unusable in their
+// locality tier. gRPC calls its methods (and the SubConn state
+// listeners) one at a time, and the quarantine's ejections come from
+// other goroutines, hence mu.
 type rosterBalancer struct {
 	cc      balancer.ClientConn
 	service string
 
+	mu       sync.Mutex
 	strategy selector.Strategy
 	sel      *selector.Selector
 	set      *settings
+	selErr   error // the selector options are invalid
 
 	conns       map[string]*subConn // by address
+	ejected     map[string]bool     // by instance ID: the quarantine holds it out
 	state       connectivity.State
 	resolverErr error
 	connErr     error
@@ -99,14 +144,22 @@ type subConn struct {
 }
 
 func (b *rosterBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
 		return nil
 	}
 	if err := b.configure(s); err != nil {
-		return err
+		// Bad selector options (DialOptions cannot return an error):
+		// every RPC fails, saying why.
+		b.selErr = err
+		b.publish()
+		return nil
 	}
+	b.selErr = nil
 	b.syncConns(s.ResolverState)
 	b.baseline()
+	b.update()
 	if len(b.conns) == 0 {
 		b.resolverErr = b.noInstances(s.ResolverState)
 		b.publish()
@@ -132,20 +185,31 @@ func (b *rosterBalancer) configure(s balancer.ClientConnState) error {
 	if svc, ok := s.ResolverState.Attributes.Value(serviceKey{}).(string); ok {
 		b.service = svc
 	}
-	if set, ok := s.ResolverState.Attributes.Value(settingsKey{}).(*settings); ok {
+	if set, ok := s.ResolverState.Attributes.Value(settingsKey{}).(*settings); ok && set != b.set {
+		if b.set != nil {
+			b.set.leave(b)
+		}
 		b.set = set
+		set.join(b)
 	}
 	if b.set == nil {
-		b.set = &settings{quarantine: middleware.NewQuarantine(middleware.QuarantineConfig{}), classify: defaultClassify}
+		b.set = newSettings(middleware.NewQuarantine(middleware.QuarantineConfig{}), defaultClassify, nil)
+		b.set.join(b)
 	}
-	strategy := selector.DefaultStrategy
+	// The strategy of the balancer config wins over one in the selector
+	// options; without either it is the selector's default.
+	var strategy selector.Strategy
 	if c, ok := s.BalancerConfig.(*lbConfig); ok && c.Strategy != "" {
 		strategy = selector.Strategy(c.Strategy)
 	}
 	if b.sel == nil || strategy != b.strategy {
-		sel, err := selector.New(selector.WithStrategy(strategy))
+		opts := b.set.selOpts
+		if strategy != "" {
+			opts = append(slices.Clip(opts), selector.WithStrategy(strategy))
+		}
+		sel, err := selector.New(opts...)
 		if err != nil {
-			return fmt.Errorf("rostergrpc: %w", err) // validated by ParseConfig: not reached
+			return fmt.Errorf("rostergrpc: %s: %w", b.service, err)
 		}
 		b.sel, b.strategy = sel, strategy
 	}
@@ -195,14 +259,71 @@ func (b *rosterBalancer) syncConns(rs resolver.State) {
 }
 
 // baseline gives the selector the instances the service has when the
-// balancer first hears of them: their connections become ready one by
-// one, and they must not be slow-started as if they had just joined.
+// balancer first hears of them, so they are not slow-started as if they
+// had just joined.
 func (b *rosterBalancer) baseline() {
-	snap := registry.Snapshot{Service: b.service}
+	b.sel.Baseline(b.snapshot())
+}
+
+// snapshot is the snapshot of every instance with a SubConn.
+func (b *rosterBalancer) snapshot() registry.Snapshot {
+	snap := registry.Snapshot{Service: b.service, Instances: make([]registry.Instance, 0, len(b.conns)), At: time.Now()}
 	for _, c := range b.conns {
 		snap.Instances = append(snap.Instances, c.inst)
 	}
-	b.sel.Baseline(snap)
+	backend.SortInstances(snap.Instances)
+	return snap
+}
+
+// update gives the selector every instance with a SubConn, READY or not,
+// and marks which are usable. The selector keeps per-instance state (in
+// flight, latency) by ID across updates.
+func (b *rosterBalancer) update() {
+	b.sel.Update(b.snapshot())
+	if len(b.ejected) > 0 {
+		ids := make(map[string]bool, len(b.conns))
+		for _, c := range b.conns {
+			ids[c.inst.ID] = true
+		}
+		for id := range b.ejected {
+			if !ids[id] {
+				delete(b.ejected, id) // gone: a new instance reusing the ID starts clean
+			}
+		}
+	}
+	for _, c := range b.conns {
+		b.markUsable(c)
+	}
+}
+
+// markUsable tells the selector whether the instance can take calls now,
+// for the usable share of its locality tier: READY and not held out by
+// the quarantine (draining the selector sees by itself).
+func (b *rosterBalancer) markUsable(c *subConn) {
+	b.sel.SetUsable(c.inst.ID, c.state == connectivity.Ready && !b.ejected[c.inst.ID])
+}
+
+// setEjected records an ejection by the quarantine, or its end, and
+// publishes a picker with the new locality shares.
+func (b *rosterBalancer) setEjected(service, id string, ejected bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || service != b.service || b.sel == nil || b.ejected[id] == ejected {
+		return
+	}
+	if ejected {
+		b.ejected[id] = true
+	} else {
+		delete(b.ejected, id)
+	}
+	for _, c := range b.conns {
+		if c.inst.ID == id {
+			b.markUsable(c)
+		}
+	}
+	if b.state == connectivity.Ready {
+		b.publish()
+	}
 }
 
 func endpointsOf(s resolver.State) []resolver.Endpoint {
@@ -217,6 +338,8 @@ func endpointsOf(s resolver.State) []resolver.Endpoint {
 }
 
 func (b *rosterBalancer) ResolverError(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
 		return
 	}
@@ -231,6 +354,8 @@ func (b *rosterBalancer) ResolverError(err error) {
 func (b *rosterBalancer) UpdateSubConnState(balancer.SubConn, balancer.SubConnState) {}
 
 func (b *rosterBalancer) updateSubConnState(c *subConn, st balancer.SubConnState) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed || b.conns[c.inst.Address] != c {
 		return // shut down already
 	}
@@ -254,12 +379,18 @@ func (b *rosterBalancer) updateSubConnState(c *subConn, st balancer.SubConnState
 	}
 	c.state = st.ConnectivityState
 	if (old == connectivity.Ready) != (c.state == connectivity.Ready) || c.state == connectivity.TransientFailure {
+		b.markUsable(c)
 		b.publish()
 	}
 }
 
 func (b *rosterBalancer) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.closed = true
+	if b.set != nil {
+		b.set.leave(b)
+	}
 	for addr, c := range b.conns {
 		c.sc.Shutdown()
 		delete(b.conns, addr)
@@ -267,6 +398,8 @@ func (b *rosterBalancer) Close() {
 }
 
 func (b *rosterBalancer) ExitIdle() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for _, c := range b.conns {
 		if c.state == connectivity.Idle {
 			c.sc.Connect()
@@ -274,35 +407,39 @@ func (b *rosterBalancer) ExitIdle() {
 	}
 }
 
-// publish computes the aggregate state and a new picker.
+// publish computes the aggregate state and a new picker; b.mu is held.
 func (b *rosterBalancer) publish() {
-	var ready []*subConn
+	if b.selErr != nil {
+		b.state = connectivity.TransientFailure
+		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
+			Picker: errPicker{status.Error(codes.Unavailable, b.selErr.Error())}})
+		return
+	}
+	ready := 0
 	connecting := false
 	for _, c := range b.conns {
 		switch c.state {
 		case connectivity.Ready:
-			ready = append(ready, c)
+			ready++
 		case connectivity.Idle, connectivity.Connecting:
 			connecting = true
 		}
 	}
 	switch {
-	case len(ready) > 0:
-		insts := make([]registry.Instance, 0, len(ready))
-		byID := make(map[string]balancer.SubConn, len(ready))
-		for _, c := range ready {
-			insts = append(insts, c.inst)
-			byID[c.inst.ID] = c.sc
+	case ready > 0:
+		byID := make(map[string]balancer.SubConn, ready)
+		for _, c := range b.conns {
+			if c.state == connectivity.Ready {
+				byID[c.inst.ID] = c.sc
+			}
 		}
-		backend.SortInstances(insts)
-		// The selector keeps per-instance state (in flight, latency) by
-		// ID across updates; the picker captures the immutable view this
-		// update built, so it never picks from a later set.
-		b.sel.Update(registry.Snapshot{Service: b.service, Instances: insts, At: time.Now()})
+		// The picker captures the selector's current immutable view
+		// (the instances of the last update, with the usable shares of
+		// now), so it never picks from a later set.
 		b.state = connectivity.Ready
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: &picker{
-			service: b.service, view: b.sel.Picker(), byID: byID, set: b.set, total: len(ready),
-			connecting: connecting,
+			service: b.service, view: b.sel.Picker(), byID: byID, set: b.set, total: b.sel.Len(),
+			partial: ready < len(b.conns), connecting: connecting,
 		}})
 	case connecting:
 		b.state = connectivity.Connecting
@@ -336,16 +473,18 @@ func (p errPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
 }
 
 // picker is immutable: the READY connections by instance ID, and the
-// selector's view built from exactly those instances (grpc-go's pickers
-// are snapshots too: an old one keeps picking from its own set).
+// selector's view of every instance (grpc-go's pickers are snapshots
+// too: an old one keeps picking from its own set).
 type picker struct {
 	service string
 	view    *selector.Picker
 	byID    map[string]balancer.SubConn
 	set     *settings
 	total   int
-	// connecting: some instances are still connecting, so an RPC routed
-	// to instances none of which is ready waits for the next picker.
+	// partial: some instances are not READY, and picks exclude them.
+	partial bool
+	// connecting: some instances are still connecting, so an RPC that
+	// finds no READY instance waits for the next picker.
 	connecting bool
 }
 
@@ -355,36 +494,64 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	q := p.set.quarantine
 	// The fallback order is the selector's, as in middleware.Client: an
 	// instance this RPC has not tried that the quarantine admits, then a
-	// tried one it admits, then any.
-	in, done, err := p.view.Pick(ctx, selector.PickOptions{
+	// tried one it admits, then any. An instance without a READY
+	// connection is never picked.
+	o := selector.PickOptions{
 		Key:   keyFrom(ctx),
 		Route: routeFrom(ctx),
 		Tried: func(in *registry.Instance) bool { return tr.has(in.ID) },
 		Avoid: func(in *registry.Instance) bool { return !mwhook.Admit(q, p.service, in.ID, p.total) },
-	})
+	}
+	if p.partial {
+		o.Exclude = p.notReady
+	}
+	in, done, err := p.view.Pick(ctx, o)
 	if err != nil {
-		if p.connecting && errors.Is(err, selector.ErrNoInstances) {
+		if p.connecting && errors.Is(err, selector.ErrAllExcluded) {
 			return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 		}
 		return balancer.PickResult{}, status.Errorf(codes.Unavailable, "rostergrpc: %s: %v", p.service, err)
 	}
 	sc, ok := p.byID[in.ID]
-	if !ok { // the view was built from byID's instances: not reached
+	if !ok { // Exclude keeps the others out: not reached
 		done.Done(context.Canceled, 0)
 		return balancer.PickResult{}, status.Errorf(codes.Internal, "rostergrpc: %s: picked %s, which has no connection", p.service, in.ID)
 	}
-	start := time.Now()
-	id, classify, service, total := in.ID, p.set.classify, p.service, p.total
-	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) {
-		err := di.Err
-		if status.Code(err) == codes.Canceled {
-			err = context.Canceled // the selector leaves latency alone then
-		}
-		done.Done(err, time.Since(start))
-		c := classify(ctx, di.Err)
-		mwhook.Outcome(q, service, id, int(c), total)
-		if di.Err != nil {
-			tr.add(id)
-		}
-	}}, nil
+	a := attempt{ctx: ctx, p: p, id: in.ID, zone: in.Zone, done: done, start: time.Now()}
+	if tr != nil && tr.begin(a) {
+		return balancer.PickResult{SubConn: sc, Done: tr.doneFn}, nil
+	}
+	return balancer.PickResult{SubConn: sc, Done: func(di balancer.DoneInfo) { a.finish(tr, di) }}, nil
+}
+
+// attempt is one picked attempt, until its Done.
+type attempt struct {
+	ctx   context.Context
+	p     *picker
+	id    string
+	zone  string
+	done  selector.Done
+	start time.Time
+}
+
+// finish feeds the attempt's outcome to the selector, the quarantine and
+// the RPC's tried set.
+func (a attempt) finish(tr *tried, di balancer.DoneInfo) {
+	if a.p == nil {
+		return // no attempt in flight: not reached
+	}
+	err := di.Err
+	if status.Code(err) == codes.Canceled {
+		err = context.Canceled // the selector leaves latency alone then
+	}
+	a.done.Done(err, time.Since(a.start))
+	c := a.p.set.classify(a.ctx, di.Err)
+	out := mwhook.OutcomeIn(a.p.set.quarantine, a.p.service, a.id, a.zone, int(c), a.p.total)
+	tr.attempted(a.id, di.Err != nil, out)
+}
+
+// notReady is the pick's Exclude: the instance has no READY connection.
+func (p *picker) notReady(in *registry.Instance) bool {
+	_, ok := p.byID[in.ID]
+	return !ok
 }

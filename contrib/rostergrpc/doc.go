@@ -16,15 +16,19 @@
 // out.
 // A registry outage never empties the list, as stale snapshots keep the
 // last instances. An empty snapshot is a real answer. RPCs then fail with
-// Unavailable, or wait with grpc.WaitForReady. A registry that cannot be reached at start is named in
-// the RPCs' errors, with its URL redacted.
+// Unavailable, or wait with grpc.WaitForReady. A registry that cannot be
+// reached at start is named in the RPCs' errors, its URL redacted.
 //
 // The balancer, named "roster", keeps one SubConn per instance address. It
-// feeds the READY instances to a selector.Selector and picks from its
-// immutable view. A pick avoids quarantined instances and those the RPC
-// already tried. It falls back in the same order as middleware.Client.
-// Done feeds latency and error to the selector, and the classified outcome
-// to a middleware.Quarantine.
+// feeds every instance to a selector.Selector and picks from its
+// immutable view, among the instances whose connection is READY. A pick
+// avoids quarantined instances and those the RPC already tried. It falls
+// back in the same order as middleware.Client. Done feeds latency and
+// error to the selector, and the classified outcome to a
+// middleware.Quarantine. [WithSelector] adds selector options: with
+// selector.WithLocality, an instance that is not READY, quarantined or
+// draining is unusable in its zone's tier, and traffic spills to the
+// other zones as the local zone's usable share falls.
 //
 // Outgoing metadata routes one RPC. The keys x-roster-version and
 // x-roster-zone keep it to that version or zone. The key x-roster-hash-key
@@ -32,7 +36,13 @@
 // context routes it too.
 //
 // Retries are gRPC's own, set with [WithRetry]. By default an RPC gets 3
-// attempts on UNAVAILABLE, and a retry goes to another instance.
+// attempts on UNAVAILABLE, and a retry goes to another instance. The
+// service config's retryThrottling stops retries in an outage. gRPC
+// never retries an RPC that received response headers; a unary RPC to a
+// method named by [WithIdempotent] is then sent again.
+//
+// Unary RPCs go through middleware.Client's adaptive throttle, per
+// service ([WithThrottle]). Failures on quarantined instances do not count.
 //
 // To stop a server without failing an RPC, deregister it first. Wait until
 // clients have seen that, then call GracefulStop. See docs/integration.md

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -12,6 +13,7 @@ import (
 
 	_ "github.com/roster-go/roster/backends/memory"
 	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
+	"github.com/roster-go/roster/middleware"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
@@ -49,4 +51,44 @@ func ExampleNewClient() {
 	}
 	fmt.Println(conn.Target(), resp.GetStatus())
 	// Output: roster:///inventory SERVING
+}
+
+// A client in zone a that prefers the instances of zone a while they are
+// usable (connection READY, not quarantined, not draining) and spills
+// to the other zones as they fail, with the adaptive throttle tuned and
+// the health service's methods safe to send again.
+func ExampleWithSelector() {
+	ctx := context.Background()
+	reg, _ := registry.Open(ctx, "mem://")
+	defer reg.Close()
+
+	for _, zone := range []string{"a", "b"} {
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		srv := grpc.NewServer()
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+		go srv.Serve(ln)
+		defer srv.Stop()
+		lease, _ := reg.Register(ctx, registry.Instance{Service: "inventory", Zone: zone, Address: ln.Addr().String()})
+		defer lease.Deregister(ctx)
+	}
+
+	conn, err := rostergrpc.NewClient(reg, "inventory",
+		[]rostergrpc.Option{
+			rostergrpc.WithSelector(selector.WithLocality("a")),
+			rostergrpc.WithThrottle(middleware.ThrottleConfig{Window: 5 * time.Second}),
+			rostergrpc.WithIdempotent("/grpc.health.v1.Health/"),
+		},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(resp.GetStatus())
+	// Output: SERVING
 }

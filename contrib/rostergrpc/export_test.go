@@ -1,6 +1,9 @@
 package rostergrpc
 
 import (
+	"context"
+
+	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/resolver"
 
 	"github.com/roster-go/roster/registry"
@@ -16,4 +19,16 @@ var ServiceConfig = serviceConfig
 // instances' "grpc" endpoints.
 func NewResolverBuilder(reg *registry.Registry) resolver.Builder {
 	return newResolverBuilder(reg, defaultEndpoint)
+}
+
+// RPCContext is the context the interceptors give an RPC's attempts.
+func RPCContext(ctx context.Context) context.Context {
+	return context.WithValue(ctx, triedCtx{}, newTried())
+}
+
+// PickerPartial reports whether p is a roster picker that excludes
+// instances whose connection is not READY.
+func PickerPartial(p balancer.Picker) bool {
+	pk, ok := p.(*picker)
+	return ok && pk.partial
 }

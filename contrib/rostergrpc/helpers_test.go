@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
@@ -33,12 +34,21 @@ type server struct {
 	ended atomic.Int64 // calls answered
 	delay time.Duration
 	fail  atomic.Bool // answer Unavailable
-	done  chan struct{}
+	// commit: send response headers before failing, which gRPC never
+	// retries.
+	commit atomic.Bool
+	done   chan struct{}
 }
 
 func (s *server) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	s.calls.Add(1)
 	defer s.ended.Add(1)
+	if s.commit.Load() {
+		if err := grpc.SendHeader(ctx, metadata.Pairs("server", s.name)); err != nil {
+			return nil, err
+		}
+		return nil, status.Error(codes.Unavailable, s.name+" failed after its headers")
+	}
 	if s.fail.Load() {
 		return nil, status.Error(codes.Unavailable, s.name+" is failing")
 	}

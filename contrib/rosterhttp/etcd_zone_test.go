@@ -100,8 +100,9 @@ func TestZoneFailoverOnEtcd(t *testing.T) {
 	}
 
 	a0, b0 := hits(a), hits(b)
-	if n := get(400); n > 2 {
-		t.Fatalf("zone a failing: %d of 400 requests failed, want at most 2 (99.5%%)", n)
+	failed := get(400)
+	if failed > 2 {
+		t.Fatalf("zone a failing: %d of 400 requests failed, want at most 2 (99.5%%)", failed)
 	}
 	if n := hits(a) - a0; n > 30 {
 		t.Fatalf("zone a failing: it took %d attempts, want the first few failures only", n)
@@ -109,7 +110,7 @@ func TestZoneFailoverOnEtcd(t *testing.T) {
 	if n := hits(b) - b0; n < 398 {
 		t.Fatalf("zone a failing: zone b took %d of 400 requests", n)
 	}
-	t.Logf("zone a failing: zone a took %d attempts, zone b %d", hits(a)-a0, hits(b)-b0)
+	t.Logf("zone a failing: %d of 400 requests failed, zone a took %d attempts, zone b %d", failed, hits(a)-a0, hits(b)-b0)
 
 	a[0].status.Store(200)
 	a[1].status.Store(200)

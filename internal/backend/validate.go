@@ -33,6 +33,7 @@ const (
 	MaxTagLen         = 256
 	MaxVersionLen     = 128
 	MaxZoneLen        = 128
+	MaxRegionLen      = 128
 	MaxEncodedSize    = 16 << 10 // bytes of the JSON-encoded instance
 	// MaxEndpoints bounds an instance's named ports. Consul keeps each
 	// as a tagged address, and a Kubernetes Service rarely has more.
@@ -142,6 +143,9 @@ func ValidateFields(i driver.Instance) error {
 		return err
 	}
 	if err := printable("zone", i.Zone, MaxZoneLen); err != nil {
+		return err
+	}
+	if err := printable("region", i.Region, MaxRegionLen); err != nil {
 		return err
 	}
 	if len(i.Tags) > MaxTags {

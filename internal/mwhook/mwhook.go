@@ -42,3 +42,30 @@ var (
 	// Outcome counts an attempt's outcome in the quarantine q.
 	Outcome func(q any, service, id string, class int, total int)
 )
+
+// The hooks of contrib/rostergrpc's balancer and interceptors, which run
+// Client.Do's protections around calls the Client does not make.
+var (
+	// OutcomeIn is Outcome for an instance of zone ("" unknown: a zone
+	// failing on its own may then be ejected past the cap). It reports
+	// whether the quarantine now holds the instance out: the failure is
+	// contained, and a throttle must not count it.
+	OutcomeIn func(q any, service, id, zone string, class int, total int) (out bool)
+	// WatchUsable makes the quarantine q call f when it ejects an
+	// instance (usable false) and when the ejection ends or the instance
+	// is readmitted (true), as it tells a Client's selectors. f must not
+	// block.
+	WatchUsable func(q any, f func(service, id string, usable bool))
+	// NewThrottle returns the adaptive throttling of a Client's default
+	// chain, tuned by cfg, a middleware.ThrottleConfig.
+	NewThrottle func(cfg any) any
+	// Throttle reports whether the throttle t lets a call to service
+	// start at now: nil, or the rejection, an error matching
+	// middleware.ErrThrottled (the rejection counts as a failure).
+	Throttle func(t any, service string, now time.Time) error
+	// Throttled counts in t the outcome of a call to service that started
+	// at start, of class; deadline says whether the caller's deadline
+	// passed (an Abort then counts as a failure). A contained failure
+	// must not be counted at all.
+	Throttled func(t any, service string, start time.Time, class int, deadline bool)
+)

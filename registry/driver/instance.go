@@ -13,11 +13,15 @@ import (
 // can read it and Go field renames never change stored data. The limits
 // of each field are in docs/backends/limits.md.
 type Instance struct {
-	ID       string            `json:"id"`                 // unique per registration; Register sets <service>-<host>-<port>-<random> when empty
-	Service  string            `json:"service"`            // [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?
-	Address  string            `json:"address"`            // host:port
-	Version  string            `json:"version,omitempty"`  // free form, e.g. "1.2.0"; used by version filters
-	Zone     string            `json:"zone,omitempty"`     // locality, e.g. "hz-1"; used by zone filters
+	ID      string `json:"id"`                // unique per registration; Register sets <service>-<host>-<port>-<random> when empty
+	Service string `json:"service"`           // [a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?
+	Address string `json:"address"`           // host:port
+	Version string `json:"version,omitempty"` // free form, e.g. "1.2.0"; used by version filters
+	Zone    string `json:"zone,omitempty"`    // locality, e.g. "hz-1"; used by zone filters
+	// Region is the wider locality that holds Zone, e.g. "eu-west"
+	// (optional): selector.WithLocality fails a zone over to the rest
+	// of its region before any other.
+	Region   string            `json:"region,omitempty"`
 	Weight   uint32            `json:"weight"`             // relative share of traffic; 0 after Drain
 	Tags     []string          `json:"tags,omitempty"`     // labels, e.g. "canary"
 	Metadata map[string]string `json:"metadata,omitempty"` // bounded, validated key/value pairs
@@ -71,7 +75,7 @@ func (i Instance) Port() int {
 // significant; a nil and an empty map or slice are equal.
 func (i Instance) Equal(o Instance) bool {
 	return i.ID == o.ID && i.Service == o.Service && i.Address == o.Address &&
-		i.Version == o.Version && i.Zone == o.Zone && i.Weight == o.Weight &&
+		i.Version == o.Version && i.Zone == o.Zone && i.Region == o.Region && i.Weight == o.Weight &&
 		slices.Equal(i.Tags, o.Tags) && maps.Equal(i.Metadata, o.Metadata) &&
 		slices.Equal(i.Endpoints, o.Endpoints)
 }
