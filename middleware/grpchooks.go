@@ -9,9 +9,9 @@ import (
 // The hooks contrib/rostergrpc uses to apply the Client's quarantine and
 // throttle to gRPC calls (see internal/mwhook).
 func init() {
-	mwhook.OutcomeIn = func(q any, service, id, zone string, class int, total int) bool {
+	mwhook.OutcomeIn = func(q any, service, id, zone, region string, class int, total int) bool {
 		qq := q.(*Quarantine)
-		qq.reportIn(service, id, zone, Class(class), total)
+		qq.reportIn(service, id, zone, region, Class(class), total)
 		return qq.isOut(service, id)
 	}
 	mwhook.WatchUsable = func(q any, f func(service, id string, usable bool)) {

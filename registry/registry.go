@@ -307,7 +307,9 @@ func (b bounded) err(what string, timeout time.Duration, err error) error {
 // it marked Stale together with an error wrapping ErrUnavailable. The
 // backend is asked under ctx's deadline, or DefaultLookupTimeout if ctx
 // has none: past it, the error wraps ErrUnavailable and
-// context.DeadlineExceeded.
+// context.DeadlineExceeded. Lookup and Watch apply the operators'
+// overrides (SetOverride); without a watch that costs one more read, of
+// the record store.
 func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error) {
 	start := time.Now()
 	if err := backend.ValidateService(service); err != nil {
@@ -349,6 +351,7 @@ func (r *Registry) Lookup(ctx context.Context, service string) (Snapshot, error)
 	if s.At.IsZero() {
 		s.At = time.Now()
 	}
+	s = r.lookupOverrides(bctx, s)
 	r.observeLookup(service, false, start, nil)
 	return s, nil
 }

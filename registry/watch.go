@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,7 +62,7 @@ func (w *Watcher) Next(ctx context.Context) (Snapshot, error) {
 		}
 		if e.seq != w.seq {
 			w.seq = e.seq
-			s, err := e.cur, e.err
+			s, err := e.out, e.err
 			e.mu.Unlock()
 			// The cache may have gone stale and fresh again (or changed
 			// and changed back) since this watcher last read: the state
@@ -104,8 +105,12 @@ type entry struct {
 	refs    int // guarded by r.mu
 
 	mu  sync.Mutex
-	cur Snapshot // what watchers get: the backend's state plus held instances
-	seq uint64   // bumped on every delivery; 0 = nothing yet
+	cur Snapshot // the backend's state plus held instances
+	// out is what watchers get: cur with the operators' overrides
+	// applied (override.go); cur itself when there are none.
+	out Snapshot
+	ovr []Override
+	seq uint64 // bumped on every delivery; 0 = nothing yet
 	// streamRev is the backend's counter as the stream last showed it
 	// (or as a relist showed it reset). Only the stream's own revisions
 	// move it: a relist may be answered from a newer view than the
@@ -136,14 +141,14 @@ func newEntry(r *Registry, service string) *entry {
 func (e *entry) cached() (Snapshot, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.cur, e.seq != 0 && !e.cur.Stale
+	return e.out, e.seq != 0 && !e.cur.Stale
 }
 
 // last returns whatever the entry holds, fresh or stale.
 func (e *entry) last() (Snapshot, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.cur, e.seq != 0 && (len(e.cur.Instances) > 0 || !e.cur.Stale)
+	return e.out, e.seq != 0 && (len(e.cur.Instances) > 0 || !e.cur.Stale)
 }
 
 func (e *entry) broadcast() {
@@ -245,11 +250,32 @@ func (e *entry) deliverLocked(s Snapshot) {
 		s.Instances = []Instance{}
 	}
 	e.cur, e.err = s, nil
+	e.out = applyOverrides(s, e.ovr)
+	s = e.out
 	e.broadcast()
 	e.mu.Unlock()
 	if obs := e.r.obs; obs != nil {
 		obs.Snapshot(s)
 	}
+}
+
+// setOverrides applies a new set of overrides to what watchers get.
+func (e *entry) setOverrides(ovs []Override) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || slices.EqualFunc(ovs, e.ovr, sameOverride) {
+		return
+	}
+	e.ovr = ovs
+	if e.seq == 0 {
+		return
+	}
+	out := applyOverrides(e.cur, ovs)
+	if out.SameInstances(e.out) {
+		return
+	}
+	e.out = out
+	e.broadcast()
 }
 
 // streamFailed marks the cache stale after the stream failed or could
@@ -281,6 +307,7 @@ func (e *entry) fail(err error) {
 		s.At = time.Now()
 	}
 	e.cur = s
+	e.out = applyOverrides(s, e.ovr)
 	e.broadcast()
 }
 
@@ -301,6 +328,7 @@ type streamResult struct {
 // run owns the driver stream and the resync timer until ctx ends.
 func (e *entry) run(ctx context.Context) {
 	defer close(e.done)
+	defer e.followOverrides(ctx)()
 	var resyncC <-chan time.Time
 	if e.r.resync > 0 {
 		// Random phase: clients started together spread their relists.

@@ -50,9 +50,10 @@ const (
 // The tiers are computed at Update and SetUsable, never in Pick: a
 // tiered pick draws one random number more than a plain one.
 //
-// Locality applies to plain picks. A routed pick (Route, WithRoute), a
-// pick for a named endpoint, or a selector with a split (WithSplit)
-// chooses among its own instances without tiers.
+// Locality applies to plain picks and to picks for a named endpoint
+// (PickOptions.Endpoint). A routed pick (Route, WithRoute) or a selector
+// with a split (WithSplit) chooses among its own instances without
+// tiers.
 func WithLocality(zone string) Option { return func(c *config) { c.zone = zone } }
 
 // WithRegion names the caller's region, for WithLocality: the instances
@@ -213,8 +214,29 @@ func (s *Selector) SetUsable(id string, usable bool) {
 	}
 	np := *s.prev
 	s.cfg.loads(&np, s.unusable)
+	// The endpoints' and routes' pickers are prepared again on their
+	// next pick, the endpoints' with the new shares.
+	np.routes = newRouteCache()
 	s.prev = &np
 	s.cur.Store(&np)
+}
+
+// tierServing gives q, the picker of one endpoint name (serving), the
+// locality tiers and shares of its selector's own picker.
+func (s *Selector) tierServing(q *Picker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := make([]registry.Instance, 0, len(q.insts)+len(q.spare))
+	eps := make(map[string]*endpoint, cap(all))
+	for i := range q.insts {
+		all = append(all, q.insts[i])
+		eps[q.insts[i].ID] = q.eps[i]
+	}
+	for i := range q.spare {
+		all = append(all, q.spare[i])
+		eps[q.spare[i].ID] = q.spareEps[i]
+	}
+	s.tier(q, all, func(in *registry.Instance) *endpoint { return eps[in.ID] })
 }
 
 // pickTiered picks across the locality tiers: the tier the draw gives

@@ -325,3 +325,36 @@ func TestLocalityOptionsValidated(t *testing.T) {
 		t.Fatalf("overprovisioning 1, half the zone out: local share %v, want 0.5", got)
 	}
 }
+
+// TestLocalityEndpoint: a pick for a named endpoint follows the tiers
+// too, and their shares after SetUsable.
+func TestLocalityEndpoint(t *testing.T) {
+	sn := zoned(4, 2)
+	for i := range sn.Instances {
+		in := &sn.Instances[i]
+		in.Endpoints = []registry.Endpoint{{Name: "http", Address: in.Address}, {Name: "grpc", Address: strings.Replace(in.Address, ":80", ":90", 1)}}
+	}
+	s := mustNew(t, WithLocality("a"))
+	s.Update(sn)
+	o := PickOptions{Endpoint: "grpc"}
+	if got := localFraction(t, s, o, 1000); got != 1 {
+		t.Fatalf("healthy zone: %.3f of grpc picks local, want 1", got)
+	}
+	s.SetUsable("i0000", false)
+	s.SetUsable("i0001", false)
+	for range 1000 {
+		in, done, err := s.Pick(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done.Finish(nil)
+		if in.Zone != "b" || !strings.HasSuffix(in.Address, ":90") {
+			t.Fatalf("zone a out: grpc pick %s in zone %s at %s, want zone b's grpc port", in.ID, in.Zone, in.Address)
+		}
+	}
+	s.SetUsable("i0000", true)
+	s.SetUsable("i0001", true)
+	if got := localFraction(t, s, o, 1000); got != 1 {
+		t.Fatalf("zone back: %.3f of grpc picks local, want 1", got)
+	}
+}

@@ -277,6 +277,9 @@ func (p *Picker) serving(name string) *Picker {
 		return out, ok
 	})
 	q.root(p.sel)
+	if p.tiered && q.canary == nil && len(q.insts) > 0 {
+		p.sel.tierServing(q)
+	}
 	if len(old) >= maxNames {
 		return q
 	}

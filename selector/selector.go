@@ -363,7 +363,7 @@ func (p *Picker) pick(ctx context.Context, o *PickOptions) (*registry.Instance, 
 // PickOptions. It returns the picker it picked from (a route's) too.
 func (p *Picker) pickSlow(ctx context.Context, o *PickOptions) (*Picker, *registry.Instance, *endpoint, error) {
 	if o.Endpoint != "" && p.ports {
-		p = p.serving(o.Endpoint) // no locality tiers yet: see docs/selector.md
+		p = p.serving(o.Endpoint) // with the locality tiers, if any
 	}
 	tiered := p.tiered
 	if p.mayRoute(o) {

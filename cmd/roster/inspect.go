@@ -220,6 +220,9 @@ func changedFields(a, b registry.Instance) string {
 	if a.Zone != b.Zone {
 		f = append(f, "zone="+quote(b.Zone))
 	}
+	if a.Region != b.Region {
+		f = append(f, "region="+quote(b.Region))
+	}
 	if a.Weight != b.Weight {
 		f = append(f, fmt.Sprintf("weight=%d", b.Weight))
 	}

@@ -517,7 +517,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		done.Done(context.Canceled, 0)
 		return balancer.PickResult{}, status.Errorf(codes.Internal, "rostergrpc: %s: picked %s, which has no connection", p.service, in.ID)
 	}
-	a := attempt{ctx: ctx, p: p, id: in.ID, zone: in.Zone, done: done, start: time.Now()}
+	a := attempt{ctx: ctx, p: p, id: in.ID, zone: in.Zone, region: in.Region, done: done, start: time.Now()}
 	if tr != nil && tr.begin(a) {
 		return balancer.PickResult{SubConn: sc, Done: tr.doneFn}, nil
 	}
@@ -526,12 +526,13 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 
 // attempt is one picked attempt, until its Done.
 type attempt struct {
-	ctx   context.Context
-	p     *picker
-	id    string
-	zone  string
-	done  selector.Done
-	start time.Time
+	ctx    context.Context
+	p      *picker
+	id     string
+	zone   string
+	region string
+	done   selector.Done
+	start  time.Time
 }
 
 // finish feeds the attempt's outcome to the selector, the quarantine and
@@ -546,7 +547,7 @@ func (a attempt) finish(tr *tried, di balancer.DoneInfo) {
 	}
 	a.done.Done(err, time.Since(a.start))
 	c := a.p.set.classify(a.ctx, di.Err)
-	out := mwhook.OutcomeIn(a.p.set.quarantine, a.p.service, a.id, a.zone, int(c), a.p.total)
+	out := mwhook.OutcomeIn(a.p.set.quarantine, a.p.service, a.id, a.zone, a.region, int(c), a.p.total)
 	tr.attempted(a.id, di.Err != nil, out)
 }
 

@@ -46,11 +46,11 @@ var (
 // The hooks of contrib/rostergrpc's balancer and interceptors, which run
 // Client.Do's protections around calls the Client does not make.
 var (
-	// OutcomeIn is Outcome for an instance of zone ("" unknown: a zone
-	// failing on its own may then be ejected past the cap). It reports
+	// OutcomeIn is Outcome for an instance of zone and region ("" unknown:
+	// a zone or region failing on its own may then be ejected past the cap). It reports
 	// whether the quarantine now holds the instance out: the failure is
 	// contained, and a throttle must not count it.
-	OutcomeIn func(q any, service, id, zone string, class int, total int) (out bool)
+	OutcomeIn func(q any, service, id, zone, region string, class int, total int) (out bool)
 	// WatchUsable makes the quarantine q call f when it ejects an
 	// instance (usable false) and when the ejection ends or the instance
 	// is readmitted (true), as it tells a Client's selectors. f must not
