@@ -86,8 +86,8 @@ type SplitEntry struct {
 type Locality struct {
 	Zone string `json:"zone,omitempty"`
 	// Region, Overprovisioning and PanicThreshold are reserved for the
-	// tiers of issue #27 (zone, then region, then anywhere); the selector
-	// does not have them yet, and Validate rejects them.
+	// selector's locality tiers (selector.WithRegion, …), which policies
+	// do not drive yet: Validate rejects them.
 	Region           string  `json:"region,omitempty"`
 	Overprovisioning float64 `json:"overprovisioning,omitempty"`
 	PanicThreshold   float64 `json:"panic_threshold,omitempty"`
@@ -365,11 +365,11 @@ func (p Policy) Validate() error {
 		}
 		switch {
 		case l.Region != "":
-			return fieldErr("locality.region", "region tiers are not supported by the selector yet (zone only)")
+			return fieldErr("locality.region", "not supported by policies yet (zone only); give the client selector.WithRegion")
 		case l.Overprovisioning != 0:
-			return fieldErr("locality.overprovisioning", "not supported by the selector yet (it spills by the usable share)")
+			return fieldErr("locality.overprovisioning", "not supported by policies yet; give the client selector.WithOverprovisioning")
 		case l.PanicThreshold != 0:
-			return fieldErr("locality.panic_threshold", "not supported by the selector yet")
+			return fieldErr("locality.panic_threshold", "not supported by policies yet; give the client selector.WithPanicThreshold")
 		}
 	}
 	if r := p.Retry; r != nil {
