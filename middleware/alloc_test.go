@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/policy"
 	"github.com/roster-go/roster/registry"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -104,6 +105,28 @@ func TestMetricsDoNotAllocate(t *testing.T) {
 		}
 		if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, "api", noop); _ = c.Do(ctx, "api", fail) }); n != 0 {
 			t.Errorf("Do allocates %.1f times per call with an SDK meter provider%s, want 0", n, name)
+		}
+	}
+}
+
+// TestPolicyDoDoesNotAllocate: a call to a service with a policy
+// (strategy, split, retry settings) allocates nothing, before and after
+// SetPolicy changes it. A policy timeout or per-try timeout costs the
+// context.WithTimeout they need, and is left out here.
+func TestPolicyDoDoesNotAllocate(t *testing.T) {
+	p := policy.Policy{Strategy: "round_robin", Retry: &policy.Retry{Attempts: 2, BudgetRatio: 0.1, RetryOn: []string{"connection"}},
+		Split: []policy.SplitEntry{{Tag: "none", Percent: 10}}}
+	c := chainClient(t, 10, middleware.WithTracerProvider(tracenoop.NewTracerProvider()), middleware.WithPolicy("api", p))
+	ctx := context.Background()
+	for i, strategy := range []string{"round_robin", "consistent_hash", "p2c_ewma"} {
+		if i > 0 {
+			p.Strategy = strategy
+			if err := c.SetPolicy("api", p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := testing.AllocsPerRun(1000, func() { _ = c.DoKey(ctx, "api", "user-1", noop) }); n != 0 {
+			t.Fatalf("%s: Do with a policy allocates %.1f times per call, want 0", strategy, n)
 		}
 	}
 }

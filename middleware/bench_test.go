@@ -10,7 +10,9 @@ import (
 
 	"github.com/roster-go/roster/backends/memory"
 	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/policy"
 	"github.com/roster-go/roster/registry"
+	"github.com/roster-go/roster/selector"
 )
 
 func noop(context.Context, registry.Instance) error { return nil }
@@ -112,4 +114,31 @@ func chainClient(tb testing.TB, n int, opts ...middleware.Option) *middleware.Cl
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// BenchmarkDoPolicy is BenchmarkDo's serial case, 10 instances, without
+// a policy and with one per service (round robin both, so that only the
+// policy's cost differs): what a per-service policy adds to a call.
+func BenchmarkDoPolicy(b *testing.B) {
+	rr := policy.Policy{Strategy: "round_robin"}
+	withRetry := policy.Policy{Strategy: "round_robin", Retry: &policy.Retry{Attempts: 2, RetryOn: []string{"connection"}}}
+	for _, tc := range []struct {
+		name string
+		opts []middleware.Option
+	}{
+		{"none", []middleware.Option{middleware.WithSelector(selector.WithStrategy(selector.RoundRobin))}},
+		{"policy", []middleware.Option{middleware.WithPolicy("api", rr)}},
+		{"policy+retry", []middleware.Option{middleware.WithPolicy("api", withRetry)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := chainClient(b, 10, append(tc.opts, middleware.WithTracerProvider(tracenoop.NewTracerProvider()))...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.Do(ctx, "api", noop); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -61,7 +61,9 @@ type Request struct {
 	budget    *budget // the retry budget of the innermost Retry, for Hedge
 	tel       *telemetry
 	svc       *service
-	contained bool // the quarantine holds the latest attempt's instance out
+	pol       *servicePolicy // the service's, at the call's start
+	once      bool           // the call may not run twice (the zero Request may)
+	contained bool           // the quarantine holds the latest attempt's instance out
 	tried     []string
 	triedBuf  [8]string
 	excluders []excluder

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/roster-go/roster/policy"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
@@ -42,6 +44,11 @@ type clientConfig struct {
 	idle         time.Duration
 	endpoint     string
 	instMetrics  bool
+	// policies are WithPolicy's, by service; notIdempotent is
+	// WithIdempotent(false).
+	policies      map[string]policy.Policy
+	notIdempotent bool
+	noStored      bool // WithStoredPolicies(false)
 }
 
 // WithSelector sets the selector options (strategy, filters) used for
@@ -156,6 +163,15 @@ type Client struct {
 	mu       sync.Mutex
 	closed   bool
 	services map[string]*service
+	// policies are the services' prepared policies, under mu; pmu
+	// serialises SetPolicy.
+	policies map[string]*servicePolicy
+	pmu      sync.Mutex
+	// code holds the policies given in code (WithPolicy, SetPolicy),
+	// which apply where no stored policy does; under pmu.
+	code map[string]policy.Policy
+	// stored follows the policies stored in the registry; nil when off.
+	stored *storedPolicies
 
 	// epoch counts idle sweeps; a call stamps its service with it, so
 	// the hot path reads no clock. Guarded by mu.
@@ -175,7 +191,18 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	if _, err := selector.New(cfg.selOpts...); err != nil {
 		return nil, err
 	}
-	c := &Client{reg: reg, cfg: cfg, services: map[string]*service{}}
+	c := &Client{reg: reg, cfg: cfg, services: map[string]*service{}, policies: map[string]*servicePolicy{}}
+	for name, p := range cfg.policies {
+		sp, err := c.compilePolicy(p, nil)
+		if err != nil {
+			return nil, fmt.Errorf("middleware: policy of %s: %w", name, err)
+		}
+		c.policies[name] = sp
+	}
+	c.code = maps.Clone(cfg.policies)
+	if c.code == nil {
+		c.code = map[string]policy.Policy{}
+	}
 	c.tel = newTelemetry(cfg.tp, cfg.mp, cfg.instMetrics)
 	c.q = cfg.quarantine
 	if c.q == nil {
@@ -216,6 +243,9 @@ func NewClient(reg *registry.Registry, opts ...Option) (*Client, error) {
 	c.chain = Chain(c.attempt, mw...)
 	c.pool.New = func() any { r := &Request{}; r.reset(); return r }
 	c.stopSweep, c.swept = make(chan struct{}), make(chan struct{})
+	if !cfg.noStored {
+		c.followStored()
+	}
 	if cfg.idle > 0 {
 		go c.sweepEvery(cfg.idle / 2)
 	} else {
@@ -275,10 +305,10 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// defaultChain is throttle, retry, quarantine: the throttle judges whole
-// calls, so it stands outside Retry.
+// defaultChain is throttle, retry, the policies' hedge, quarantine: the
+// throttle judges whole calls, so it stands outside Retry.
 func (c *Client) defaultChain() []Middleware {
-	return []Middleware{Throttle(ThrottleConfig{}), Retry(RetryConfig{}), c.q.Middleware()}
+	return []Middleware{Throttle(ThrottleConfig{}), Retry(RetryConfig{}), Hedge(HedgeConfig{}), c.q.Middleware()}
 }
 
 // Do runs call on an instance of service, through the chain. The error is
@@ -306,6 +336,12 @@ func (c *Client) DoKey(ctx context.Context, service, key string, call Call) erro
 	}
 	// No options: with no SDK installed this costs the allocations of the
 	// global no-op span, and nothing else (see attempt).
+	sp := s.pol.Load()
+	if sp != nil && sp.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, sp.timeout)
+		defer cancel()
+	}
 	span := trace.SpanFromContext(ctx)
 	if c.tel.tracer != nil {
 		ctx, span = c.tel.tracer.Start(ctx, "roster.call")
@@ -316,6 +352,7 @@ func (c *Client) DoKey(ctx context.Context, service, key string, call Call) erro
 	req.endpoint = c.endpointOf(ctx)
 	req.Total = s.sel.Len()
 	req.svc = s
+	req.pol, req.once = sp, !c.idempotentCall(ctx, sp)
 	err = c.chain(ctx, req)
 	if c.tel.tracer != nil {
 		if span.IsRecording() {
@@ -389,7 +426,13 @@ func (c *Client) attempt(ctx context.Context, req *Request) error {
 	if req.Attempt > 1 {
 		start = time.Now()
 	}
-	err = req.Call(actx, in)
+	if p := req.pol; p != nil && p.perTry > 0 {
+		tctx, cancel := context.WithTimeout(actx, p.perTry)
+		err = req.Call(tctx, in)
+		cancel()
+	} else {
+		err = req.Call(actx, in)
+	}
 	req.Latency = time.Since(start)
 	done.Done(err, req.Latency)
 	if err != nil {
@@ -486,6 +529,7 @@ func (c *Client) Close() error {
 	c.services = map[string]*service{}
 	c.mu.Unlock()
 	close(c.stopSweep)
+	c.stored.stop()
 	<-c.swept
 	for _, s := range svcs {
 		s.stop()
@@ -505,7 +549,12 @@ func (c *Client) service(ctx context.Context, name string) (*service, error) {
 	s := c.services[name]
 	created := false
 	if s == nil {
-		sel, err := selector.New(c.cfg.selOpts...)
+		opts := c.cfg.selOpts
+		sp := c.policies[name]
+		if sp != nil {
+			opts = sp.selOpts
+		}
+		sel, err := selector.New(opts...)
 		if err != nil {
 			c.mu.Unlock()
 			return nil, err
@@ -516,6 +565,7 @@ func (c *Client) service(ctx context.Context, name string) (*service, error) {
 			return nil, err
 		}
 		s = newService(c, name, sel, w)
+		s.pol.Store(sp)
 		c.services[name] = s
 		created = true
 	}
@@ -563,8 +613,9 @@ type service struct {
 
 	ready     chan struct{} // closed when the first usable snapshot is in
 	readyOnce sync.Once
-	staleAt   atomic.Int64 // monoNow when the served state went stale; 0 fresh
-	used      int64        // the client's epoch at the last call; c.mu held
+	staleAt   atomic.Int64                  // monoNow when the served state went stale; 0 fresh
+	pol       atomic.Pointer[servicePolicy] // nil: no policy
+	used      int64                         // the client's epoch at the last call; c.mu held
 
 	cancel    context.CancelFunc
 	done      chan struct{} // follow ended

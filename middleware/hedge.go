@@ -42,11 +42,20 @@ type HedgeConfig struct {
 // returning, and must release what it got by itself. Nothing the call
 // hands out may depend on its context once it has returned; a response
 // body needs a lifetime of its own (contrib/rosterhttp gives it one).
+//
+// A service's policy (WithPolicy: hedge.delay) replaces Delay for its
+// calls, so the default chain, which holds a Hedge with no Delay, hedges
+// the services whose policy asks for it. A call that is not idempotent
+// (Idempotent, WithIdempotent) is never hedged.
 func Hedge(cfg HedgeConfig) Middleware {
 	own := newBudget(0.2, 3)
 	return func(next Handler) Handler {
 		return func(ctx context.Context, req *Request) error {
-			if cfg.Delay <= 0 || ctx.Value(noHedgeKey{}) != nil {
+			delay := cfg.Delay
+			if req.pol != nil && req.pol.hedge > 0 {
+				delay = req.pol.hedge
+			}
+			if delay <= 0 || req.once || ctx.Value(noHedgeKey{}) != nil {
 				return next(ctx, req)
 			}
 			b := req.budget
@@ -64,7 +73,7 @@ func Hedge(cfg HedgeConfig) Middleware {
 			}
 			primary := req.clone()
 			launch(primary)
-			timer := time.NewTimer(cfg.Delay)
+			timer := time.NewTimer(delay)
 			defer timer.Stop()
 			running := 1
 			var last hedgeResult

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -51,11 +52,27 @@ var ErrBudgetExhausted = errors.New("middleware: retry budget exhausted")
 // deadline, with full-jitter exponential backoff and a retry budget. Only
 // errors the classifier calls Retryable are retried; the caller's
 // cancellation never is.
+//
+// A call that is not idempotent (WithIdempotent, Idempotent, a policy's
+// retry.idempotent) is retried only where it cannot have reached the
+// instance: its pick failed, or its connection was refused (a dial
+// error). A service's policy (WithPolicy) replaces cfg's MaxAttempts and
+// budget for its calls, and may narrow the errors retried (retry_on).
 func Retry(cfg RetryConfig) Middleware {
-	cfg = cfg.withDefaults()
-	b := newBudget(cfg.BudgetRatio, cfg.BudgetMinPerSecond)
+	base := cfg.withDefaults()
+	own := newBudget(base.BudgetRatio, base.BudgetMinPerSecond)
 	return func(next Handler) Handler {
 		return func(ctx context.Context, req *Request) error {
+			attempts, b, on := base.MaxAttempts, own, onRetryable
+			if sp := req.pol; sp != nil && sp.retry != nil {
+				// What the service's policy sets: attempts, budget, classes.
+				rp := sp.retry
+				attempts = cmp.Or(rp.attempts, attempts)
+				if rp.b != nil {
+					b = rp.b
+				}
+				on = cmp.Or(rp.on, on)
+			}
 			b.call(req.Start)
 			outer := req.budget
 			req.budget = b // a Hedge inside takes its tokens from b
@@ -67,15 +84,15 @@ func Retry(cfg RetryConfig) Middleware {
 					return nil
 				}
 				class := req.Classify(ctx, err)
-				if attempt >= cfg.MaxAttempts || class != Retryable ||
-					errors.Is(err, selector.ErrNoInstances) {
+				if attempt >= attempts || !on.allows(class, err) ||
+					errors.Is(err, selector.ErrNoInstances) || !req.mayRetry(err) {
 					return err
 				}
 				if !b.tryRetry(time.Now()) {
 					req.tel.budgetExhausted(ctx, req.Service)
 					return errors.Join(err, ErrBudgetExhausted)
 				}
-				d := rand.N(backoff.Exp(cfg.BaseBackoff, attempt-1, cfg.MaxBackoff)) // full jitter; Exp > 0
+				d := rand.N(backoff.Exp(base.BaseBackoff, attempt-1, base.MaxBackoff)) // full jitter; Exp > 0
 				if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
 					return err // no time left for another attempt
 				}
@@ -91,8 +108,8 @@ func Retry(cfg RetryConfig) Middleware {
 				req.markTried()
 				req.Reason = reason(class, err)
 				req.tel.retry(ctx, req.Service, req.Reason)
-				if cfg.OnRetry != nil {
-					cfg.OnRetry(req, err)
+				if base.OnRetry != nil {
+					base.OnRetry(req, err)
 				}
 			}
 		}

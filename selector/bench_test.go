@@ -193,6 +193,50 @@ func BenchmarkPickLocality(b *testing.B) {
 	}
 }
 
+// BenchmarkPickReconfigured compares, in one run, picks from a selector
+// built with its options ("new") and from one given the same options by
+// Reconfigure ("reconfigured"), plain and with a 5 % canary split: what a
+// per-service policy changed live costs a pick (docs/benchmarks.md).
+func BenchmarkPickReconfigured(b *testing.B) {
+	ctx := context.Background()
+	sn := benchSnap(100)
+	for i := range 5 {
+		sn.Instances[i].Version = "v2"
+	}
+	split := WithSplit(Split{Route: Route{Version: "v2"}, Percent: 5})
+	for _, st := range []Strategy{RoundRobin, P2CEWMA, ConsistentHash} {
+		for _, tc := range []struct {
+			name string
+			opts []Option
+		}{{"plain", []Option{WithStrategy(st)}}, {"split", []Option{WithStrategy(st), split}}} {
+			for _, how := range []string{"new", "reconfigured"} {
+				b.Run(fmt.Sprintf("%s/%s/%s", st, tc.name, how), func(b *testing.B) {
+					s := mustNew(b, tc.opts...)
+					if how == "reconfigured" {
+						s = mustNew(b, WithStrategy(Random))
+					}
+					s.Update(sn)
+					if how == "reconfigured" {
+						if err := s.Reconfigure(tc.opts...); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportAllocs()
+					i := 0
+					for b.Loop() {
+						_, done, err := s.Pick(ctx, PickOptions{Key: keys[i&1023]})
+						if err != nil {
+							b.Fatal(err)
+						}
+						done.Done(nil, time.Millisecond)
+						i++
+					}
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkPickRegion: a pick across three locality tiers (WithLocality,
 // WithRegion), 99 instances, a third in each zone; a third of zone a is
 // ejected, so the zone keeps 93% of the picks and its region takes the

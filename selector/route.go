@@ -174,7 +174,7 @@ func (p *Picker) side(o *PickOptions) *Picker {
 	} else {
 		u = p.rnd.next()
 	}
-	if float64(u>>11) < p.sel.cfg.split.Percent/100*(1<<53) {
+	if float64(u>>11) < p.cfg.split.Percent/100*(1<<53) {
 		return p.canary
 	}
 	return p.rest
@@ -183,7 +183,7 @@ func (p *Picker) side(o *PickOptions) *Picker {
 // route returns the prepared picker of r, from the cache or built now.
 func (p *Picker) route(r *Route) *Picker {
 	if p.routes == nil {
-		return &Picker{sh: p.sh} // no snapshot yet, or already a route's picker
+		return &Picker{sh: p.sh, cfg: p.cfg} // no snapshot yet, or already a route's picker
 	}
 	if m := p.routes.m.Load(); m != nil {
 		if q, ok := (*m)[*r]; ok {
@@ -241,7 +241,7 @@ func (p *Picker) subsetOf(f func(*registry.Instance) (registry.Instance, bool)) 
 			}
 		}
 	}
-	return p.sel.assemble(p.snap, insts, func(in *registry.Instance) *endpoint { return eps[in.ID] }, nil)
+	return assembleWith(p.cfg, p.sh, p.snap, insts, func(in *registry.Instance) *endpoint { return eps[in.ID] }, nil)
 }
 
 // serving returns the picker of the instances that serve the endpoint
@@ -290,7 +290,7 @@ func (p *Picker) serving(name string) *Picker {
 
 // splitRoutes prepares the two sides of the selector's split, if any.
 func (p *Picker) splitRoutes() {
-	sp := p.sel.cfg.split
+	sp := p.cfg.split
 	if sp == nil {
 		return
 	}

@@ -53,9 +53,14 @@ const maxEffort = 5
 // A Selector is safe for concurrent use. The zero value is not usable;
 // call New.
 type Selector struct {
-	cfg config
-	sh  *shared
-	cur atomic.Pointer[Picker] // never nil after New
+	// cfg is the configuration New built; its locality zone never
+	// changes. live is the current one (Reconfigure replaces it), under
+	// mu. Pickers carry the configuration they were built with, so that
+	// picks never read either.
+	cfg  config
+	live *config
+	sh   *shared                // the current generation's, under mu
+	cur  atomic.Pointer[Picker] // never nil after New
 
 	mu   sync.Mutex           // serialises Update
 	eps  map[string]*endpoint // by instance ID; owned by mu
@@ -90,20 +95,28 @@ func New(opts ...Option) (*Selector, error) {
 		return nil, err
 	}
 	s := &Selector{cfg: c, eps: map[string]*endpoint{}}
-	s.sh = &shared{
+	live := c
+	s.live = &live
+	clock := &coarse
+	if c.clock != nil {
+		clock = &coarseClock{fake: c.clock}
+	}
+	s.sh = newShared(&c, slow, clock)
+	s.cur.Store(&Picker{sh: s.sh, cfg: s.live}) // empty: Pick says ErrNoInstances
+	return s, nil
+}
+
+// newShared returns the state Done and picks need for configuration c.
+func newShared(c *config, slow slowStart, clock *coarseClock) *shared {
+	return &shared{
 		perTau:  1 / float64(c.decay),
 		keep:    1 - float64(observeGrain)/float64(c.decay),
 		bounded: c.bound > 0,
 		ewma:    c.strategy == P2CEWMA,
-		clock:   &coarse,
+		clock:   clock,
 		shift:   inflightShift(c.inflightBound),
 		slow:    slow,
 	}
-	if c.clock != nil {
-		s.sh.clock = &coarseClock{fake: c.clock}
-	}
-	s.cur.Store(&Picker{sh: s.sh}) // empty: Pick says ErrNoInstances
-	return s, nil
 }
 
 // PickOptions qualify one pick. The zero value is a plain pick. Passing
@@ -492,7 +505,7 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 	s.eps = eps
 	s.seen = s.seen || len(eps) > 0
 	insts := snap.Instances
-	for _, f := range s.cfg.filters {
+	for _, f := range s.live.filters {
 		insts = f(insts)
 	}
 	stateOf := func(in *registry.Instance) *endpoint {
@@ -505,7 +518,7 @@ func (s *Selector) build(snap registry.Snapshot) *Picker {
 	}
 	p := s.assemble(snap, insts, stateOf, s.prev)
 	p.root(s)
-	if s.cfg.zone != "" && p.canary == nil && len(insts) > 0 {
+	if s.live.zone != "" && p.canary == nil && len(insts) > 0 {
 		s.tier(p, insts, stateOf)
 	}
 	p.ports = slices.ContainsFunc(insts, func(in registry.Instance) bool { return len(in.Endpoints) > 0 })
@@ -540,8 +553,16 @@ func (s *Selector) tier(p *Picker, insts []registry.Instance, ep func(*registry.
 }
 
 // assemble prepares a picker over insts (filtered), whose state ep
-// returns; prev, if any, lets the ring reuse its points.
+// returns, with the current configuration; prev, if any, lets the ring
+// reuse its points. s.mu is held.
 func (s *Selector) assemble(snap registry.Snapshot, insts []registry.Instance, ep func(*registry.Instance) *endpoint, prev *Picker) *Picker {
+	return assembleWith(s.live, s.sh, snap, insts, ep, prev)
+}
+
+// assembleWith is assemble with configuration c and shared state sh: a
+// picker's subsets (routes, endpoints) are built at pick time, without
+// s.mu, with the configuration of the picker they narrow.
+func assembleWith(c *config, sh *shared, snap registry.Snapshot, insts []registry.Instance, ep func(*registry.Instance) *endpoint, prev *Picker) *Picker {
 	var active, drain []registry.Instance
 	if !slices.ContainsFunc(insts, func(in registry.Instance) bool { return in.Weight == 0 }) {
 		active = insts // immutable: share it rather than copy
@@ -558,7 +579,7 @@ func (s *Selector) assemble(snap registry.Snapshot, insts []registry.Instance, e
 		// Nothing but draining instances: use them, with equal weights.
 		active, drain = drain, nil
 	}
-	p := &Picker{snap: snap, insts: active, spare: drain, rnd: rng{s.cfg.rng}, sh: s.sh}
+	p := &Picker{snap: snap, insts: active, spare: drain, rnd: rng{c.rng}, sh: sh, cfg: c}
 	p.eps = make([]*endpoint, len(active))
 	p.weights = make([]uint32, len(active))
 	for i := range active {
@@ -570,17 +591,16 @@ func (s *Selector) assemble(snap registry.Snapshot, insts []registry.Instance, e
 	for i := range drain {
 		p.spareEps[i] = ep(&drain[i])
 	}
-	p.track = s.cfg.strategy == LeastRequest || s.cfg.strategy == P2CEWMA || s.cfg.bound > 0
-	p.keyed = s.cfg.strategy == ConsistentHash || s.cfg.strategy == Maglev
+	p.track = c.strategy == LeastRequest || c.strategy == P2CEWMA || c.bound > 0
+	p.keyed = c.strategy == ConsistentHash || c.strategy == Maglev
 	if len(active) > 0 {
-		p.algo = s.newAlgorithm(p, prev)
+		p.algo = newAlgorithm(c, p, prev)
 	}
 	p.direct = len(active) > 0 // build clears it when it adds a split
 	return p
 }
 
-func (s *Selector) newAlgorithm(p *Picker, prev *Picker) algorithm {
-	c := &s.cfg
+func newAlgorithm(c *config, p *Picker, prev *Picker) algorithm {
 	switch c.strategy {
 	case RoundRobin:
 		return newRoundRobin(p)
@@ -593,15 +613,15 @@ func (s *Selector) newAlgorithm(p *Picker, prev *Picker) algorithm {
 	case LeastRequest:
 		return newLeastRequest(p, c.choices)
 	case P2CEWMA:
-		return newP2CEWMA(p, s.sh)
+		return newP2CEWMA(p, p.sh)
 	case ConsistentHash:
 		var old *ring
 		if prev != nil {
 			old, _ = prev.algo.(*ring)
 		}
-		return newRing(p, old, c.vnodes, c.bound, s.sh)
+		return newRing(p, old, c.vnodes, c.bound, p.sh)
 	case Maglev:
-		return newMaglev(p, c.maglevSize, c.bound, s.sh)
+		return newMaglev(p, c.maglevSize, c.bound, p.sh)
 	}
 	panic(fmt.Sprintf("selector: strategy %q not validated", c.strategy))
 }
@@ -725,6 +745,7 @@ type Picker struct {
 	cum    [2]uint64
 	tiered bool
 	panic  uint8
+	cfg    *config // the configuration it was built with
 }
 
 // algorithm is a strategy's prepared table. pick returns an index into

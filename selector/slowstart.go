@@ -166,9 +166,9 @@ func (s *Selector) isNew(id string) bool { return s.seen && !s.baseline[id] }
 // start is off.
 func (s *Selector) Rewarm(id string) {
 	s.mu.Lock()
-	ep := s.eps[id]
+	ep, sh := s.eps[id], s.sh
 	s.mu.Unlock()
 	if ep != nil {
-		s.sh.startWarm(ep)
+		sh.startWarm(ep)
 	}
 }

@@ -73,7 +73,7 @@ The registry is chosen by URL, from --registry or $ROSTER_REGISTRY:
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().String("registry", "", "registry URL (default $ROSTER_REGISTRY)")
-	root.AddCommand(newDemo(), newDev(), newRegister(), newLs(), newWatch(), newPick(), newConformance(), newAgent(), newBench())
+	root.AddCommand(newDemo(), newDev(), newRegister(), newLs(), newWatch(), newPick(), newConformance(), newAgent(), newBench(), newPolicy())
 	root.AddCommand(newActions()...)
 	return root
 }

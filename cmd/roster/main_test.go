@@ -32,6 +32,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if url := os.Getenv(fleetChildEnv); url != "" {
+		os.Exit(fleetChild(url)) // a client process of TestPolicyFleet
+	}
 	code, err := setup(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)

@@ -19,6 +19,10 @@
 // request. X-Roster-Version and X-Roster-Zone keep it to that version or
 // zone. X-Roster-Hash-Key is its affinity key.
 //
+// The client's per-service policies (middleware.WithPolicy, SetPolicy)
+// apply to the requests. A policy's hash_key names the header that holds
+// the affinity key. See docs/policy.md.
+//
 // An attempt fails on a transport error or on a status RetryOn accepts
 // (502, 503 or 504 by default). It is retried on another instance only
 // when that is safe. The method must be idempotent, or the request must
@@ -116,10 +120,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	if !rt.safe {
 		// Two copies at once of a request that may not be sent twice:
-		// never.
-		ctx = middleware.NoHedge(ctx)
+		// never. Nor a retry of one that may have left, whatever the
+		// service's policy says.
+		ctx = middleware.Idempotent(middleware.NoHedge(ctx), false)
 	}
 	ctx, key := routeFromHeader(ctx, req.Header)
+	if p, ok := t.Client.Policy(service); ok && p.HashKey != "" {
+		// The service's policy names the header of its affinity key.
+		key = cmp.Or(req.Header.Get(p.HashKey), key)
+	}
 	ctx = middleware.ForEndpoint(ctx, cmp.Or(t.Endpoint, req.URL.Scheme))
 	err := t.Client.DoKey(ctx, service, key, rt.attempt)
 	return rt.finish(service, err)
