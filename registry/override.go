@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -415,48 +416,125 @@ func sameOverride(a, b Override) bool {
 // discovery (the follower keeps trying, and applies them when read).
 const firstOverridesWait = 2 * time.Second
 
-// followOverrides follows the overrides of e's service beside its
-// instance watch, until ctx ends, and returns the function that waits for
-// it to stop. Its first read happens before it returns, so that a new
-// watch's first snapshot already leaves out an instance in maintenance.
-// A stale read keeps the last overrides. A backend that keeps no records
+// followOverrides makes e follow its service's overrides, and returns
+// the function that stops it. Every watched service of a Registry shares
+// one record watch of all overrides (overrideHub), so that watching many
+// services costs the backend one more watch, not one per service. The
+// first overrides are applied before it returns (within
+// firstOverridesWait), so that a new watch's first snapshot already
+// leaves out an instance in maintenance. A backend that keeps no records
 // costs nothing.
-func (e *entry) followOverrides(ctx context.Context) (wait func()) {
-	st, err := e.r.Records()
-	if err != nil {
+func (e *entry) followOverrides() (stop func()) {
+	if _, err := e.r.Records(); err != nil {
 		return func() {}
 	}
-	w, err := st.Watch(ctx, overridePrefix(e.service))
-	if err != nil {
-		return func() {}
+	return e.r.overrides.join(e)
+}
+
+// overrideHub follows every override of a Registry with one record watch
+// on "override/" while at least one service is watched, and hands each
+// watched service its own.
+type overrideHub struct {
+	r   *Registry
+	mu  sync.Mutex
+	cur *overrideRun // nil while no service is watched
+}
+
+// overrideRun is one life of the hub's record watch.
+type overrideRun struct {
+	cancel  context.CancelFunc
+	first   chan struct{} // closed after the first read, good or not
+	entries map[*entry]struct{}
+	by      map[string][]Override // by service; guarded by the hub's mu
+	read    bool                  // by holds a good read
+}
+
+func (h *overrideHub) join(e *entry) (stop func()) {
+	h.mu.Lock()
+	run := h.cur
+	if run == nil {
+		run = h.start()
+		h.cur = run
 	}
-	done, first := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		defer w.Close()
-		// One context for the watcher's whole life: a driver may bind its
-		// stream to the context of the call that opened it.
-		for n := 0; ; n++ {
-			set, err := w.Next(ctx)
-			if err == nil {
-				e.setOverrides(e.r.decodeOverrides(set.Records, e.service))
-			}
-			if n == 0 {
-				close(first) // after the first overrides are in place
-			}
-			if errors.Is(err, ErrClosed) || ctx.Err() != nil {
-				return
-			}
+	run.entries[e] = struct{}{}
+	ovs, read := run.by[e.service], run.read
+	h.mu.Unlock()
+	if read {
+		e.setOverrides(ovs)
+	} else {
+		t := time.NewTimer(firstOverridesWait)
+		select {
+		case <-run.first:
+		case <-t.C:
 		}
-	}()
-	t := time.NewTimer(firstOverridesWait)
-	defer t.Stop()
-	select {
-	case <-first:
-	case <-t.C:
-	case <-ctx.Done():
+		t.Stop()
 	}
-	return func() { <-done }
+	return func() { h.leave(run, e) }
+}
+
+func (h *overrideHub) leave(run *overrideRun, e *entry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(run.entries, e)
+	if len(run.entries) == 0 && h.cur == run {
+		run.cancel()
+		h.cur = nil
+	}
+}
+
+// start opens the run's watch; h.mu held.
+func (h *overrideHub) start() *overrideRun {
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &overrideRun{cancel: cancel, first: make(chan struct{}), entries: map[*entry]struct{}{}}
+	go h.follow(ctx, run)
+	return run
+}
+
+func (h *overrideHub) follow(ctx context.Context, run *overrideRun) {
+	defer run.cancel()
+	st, err := h.r.Records()
+	var w *RecordWatcher
+	if err == nil {
+		w, err = st.Watch(ctx, "override/")
+	}
+	if err != nil {
+		close(run.first)
+		return
+	}
+	defer w.Close()
+	// One context for the watcher's whole life: a driver may bind its
+	// stream to the context of the call that opened it.
+	for n := 0; ; n++ {
+		set, err := w.Next(ctx)
+		if err == nil {
+			h.deliver(run, h.r.decodeOverrides(set.Records, ""))
+		}
+		if n == 0 {
+			close(run.first) // after the first overrides are in place
+		}
+		if errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// deliver hands each watched service of run its overrides. A stale read
+// (an error) never gets here: the last overrides stay.
+func (h *overrideHub) deliver(run *overrideRun, all []Override) {
+	by := map[string][]Override{}
+	for _, o := range all {
+		by[o.Service] = append(by[o.Service], o)
+	}
+	h.mu.Lock()
+	run.by, run.read = by, true
+	entries := make([]*entry, 0, len(run.entries))
+	for e := range run.entries {
+		entries = append(entries, e)
+	}
+	h.mu.Unlock()
+	for _, e := range entries {
+		e.setOverrides(by[e.service])
+	}
 }
 
 // lookupOverrides applies the overrides of s's service to a snapshot

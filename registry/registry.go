@@ -40,6 +40,8 @@ type Registry struct {
 	closed  bool
 	leases  map[*Lease]struct{}
 	entries map[string]*entry
+	// overrides follows every override for the watched services.
+	overrides overrideHub
 	beats   grid // runs the leases' heartbeats (beat.go)
 }
 
@@ -57,10 +59,12 @@ func New(d driver.Driver, opts ...Option) *Registry {
 	if l, ok := d.(backend.Local); ok && l.Local() {
 		loopback = true
 	}
-	return &Registry{
+	r := &Registry{
 		drv: checked{Driver: backend.Guard(d), rep: &reporter{log: o.logger}, loopback: loopback}, loopback: loopback, raw: d, name: o.name, log: o.logger, obs: o.observer, resync: o.resync, recovery: o.recovery,
 		lookupTimeout: DefaultLookupTimeout, leases: map[*Lease]struct{}{}, entries: map[string]*entry{},
 	}
+	r.overrides.r = r
+	return r
 }
 
 // String names the registry by its redacted URL.

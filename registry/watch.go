@@ -328,7 +328,7 @@ type streamResult struct {
 // run owns the driver stream and the resync timer until ctx ends.
 func (e *entry) run(ctx context.Context) {
 	defer close(e.done)
-	defer e.followOverrides(ctx)()
+	defer e.followOverrides()()
 	var resyncC <-chan time.Time
 	if e.r.resync > 0 {
 		// Random phase: clients started together spread their relists.
