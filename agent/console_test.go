@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/roster-go/roster/agent"
+	_ "github.com/roster-go/roster/backends/consul"
+	"github.com/roster-go/roster/internal/servers/consultest"
 	"github.com/roster-go/roster/internal/servers/redistest"
 	"github.com/roster-go/roster/registry"
 )
@@ -153,77 +155,88 @@ func TestActionsInput(t *testing.T) {
 	}
 }
 
-// TestActionsThroughOverrides, on real Redis and etcd: drain, weight,
+// startConsul is a real Consul agent. Its blocking queries wait 5s at
+// most, so the wait-timeout path runs during the test too.
+func startConsul(t *testing.T) backend {
+	a := consultest.Start(t)
+	return backend{url: a.URL("wait=5s"), kill: a.Stop}
+}
+
+// TestActionsThroughOverrides, on real Redis, etcd and Consul: drain, weight,
 // maintenance, restore and deregister an instance another process
 // registered. Drain takes it out of picks within a second while it stays
 // registered; maintenance leaves it out of the list while its owner
 // heartbeats; deregister removes it for good. Each action is logged.
 func TestActionsThroughOverrides(t *testing.T) {
-	onBackends(t, func(t *testing.T, b backend) {
-		var logs logBuffer
-		f := newFixture(t, b, agent.Config{AllowActions: true, Logger: logs.logger()})
-		owner := f.register(registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80", Weight: 100})
-		f.register(registry.Instance{ID: "b", Service: "api", Address: "10.0.0.2:80", Weight: 100})
-		f.waitInstances("api", 10*time.Second, has(2))
-		weight := func(id string, w uint32) func(agent.Instances) bool {
-			return func(l agent.Instances) bool {
-				for _, x := range l.Instances {
-					if x.ID == id {
-						return x.Weight == w
-					}
+	for name, start := range map[string]func(*testing.T) backend{"redis": startRedis, "etcd": startEtcd, "consul": startConsul} {
+		t.Run(name, func(t *testing.T) { testActionsThroughOverrides(t, start(t)) })
+	}
+}
+
+func testActionsThroughOverrides(t *testing.T, b backend) {
+	var logs logBuffer
+	f := newFixture(t, b, agent.Config{AllowActions: true, Logger: logs.logger()})
+	owner := f.register(registry.Instance{ID: "a", Service: "api", Address: "10.0.0.1:80", Weight: 100})
+	f.register(registry.Instance{ID: "b", Service: "api", Address: "10.0.0.2:80", Weight: 100})
+	f.waitInstances("api", 10*time.Second, has(2))
+	weight := func(id string, w uint32) func(agent.Instances) bool {
+		return func(l agent.Instances) bool {
+			for _, x := range l.Instances {
+				if x.ID == id {
+					return x.Weight == w
 				}
-				return false
 			}
+			return false
 		}
-		absent := func(id string) func(agent.Instances) bool {
-			return func(l agent.Instances) bool {
-				for _, x := range l.Instances {
-					if x.ID == id {
-						return false
-					}
+	}
+	absent := func(id string) func(agent.Instances) bool {
+		return func(l agent.Instances) bool {
+			for _, x := range l.Instances {
+				if x.ID == id {
+					return false
 				}
-				return true
 			}
+			return true
 		}
-		start := time.Now()
-		if st, e := action(t, f.url, "drain", `{"service":"api","id":"a"}`); st != 200 {
-			t.Fatalf("drain: %d %+v", st, e)
+	}
+	start := time.Now()
+	if st, e := action(t, f.url, "drain", `{"service":"api","id":"a"}`); st != 200 {
+		t.Fatalf("drain: %d %+v", st, e)
+	}
+	if d := outOfPicks(t, f, "a", start); d > time.Second {
+		t.Errorf("drained instance out of picks only %v after the drain, want within a second", d)
+	} else {
+		t.Logf("drained instance out of picks %v after the drain", d)
+	}
+	f.waitInstances("api", time.Second, weight("a", 0)) // still registered
+	if st, e := action(t, f.url, "weight", `{"service":"api","id":"a","weight":7}`); st != 200 {
+		t.Fatalf("weight: %d %+v", st, e)
+	}
+	f.waitInstances("api", time.Second, weight("a", 7))
+	if st, e := action(t, f.url, "maint", `{"service":"api","id":"a"}`); st != 200 {
+		t.Fatalf("maint: %d %+v", st, e)
+	}
+	f.waitInstances("api", time.Second, absent("a"))
+	if owner.State() != registry.LeaseHealthy {
+		t.Errorf("owner's lease %v in maintenance, want healthy: it heartbeats on", owner.State())
+	}
+	if st, e := action(t, f.url, "restore", `{"service":"api","id":"a"}`); st != 200 {
+		t.Fatalf("restore: %d %+v", st, e)
+	}
+	f.waitInstances("api", time.Second, weight("a", 100))
+	if st, e := action(t, f.url, "deregister", `{"service":"api","id":"a"}`); st != 200 {
+		t.Fatalf("deregister: %d %+v", st, e)
+	}
+	f.waitInstances("api", time.Second, absent("a"))
+	ovs, err := f.writer.Overrides(context.Background(), "api")
+	if err != nil || len(ovs) != 1 || !ovs[0].Deregistered {
+		t.Errorf("overrides after deregister: %+v, %v; want one, deregistered", ovs, err)
+	}
+	for _, a := range []string{"drain", "weight", "maint", "restore", "deregister"} {
+		if n := logs.count("action done", "action="+a, "service=api", "id=a"); n != 1 {
+			t.Errorf("action %s logged %d times, want 1:\n%s", a, n, logs.String())
 		}
-		if d := outOfPicks(t, f, "a", start); d > time.Second {
-			t.Errorf("drained instance out of picks only %v after the drain, want within a second", d)
-		} else {
-			t.Logf("drained instance out of picks %v after the drain", d)
-		}
-		f.waitInstances("api", time.Second, weight("a", 0)) // still registered
-		if st, e := action(t, f.url, "weight", `{"service":"api","id":"a","weight":7}`); st != 200 {
-			t.Fatalf("weight: %d %+v", st, e)
-		}
-		f.waitInstances("api", time.Second, weight("a", 7))
-		if st, e := action(t, f.url, "maint", `{"service":"api","id":"a"}`); st != 200 {
-			t.Fatalf("maint: %d %+v", st, e)
-		}
-		f.waitInstances("api", time.Second, absent("a"))
-		if owner.State() != registry.LeaseHealthy {
-			t.Errorf("owner's lease %v in maintenance, want healthy: it heartbeats on", owner.State())
-		}
-		if st, e := action(t, f.url, "restore", `{"service":"api","id":"a"}`); st != 200 {
-			t.Fatalf("restore: %d %+v", st, e)
-		}
-		f.waitInstances("api", time.Second, weight("a", 100))
-		if st, e := action(t, f.url, "deregister", `{"service":"api","id":"a"}`); st != 200 {
-			t.Fatalf("deregister: %d %+v", st, e)
-		}
-		f.waitInstances("api", time.Second, absent("a"))
-		ovs, err := f.writer.Overrides(context.Background(), "api")
-		if err != nil || len(ovs) != 1 || !ovs[0].Deregistered {
-			t.Errorf("overrides after deregister: %+v, %v; want one, deregistered", ovs, err)
-		}
-		for _, a := range []string{"drain", "weight", "maint", "restore", "deregister"} {
-			if n := logs.count("action done", "action="+a, "service=api", "id=a"); n != 1 {
-				t.Errorf("action %s logged %d times, want 1:\n%s", a, n, logs.String())
-			}
-		}
-	})
+	}
 }
 
 // TestRegistryUpDownLogged, on real Redis: the agent logs the registry

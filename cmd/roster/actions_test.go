@@ -8,18 +8,44 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/kubetest"
+	"github.com/roster-go/roster/internal/servers/natstest"
 	"github.com/roster-go/roster/internal/servers/redistest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/registry/driver"
 )
 
 // actionBackends are the registries the action commands are tested on:
 // each registering backend whose driver keeps records (the others skip).
-func actionBackends(t *testing.T) map[string]string {
-	return map[string]string{
-		"mem":   "mem://cli-actions",
-		"etcd":  cluster.URL("/cli-actions"),
-		"redis": "redis://" + redistest.Start(t).Addr() + "/0?prefix=cli-actions",
+// Each makes its registry URL when its subtest runs, so a server starts
+// only for the subtest that uses it and stops when that subtest ends.
+func actionBackends() map[string]func(t *testing.T) string {
+	return map[string]func(t *testing.T) string{
+		"mem":   func(*testing.T) string { return "mem://cli-actions" },
+		"etcd":  func(*testing.T) string { return cluster.URL("/cli-actions") },
+		"redis": func(t *testing.T) string { return "redis://" + redistest.Start(t).Addr() + "/0?prefix=cli-actions" },
+		"consul": func(t *testing.T) string {
+			return consultest.Start(t).URL("wait=5s")
+		},
+		"zk": func(t *testing.T) string { return zktest.Start(t).URL("/cli-actions", "session_timeout=3s") },
+		"zk-curator": func(t *testing.T) string {
+			return zktest.Start(t).URL("/cli-actions", "session_timeout=3s&layout=curator")
+		},
+		"k8s": func(t *testing.T) string {
+			srv, err := kubetest.Start(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { srv.Close() })
+			u, err := srv.URL(srv.Addr(), "default", "sweep_interval=1s", "request_timeout=2s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return u
+		},
+		"nats": func(t *testing.T) string { return natstest.Start(t).URL("bucket=cli-actions") },
 	}
 }
 
@@ -28,8 +54,8 @@ func actionBackends(t *testing.T) map[string]string {
 // watching the service sees each action within a second, and a zombie
 // deregistered is gone from the backend itself.
 func TestActionCommands(t *testing.T) {
-	for name, url := range actionBackends(t) {
-		t.Run(name, func(t *testing.T) { testActionCommands(t, url) })
+	for name, url := range actionBackends() {
+		t.Run(name, func(t *testing.T) { testActionCommands(t, url(t)) })
 	}
 }
 
