@@ -42,7 +42,7 @@ type Registry struct {
 	entries map[string]*entry
 	// overrides follows every override for the watched services.
 	overrides overrideHub
-	beats   grid // runs the leases' heartbeats (beat.go)
+	beats     grid // runs the leases' heartbeats (beat.go)
 }
 
 // New returns a Registry over a driver. Most programs call Open with a URL
