@@ -107,15 +107,20 @@ func (s *settings) leave(b *rosterBalancer) {
 
 // usable passes an ejection, or its end, to the balancers of the dial.
 func (s *settings) usable(service, id string, usable bool) {
+	for _, b := range s.list() {
+		b.setEjected(service, id, !usable)
+	}
+}
+
+// list returns the balancers of the dial, to call without s.mu held.
+func (s *settings) list() []*rosterBalancer {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	bs := make([]*rosterBalancer, 0, len(s.balancers))
 	for b := range s.balancers {
 		bs = append(bs, b)
 	}
-	s.mu.Unlock()
-	for _, b := range bs {
-		b.setEjected(service, id, !usable)
-	}
+	return bs
 }
 
 type settingsKey struct{}

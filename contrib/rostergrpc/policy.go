@@ -219,13 +219,7 @@ func (s *settings) selectorOptions(service string, strategy selector.Strategy) (
 
 // policyChanged reconfigures the selectors of service in place.
 func (s *settings) policyChanged(service string) {
-	s.mu.Lock()
-	bs := make([]*rosterBalancer, 0, len(s.balancers))
-	for b := range s.balancers {
-		bs = append(bs, b)
-	}
-	s.mu.Unlock()
-	for _, b := range bs {
+	for _, b := range s.list() {
 		if err := b.reconfigure(service); err != nil {
 			s.policies.rejected(service, err)
 		}
