@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	rostergrpc "github.com/roster-go/roster/contrib/rostergrpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -184,4 +185,36 @@ func ExampleWithPolicy() {
 	}
 	fmt.Println(conn.Target())
 	// Output: roster:///inventory
+}
+
+// TestPolicyHashKey: a policy's hash_key names the outgoing metadata
+// key whose value places an RPC under consistent_hash: RPCs of one
+// tenant go to one instance, and tenants spread over the instances.
+func TestPolicyHashKey(t *testing.T) {
+	reg := openMem(t)
+	for _, n := range []string{"a", "b", "c"} {
+		startServer(t, reg, "echo", n, 0)
+	}
+	c := dial(t, reg, "echo", rostergrpc.WithPolicy("echo", policy.Policy{Strategy: "consistent_hash", HashKey: "x-tenant"}))
+	waitAnswered(t, c, "a", "b", "c")
+	used := map[string]bool{}
+	for i := range 30 {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-tenant", fmt.Sprint("tenant-", i))
+		first := ""
+		for range 5 {
+			name, err := call(ctx, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == "" {
+				first = name
+			} else if name != first {
+				t.Fatalf("tenant-%d went to %s then %s", i, first, name)
+			}
+		}
+		used[first] = true
+	}
+	if len(used) < 2 {
+		t.Errorf("30 tenants all went to %v: the key was not read", used)
+	}
 }
