@@ -9,9 +9,10 @@ import (
 )
 
 // SelectorOptions returns the selector options p sets, after validating
-// it: its strategy, filter, split and locality zone. Applied after a
+// it: its strategy, filter, split and locality (zone, region,
+// overprovisioning, panic threshold). Applied after a
 // client's own options (selector.New(append(own, opts...)...)), the
-// strategy, split and zone replace the client's and the filter adds to
+// strategy, split and locality replace the client's and the filter adds to
 // its filters; what p leaves out stays as the client set it.
 //
 // A split of two versions that take every call (v1 80, v2 20) becomes a
@@ -37,8 +38,22 @@ func (p Policy) SelectorOptions() ([]selector.Option, error) {
 		opts = append(opts, selector.WithFilters(selector.Version(a.Version, b.Version)),
 			selector.WithSplit(selector.Split{Route: selector.Route{Version: a.Version}, Percent: a.Percent}))
 	}
-	if l := p.Locality; l != nil && l.Zone != "" {
-		opts = append(opts, selector.WithLocality(l.Zone))
+	if l := p.Locality; l != nil {
+		if l.Zone != "" {
+			opts = append(opts, selector.WithLocality(l.Zone))
+		}
+		if l.Region != "" {
+			opts = append(opts, selector.WithRegion(l.Region))
+		}
+		if l.Overprovisioning != 0 {
+			opts = append(opts, selector.WithOverprovisioning(l.Overprovisioning))
+		}
+		switch {
+		case l.PanicThreshold < 0:
+			opts = append(opts, selector.WithPanicThreshold(0)) // no panic mode
+		case l.PanicThreshold > 0:
+			opts = append(opts, selector.WithPanicThreshold(int(l.PanicThreshold)))
+		}
 	}
 	return opts, nil
 }

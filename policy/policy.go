@@ -85,12 +85,18 @@ type SplitEntry struct {
 // its zone instead.
 type Locality struct {
 	Zone string `json:"zone,omitempty"`
-	// Region, Overprovisioning and PanicThreshold are reserved for the
-	// selector's locality tiers (selector.WithRegion, …), which policies
-	// do not drive yet: Validate rejects them.
-	Region           string  `json:"region,omitempty"`
+	// Region is the caller's region (selector.WithRegion): the other
+	// zones of the region are the second tier. It needs Zone.
+	Region string `json:"region,omitempty"`
+	// Overprovisioning is the factor of the tiers' health, from 1 to
+	// 100 (selector.WithOverprovisioning; 0: the default 1.4).
 	Overprovisioning float64 `json:"overprovisioning,omitempty"`
-	PanicThreshold   float64 `json:"panic_threshold,omitempty"`
+	// PanicThreshold is the usable percentage under which a tier is in
+	// panic, a whole number from 1 to 100, or -1 for no panic mode
+	// (selector.WithPanicThreshold; 0: the client's, default 50).
+	PanicThreshold float64 `json:"panic_threshold,omitempty"`
+	// A selector's locality is fixed when it is built: a change of these
+	// fields, or of Zone, on a service already called is an error.
 }
 
 // Retry says which failed calls are tried again on another instance.
@@ -363,13 +369,16 @@ func (p Policy) Validate() error {
 		if err := name("locality.zone", l.Zone); err != nil {
 			return err
 		}
-		switch {
-		case l.Region != "":
-			return fieldErr("locality.region", "not supported by policies yet (zone only); give the client selector.WithRegion")
-		case l.Overprovisioning != 0:
-			return fieldErr("locality.overprovisioning", "not supported by policies yet; give the client selector.WithOverprovisioning")
-		case l.PanicThreshold != 0:
-			return fieldErr("locality.panic_threshold", "not supported by policies yet; give the client selector.WithPanicThreshold")
+		if err := name("locality.region", l.Region); err != nil {
+			return err
+		}
+		switch pt := l.PanicThreshold; {
+		case l.Region != "" && l.Zone == "":
+			return fieldErr("locality.region", "%q without a zone (want locality.zone too)", l.Region)
+		case l.Overprovisioning != 0 && !(l.Overprovisioning >= 1 && l.Overprovisioning <= 100):
+			return fieldErr("locality.overprovisioning", "%v (want 1 to 100; 0: the default 1.4)", l.Overprovisioning)
+		case pt != 0 && (pt != math.Trunc(pt) || pt < -1 || pt > 100):
+			return fieldErr("locality.panic_threshold", "%v (want a whole number from 1 to 100, or -1 for no panic mode)", pt)
 		}
 	}
 	if r := p.Retry; r != nil {

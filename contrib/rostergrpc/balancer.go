@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -73,6 +72,7 @@ type settings struct {
 	quarantine *middleware.Quarantine
 	classify   middleware.Classifier
 	selOpts    []selector.Option
+	policies   *policies // nil: no policies (a balancer not built by a dial)
 
 	mu        sync.Mutex
 	balancers map[*rosterBalancer]bool
@@ -87,27 +87,40 @@ func newSettings(q *middleware.Quarantine, classify middleware.Classifier, selOp
 // join and leave add and remove a balancer that follows the quarantine.
 func (s *settings) join(b *rosterBalancer) {
 	s.mu.Lock()
+	first := len(s.balancers) == 0
 	s.balancers[b] = true
 	s.mu.Unlock()
+	if first && s.policies != nil {
+		s.policies.start(s.policyChanged)
+	}
 }
 
 func (s *settings) leave(b *rosterBalancer) {
 	s.mu.Lock()
 	delete(s.balancers, b)
+	last := len(s.balancers) == 0
 	s.mu.Unlock()
+	if last && s.policies != nil {
+		s.policies.stop()
+	}
 }
 
 // usable passes an ejection, or its end, to the balancers of the dial.
 func (s *settings) usable(service, id string, usable bool) {
+	for _, b := range s.list() {
+		b.setEjected(service, id, !usable)
+	}
+}
+
+// list returns the balancers of the dial, to call without s.mu held.
+func (s *settings) list() []*rosterBalancer {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	bs := make([]*rosterBalancer, 0, len(s.balancers))
 	for b := range s.balancers {
 		bs = append(bs, b)
 	}
-	s.mu.Unlock()
-	for _, b := range bs {
-		b.setEjected(service, id, !usable)
-	}
+	return bs
 }
 
 type settingsKey struct{}
@@ -127,7 +140,8 @@ type rosterBalancer struct {
 	strategy selector.Strategy
 	sel      *selector.Selector
 	set      *settings
-	selErr   error // the selector options are invalid
+	selErr   error  // the selector options are invalid
+	hashKey  string // the policy's: the metadata key of the affinity key
 
 	conns       map[string]*subConn // by address
 	ejected     map[string]bool     // by instance ID: the quarantine holds it out
@@ -203,15 +217,15 @@ func (b *rosterBalancer) configure(s balancer.ClientConnState) error {
 		strategy = selector.Strategy(c.Strategy)
 	}
 	if b.sel == nil || strategy != b.strategy {
-		opts := b.set.selOpts
-		if strategy != "" {
-			opts = append(slices.Clip(opts), selector.WithStrategy(strategy))
+		opts, key, err := b.set.selectorOptions(b.service, strategy)
+		if err != nil {
+			return fmt.Errorf("rostergrpc: %s: %w", b.service, err)
 		}
 		sel, err := selector.New(opts...)
 		if err != nil {
 			return fmt.Errorf("rostergrpc: %s: %w", b.service, err)
 		}
-		b.sel, b.strategy = sel, strategy
+		b.sel, b.strategy, b.hashKey = sel, strategy, key
 	}
 	return nil
 }
@@ -438,7 +452,7 @@ func (b *rosterBalancer) publish() {
 		// now), so it never picks from a later set.
 		b.state = connectivity.Ready
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.Ready, Picker: &picker{
-			service: b.service, view: b.sel.Picker(), byID: byID, set: b.set, total: b.sel.Len(),
+			service: b.service, view: b.sel.Picker(), byID: byID, set: b.set, total: b.sel.Len(), hashKey: b.hashKey,
 			partial: ready < len(b.conns), connecting: connecting,
 		}})
 	case connecting:
@@ -478,6 +492,7 @@ func (p errPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
 type picker struct {
 	service string
 	view    *selector.Picker
+	hashKey string // the policy's metadata key of the affinity key
 	byID    map[string]balancer.SubConn
 	set     *settings
 	total   int
@@ -497,7 +512,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	// tried one it admits, then any. An instance without a READY
 	// connection is never picked.
 	o := selector.PickOptions{
-		Key:   keyFrom(ctx),
+		Key:   p.key(ctx),
 		Route: routeFrom(ctx),
 		Tried: func(in *registry.Instance) bool { return tr.has(in.ID) },
 		Avoid: func(in *registry.Instance) bool { return !mwhook.Admit(q, p.service, in.ID, p.total) },
@@ -555,4 +570,17 @@ func (a attempt) finish(tr *tried, di balancer.DoneInfo) {
 func (p *picker) notReady(in *registry.Instance) bool {
 	_, ok := p.byID[in.ID]
 	return !ok
+}
+
+// key is the RPC's affinity key: WithKey's, else the metadata key the
+// policy names (hash_key), else x-roster-hash-key.
+func (p *picker) key(ctx context.Context) string {
+	if p.hashKey != "" {
+		if _, ok := ctx.Value(keyCtx{}).(string); !ok {
+			if k := firstValue(ctx, p.hashKey); k != "" {
+				return k
+			}
+		}
+	}
+	return keyFrom(ctx)
 }

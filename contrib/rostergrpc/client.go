@@ -18,6 +18,7 @@ import (
 
 	"github.com/roster-go/roster/internal/mwhook"
 	"github.com/roster-go/roster/middleware"
+	"github.com/roster-go/roster/policy"
 	"github.com/roster-go/roster/registry"
 	"github.com/roster-go/roster/selector"
 )
@@ -65,6 +66,8 @@ type dialConfig struct {
 	selOpts     []selector.Option
 	throttle    middleware.ThrottleConfig
 	idempotent  []string
+	policies    map[string]policy.Policy
+	noStored    bool
 }
 
 // WithSelector adds options to the selector of each service's balancer:
@@ -221,11 +224,16 @@ func codeName(c codes.Code) string {
 // tried. Options given to grpc.NewClient after these win.
 func DialOptions(reg *registry.Registry, opts ...Option) []grpc.DialOption {
 	c := newDialConfig(opts)
+	return dialOptions(reg, c, newPolicies(reg, c.policies, c.noStored))
+}
+
+func dialOptions(reg *registry.Registry, c dialConfig, ps *policies) []grpc.DialOption {
 	js := c.serviceConf
 	if js == "" {
 		js = serviceConfig(c.strategy, c.retries, c.retryCodes...)
 	}
 	set := newSettings(c.quarantine, c.classify, c.selOpts)
+	set.policies = ps
 	st := &starts{}
 	k := &calls{set: set, throttle: mwhook.NewThrottle(c.throttle), attempts: min(c.retries, 5),
 		idempotent: append([]string{healthMethods}, c.idempotent...)}
@@ -256,12 +264,25 @@ func newDialConfig(opts []Option) dialConfig {
 // grpc.WithTransportCredentials in extra. It fails on invalid selector
 // options (WithSelector), with an error wrapping registry.ErrInvalid.
 func NewClient(reg *registry.Registry, service string, opts []Option, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	if c := newDialConfig(opts); len(c.selOpts) > 0 {
+	c := newDialConfig(opts)
+	if len(c.selOpts) > 0 {
 		if _, err := selector.New(c.selOpts...); err != nil {
 			return nil, fmt.Errorf("rostergrpc: WithSelector: %w", err)
 		}
 	}
-	return grpc.NewClient(Target(service), append(DialOptions(reg, opts...), extra...)...)
+	for name, p := range c.policies {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("rostergrpc: WithPolicy(%q): %w", name, err)
+		}
+	}
+	ps := newPolicies(reg, c.policies, c.noStored)
+	ps.readStored(service)
+	// The policy's retry attempts go into the channel's service config,
+	// read once: gRPC retries per channel.
+	if p, ok := ps.of(service); ok && p.Retry != nil && p.Retry.Attempts > 0 {
+		c.retries = p.Retry.Attempts
+	}
+	return grpc.NewClient(Target(service), append(dialOptions(reg, c, ps), extra...)...)
 }
 
 // settingsResolver hands the dial's settings to the balancer through the
