@@ -83,7 +83,13 @@ func listenXDS(c Config) (net.Listener, error) {
 		if path == "" {
 			return nil, fmt.Errorf("%w: agent: Config.XDS %q: no socket path", registry.ErrInvalid, c.XDS)
 		}
-		_ = os.Remove(path) // a socket left by an earlier run
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			if conn, err := net.Dial("unix", path); err == nil {
+				conn.Close()
+				return nil, fmt.Errorf("agent: Config.XDS %q: another process serves on it", c.XDS)
+			}
+			_ = os.Remove(path) // a socket left by an agent that died; never another file
+		}
 		return net.Listen("unix", path)
 	}
 	host, _, err := net.SplitHostPort(c.XDS)
@@ -112,12 +118,16 @@ func (a *Agent) startXDS(ln net.Listener) *xds {
 		Caches:        caches,
 	}
 	cb := xdsserver.CallbackFuncs{
-		StreamOpenFunc:         x.open,
-		StreamClosedFunc:       func(id int64, _ *core.Node) { x.close(id) },
-		DeltaStreamOpenFunc:    x.open,
-		DeltaStreamClosedFunc:  func(id int64, _ *core.Node) { x.close(id) },
-		StreamRequestFunc:      func(id int64, r *discovery.DiscoveryRequest) error { return x.request(id, r.GetTypeUrl(), r.GetResourceNames()) },
-		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error { return x.request(id, r.GetTypeUrl(), r.GetResourceNamesSubscribe()) },
+		StreamOpenFunc:        x.open,
+		StreamClosedFunc:      func(id int64, _ *core.Node) { x.close(id) },
+		DeltaStreamOpenFunc:   x.open,
+		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { x.close(id) },
+		StreamRequestFunc: func(id int64, r *discovery.DiscoveryRequest) error {
+			return x.request(id, r.GetTypeUrl(), r.GetResourceNames())
+		},
+		StreamDeltaRequestFunc: func(id int64, r *discovery.DeltaDiscoveryRequest) error {
+			return x.request(id, r.GetTypeUrl(), r.GetResourceNamesSubscribe())
+		},
 		FetchRequestFunc: func(context.Context, *discovery.DiscoveryRequest) error {
 			return status.Error(codes.Unimplemented, "agent: xDS: only streams are served")
 		},

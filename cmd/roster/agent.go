@@ -40,6 +40,9 @@ type agentFlags struct {
 	// The agent's bounds, agent.Config's fields of the same names.
 	readTimeout, writeTimeout, idleTimeout, serviceIdle time.Duration
 	maxConns, maxServices, maxTokens                    int
+	// The xDS server, agent.Config's XDS and XDSAllowRemote.
+	xds            string
+	xdsAllowRemote bool
 }
 
 // config is the agent.Config the flags describe.
@@ -48,7 +51,8 @@ func (fl agentFlags) config(reg *registry.Registry) agent.Config {
 		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir,
 		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
 		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle,
-		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region}
+		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region,
+		XDS: fl.xds, XDSAllowRemote: fl.xdsAllowRemote}
 }
 
 func newAgent() *cobra.Command {
@@ -111,6 +115,8 @@ See docs/agent.md for the API.`,
 	f.BoolVar(&fl.instMetrics, "instance-metrics", false, "add /metrics series by instance ID, ended when an instance leaves")
 	durationVar(f, &fl.serviceIdle, "service-idle", 5*time.Minute, time.Second, 24*time.Hour,
 		"how long a service no pick or long poll asked for stays followed")
+	f.StringVar(&fl.xds, "xds", "", "serve xDS (ADS) for Envoy and proxyless gRPC on loopback ip:port or unix:/path (default: off)")
+	f.BoolVar(&fl.xdsAllowRemote, "xds-allow-remote", false, "let --xds listen on an address other hosts reach (the xDS server has no authentication)")
 	return cmd, &fl
 }
 
@@ -123,6 +129,12 @@ func (fl agentFlags) validate() ([]agent.Template, error) {
 	}
 	if err := checkPassEnv(fl.passEnv); err != nil {
 		return nil, err
+	}
+	if fl.xds != "" && !fl.xdsAllowRemote && !strings.HasPrefix(fl.xds, "unix:") {
+		host, _, err := net.SplitHostPort(fl.xds)
+		if ip := net.ParseIP(host); err != nil || host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, fmt.Errorf("%w: --xds %q is not a loopback ip:port or unix:/path (--xds-allow-remote serves other hosts)", registry.ErrInvalid, fl.xds)
+		}
 	}
 	if fl.exec != "" && len(fl.templates) == 0 {
 		return nil, fmt.Errorf("%w: --exec needs at least one --template", registry.ErrInvalid)
@@ -198,6 +210,9 @@ func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *
 		url = "unix:" + ln.Addr().String()
 	}
 	fmt.Fprintf(out, "roster agent: listening on %s, registry %s\n", url, reg)
+	if x := a.XDSAddr(); x != nil {
+		fmt.Fprintf(out, "roster agent: xDS on %s:%s\n", x.Network(), x)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// SIGHUP reloads, as it does nginx; by Go's default it would kill the
