@@ -49,6 +49,8 @@ const (
 	// xdsRefresh is how often quarantines are looked at again: they move
 	// with the calls reported, not with registry changes.
 	xdsRefresh = time.Second
+	// xdsFirstWait bounds the wait for a new service's first list.
+	xdsFirstWait = 2 * time.Second
 )
 
 // xdsTypes are the resource types served; any other closes the stream.
@@ -66,7 +68,9 @@ type xds struct {
 
 	mu   sync.Mutex
 	held map[int64]map[string]func() // stream → service → release of its view
-	last map[string]xdsSet           // name → resources last pushed
+
+	pushMu sync.Mutex        // one refresh at a time
+	last   map[string]xdsSet // name → resources last pushed; guarded by pushMu
 }
 
 // xdsSet is the four resources of one name.
@@ -207,10 +211,16 @@ func (x *xds) request(id int64, typeURL string, names []string) error {
 		if have {
 			continue
 		}
-		_, release, err := x.a.holdView(svc)
+		v, release, err := x.a.holdView(svc)
 		if err != nil {
 			continue // MaxServices reached, or closing: the name stays unanswered
 		}
+		// Wait (bounded) for the registry's first list, so that the
+		// first answer has the resource: state of the world reads a
+		// listener or cluster missing from an answer as deleted.
+		ctx, cancel := context.WithTimeout(x.a.ctx, xdsFirstWait)
+		_, _ = v.wait(ctx, 0)
+		cancel()
 		x.mu.Lock()
 		if _, open := x.held[id]; open && x.held[id][svc] == nil {
 			x.held[id][svc] = release
@@ -223,7 +233,7 @@ func (x *xds) request(id int64, typeURL string, names []string) error {
 		added = true
 	}
 	if added {
-		x.poke()
+		x.refresh() // before the server looks at the caches for this request
 	}
 	return nil
 }
@@ -281,6 +291,8 @@ func (x *xds) names() map[string]bool {
 // refresh builds the resources of every name asked for and pushes those
 // that changed; it deletes those of services no stream asks for.
 func (x *xds) refresh() {
+	x.pushMu.Lock()
+	defer x.pushMu.Unlock()
 	svcs := x.names()
 	want := map[string]xdsSet{}
 	for svc := range svcs {
