@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -84,6 +85,15 @@ type Config struct {
 	// service list, for the console's catalog and to tell it is up
 	// (default 5 seconds).
 	ProbeInterval time.Duration
+
+	// XDS is the address of the xDS (ADS) server for Envoy and
+	// proxyless gRPC: host:port or unix:/path (default empty: off). It
+	// must be a loopback address or a Unix socket unless XDSAllowRemote
+	// is set: the agent serves its host. XDSMaxStreams caps the xDS
+	// streams open at a time (default 1024). See docs/agent.md.
+	XDS            string
+	XDSAllowRemote bool
+	XDSMaxStreams  int
 }
 
 func (c Config) withDefaults() Config {
@@ -116,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProbeInterval <= 0 {
 		c.ProbeInterval = 5 * time.Second
+	}
+	if c.XDSMaxStreams <= 0 {
+		c.XDSMaxStreams = 1024
 	}
 	return c
 }
@@ -150,6 +163,7 @@ type Agent struct {
 	health  *health
 	history *history
 	act     actioner
+	xds     *xds // nil unless Config.XDS
 }
 
 // errTooMany is returned when a bound of the Config is reached.
@@ -171,8 +185,19 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.checkLocality(); err != nil {
 		return nil, err
 	}
+	var xdsLn net.Listener
+	if cfg.XDS != "" {
+		ln, err := listenXDS(cfg)
+		if err != nil {
+			return nil, err
+		}
+		xdsLn = ln
+	}
 	m, err := newMetrics()
 	if err != nil {
+		if xdsLn != nil {
+			xdsLn.Close()
+		}
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -191,6 +216,9 @@ func New(cfg Config) (*Agent, error) {
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.evictIdle(ctx) }()
 	a.routes()
+	if xdsLn != nil {
+		a.xds = a.startXDS(xdsLn)
+	}
 	return a, nil
 }
 
@@ -217,6 +245,9 @@ func (a *Agent) Close() error {
 	a.locals, a.views, a.clients = map[string]*local{}, map[string]*view{}, map[selector.Strategy]*middleware.Client{}
 	a.quarantines = map[selector.Strategy]*middleware.Quarantine{}
 	a.mu.Unlock()
+	if a.xds != nil {
+		a.xds.stop()
+	}
 	var errs []error
 	for _, l := range locals {
 		errs = append(errs, l.stop(context.Background()))

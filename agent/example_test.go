@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -40,4 +41,24 @@ func Example() {
 	// Output:
 	// 10.0.0.1:80
 	// 204
+}
+
+// An agent that also serves xDS (ADS) to Envoy and proxyless gRPC on a
+// free loopback port: a gRPC client dials xds:///<service> with a
+// bootstrap file naming this address.
+func ExampleConfig_xds() {
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	a, err := agent.New(agent.Config{Registry: reg, XDS: "127.0.0.1:0"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer a.Close()
+	fmt.Println(a.XDSAddr().Network())
+	_, err = agent.New(agent.Config{Registry: reg, XDS: "0.0.0.0:18000"})
+	fmt.Println(errors.Is(err, registry.ErrInvalid))
+	// Output:
+	// tcp
+	// true
 }

@@ -41,6 +41,10 @@ type agentFlags struct {
 	readTimeout, writeTimeout, idleTimeout, serviceIdle time.Duration
 	maxConns, maxServices, maxTokens                    int
 	allowActions                                        bool
+
+	// The xDS server, agent.Config's XDS and XDSAllowRemote.
+	xds            string
+	xdsAllowRemote bool
 }
 
 // config is the agent.Config the flags describe.
@@ -49,7 +53,8 @@ func (fl agentFlags) config(reg *registry.Registry) agent.Config {
 		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir,
 		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
 		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle,
-		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region, AllowActions: fl.allowActions}
+		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region, AllowActions: fl.allowActions,
+		XDS: fl.xds, XDSAllowRemote: fl.xdsAllowRemote}
 }
 
 func newAgent() *cobra.Command {
@@ -115,6 +120,9 @@ See docs/agent.md for the API.`,
 		"how long a service no pick or long poll asked for stays followed")
 	f.BoolVar(&fl.allowActions, "allow-actions", false,
 		"let the console and POST /v1/actions/* drain, weigh, maintain, restore and deregister instances (same-origin only)")
+
+	f.StringVar(&fl.xds, "xds", "", "serve xDS (ADS) for Envoy and proxyless gRPC on loopback ip:port or unix:/path (default: off)")
+	f.BoolVar(&fl.xdsAllowRemote, "xds-allow-remote", false, "let --xds listen on an address other hosts reach (the xDS server has no authentication)")
 	return cmd, &fl
 }
 
@@ -127,6 +135,12 @@ func (fl agentFlags) validate() ([]agent.Template, error) {
 	}
 	if err := checkPassEnv(fl.passEnv); err != nil {
 		return nil, err
+	}
+	if fl.xds != "" && !fl.xdsAllowRemote && !strings.HasPrefix(fl.xds, "unix:") {
+		host, _, err := net.SplitHostPort(fl.xds)
+		if ip := net.ParseIP(host); err != nil || host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return nil, fmt.Errorf("%w: --xds %q is not a loopback ip:port or unix:/path (--xds-allow-remote serves other hosts)", registry.ErrInvalid, fl.xds)
+		}
 	}
 	if fl.exec != "" && len(fl.templates) == 0 {
 		return nil, fmt.Errorf("%w: --exec needs at least one --template", registry.ErrInvalid)
@@ -202,6 +216,9 @@ func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *
 		url = "unix:" + ln.Addr().String()
 	}
 	fmt.Fprintf(out, "roster agent: listening on %s, registry %s\n", url, reg)
+	if x := a.XDSAddr(); x != nil {
+		fmt.Fprintf(out, "roster agent: xDS on %s:%s\n", x.Network(), x)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// SIGHUP reloads, as it does nginx; by Go's default it would kill the
