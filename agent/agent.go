@@ -71,6 +71,19 @@ type Config struct {
 	WriteTimeout time.Duration
 	IdleTimeout  time.Duration
 	MaxConns     int
+
+	// DNS is the address (host:port, UDP and TCP) of a DNS server of the
+	// usable instances; empty: none. See docs/agent.md section "DNS".
+	// It must be a loopback address unless DNSAllowRemote is set.
+	DNS            string
+	DNSAllowRemote bool
+	// DNSDomain is the domain the DNS server answers for (default
+	// "roster."); DNSTTL the TTL of its records (default 5 seconds, at
+	// most an hour); DNSRate the queries per second one source address
+	// may send (default 2000; negative: no limit).
+	DNSDomain string
+	DNSTTL    time.Duration
+	DNSRate   int
 }
 
 func (c Config) withDefaults() Config {
@@ -124,6 +137,8 @@ type Agent struct {
 	locals      map[string]*local
 	reserved    int      // registrations under way, counted against MaxServices
 	svcList     []string // last answer of the registry's service list
+
+	dns *dnsServer // nil without Config.DNS
 }
 
 // errTooMany is returned when a bound of the Config is reached.
@@ -145,6 +160,9 @@ func New(cfg Config) (*Agent, error) {
 	if err := cfg.checkLocality(); err != nil {
 		return nil, err
 	}
+	if err := cfg.checkDNS(); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics()
 	if err != nil {
 		return nil, err
@@ -160,6 +178,12 @@ func New(cfg Config) (*Agent, error) {
 	a.wg.Add(1)
 	go func() { defer a.wg.Done(); a.evictIdle(ctx) }()
 	a.routes()
+	if cfg.DNS != "" {
+		if a.dns, err = startDNS(a); err != nil {
+			_ = a.Close()
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -186,6 +210,9 @@ func (a *Agent) Close() error {
 	a.locals, a.views, a.clients = map[string]*local{}, map[string]*view{}, map[selector.Strategy]*middleware.Client{}
 	a.quarantines = map[selector.Strategy]*middleware.Quarantine{}
 	a.mu.Unlock()
+	if a.dns != nil {
+		a.dns.stop()
+	}
 	var errs []error
 	for _, l := range locals {
 		errs = append(errs, l.stop(context.Background()))

@@ -67,6 +67,9 @@ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || 
 # layout=curator test against Curator's own code.
 [ -f /usr/share/java/curator-x-discovery.jar ] || lean+=(libcurator-discovery-java)
 command -v javac >/dev/null 2>&1 || lean+=(default-jdk-headless)
+# dig and Python's dnspython, for roster agent's DNS tests.
+command -v dig >/dev/null 2>&1 || lean+=(dnsutils)
+/usr/bin/python3 -c 'import dns.resolver' >/dev/null 2>&1 || lean+=(python3-dnspython)
 if [ $((${#missing[@]} + ${#lean[@]})) -gt 0 ]; then
 	echo "== installing ${missing[*]} ${lean[*]} (apt)"
 	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
