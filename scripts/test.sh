@@ -124,6 +124,8 @@ go test -run '^$' -fuzz FuzzDecodeStored -fuzztime 100000x ./internal/backend
 go test -run '^$' -fuzz FuzzDecodeArticle -fuzztime 100000x ./backends/redis
 # roster agent's HTTP API: any body or query is answered, never a 500.
 go test -run '^$' -fuzz FuzzAPI -fuzztime 40000x ./agent
+go test -run '^$' -fuzz 'FuzzDNSName$' -fuzztime 300000x ./agent
+go test -run '^$' -fuzz 'FuzzDNSPacket$' -fuzztime 20000x ./agent
 
 echo "== bench module (kratos/go-kit comparison) compiles"
 (cd bench && go vet ./...)
