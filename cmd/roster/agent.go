@@ -40,6 +40,11 @@ type agentFlags struct {
 	// The agent's bounds, agent.Config's fields of the same names.
 	readTimeout, writeTimeout, idleTimeout, serviceIdle time.Duration
 	maxConns, maxServices, maxTokens                    int
+	// The DNS listener, agent.Config's DNS fields.
+	dns, dnsDomain string
+	dnsTTL         time.Duration
+	dnsRemote      bool
+	dnsRate        int
 }
 
 // config is the agent.Config the flags describe.
@@ -48,7 +53,8 @@ func (fl agentFlags) config(reg *registry.Registry) agent.Config {
 		MaxStaleness: fl.maxStale, SnapshotDir: fl.snapshotDir,
 		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
 		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle,
-		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region}
+		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region,
+		DNS: fl.dns, DNSDomain: fl.dnsDomain, DNSTTL: fl.dnsTTL, DNSAllowRemote: fl.dnsRemote, DNSRate: fl.dnsRate}
 }
 
 func newAgent() *cobra.Command {
@@ -111,6 +117,11 @@ See docs/agent.md for the API.`,
 	f.BoolVar(&fl.instMetrics, "instance-metrics", false, "add /metrics series by instance ID, ended when an instance leaves")
 	durationVar(f, &fl.serviceIdle, "service-idle", 5*time.Minute, time.Second, 24*time.Hour,
 		"how long a service no pick or long poll asked for stays followed")
+	f.StringVar(&fl.dns, "dns", "", "serve the usable instances over DNS (UDP and TCP) at this loopback ip:port, e.g. 127.0.0.1:8600")
+	f.StringVar(&fl.dnsDomain, "dns-domain", agent.DefaultDNSDomain, "the domain --dns answers for: <service>.<domain>")
+	durationVar(f, &fl.dnsTTL, "dns-ttl", agent.DefaultDNSTTL, time.Second, time.Hour, "TTL of the --dns records")
+	f.BoolVar(&fl.dnsRemote, "dns-allow-remote", false, "let --dns take an address that is not loopback (no authentication: see docs/security.md)")
+	intVar(f, &fl.dnsRate, "dns-rate", agent.DefaultDNSRate, -1, 1<<24, "DNS queries per second one source may send (-1: no limit)")
 	return cmd, &fl
 }
 
@@ -198,6 +209,9 @@ func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *
 		url = "unix:" + ln.Addr().String()
 	}
 	fmt.Fprintf(out, "roster agent: listening on %s, registry %s\n", url, reg)
+	if d := a.DNSAddr(); d != nil {
+		fmt.Fprintf(out, "roster agent: DNS on %s (udp and tcp)\n", d)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// SIGHUP reloads, as it does nginx; by Go's default it would kill the
