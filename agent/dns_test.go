@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os/exec"
 	"slices"
@@ -429,4 +430,27 @@ func TestDNSRateLimit(t *testing.T) {
 	if r, _, err := u.Exchange(new(dns.Msg).SetQuestion("api.roster.", dns.TypeA), addr); err == nil {
 		t.Errorf("UDP past the rate: rcode %s, want silence", dns.RcodeToString[r.Rcode])
 	}
+}
+
+// An agent with Config.DNS answers DNS queries for its services.
+func ExampleAgent_DNSAddr() {
+	ctx := context.Background()
+	reg := registry.New(memory.NewDriver(memory.NewServer()))
+	defer reg.Close()
+	if _, err := reg.Register(ctx, registry.Instance{Service: "api", Address: "10.0.0.5:8080"}); err != nil {
+		panic(err)
+	}
+	a, err := agent.New(agent.Config{Registry: reg, DNS: "127.0.0.1:0"})
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close()
+	c := &dns.Client{Net: "udp"}
+	r, _, err := c.Exchange(new(dns.Msg).SetQuestion("_http._tcp.api.roster.", dns.TypeSRV), a.DNSAddr().String())
+	if err != nil {
+		panic(err)
+	}
+	srv := r.Answer[0].(*dns.SRV)
+	fmt.Println(srv.Port, srv.Target)
+	// Output: 8080 0a000005.addr.roster.
 }
