@@ -94,6 +94,19 @@ type Config struct {
 	XDS            string
 	XDSAllowRemote bool
 	XDSMaxStreams  int
+
+	// DNS is the address (host:port, UDP and TCP) of a DNS server of the
+	// usable instances; empty: none. See docs/agent.md section "DNS".
+	// It must be a loopback address unless DNSAllowRemote is set.
+	DNS            string
+	DNSAllowRemote bool
+	// DNSDomain is the domain the DNS server answers for (default
+	// "roster."); DNSTTL the TTL of its records (default 5 seconds, at
+	// most an hour); DNSRate the queries per second one source address
+	// may send (default 2000; negative: no limit).
+	DNSDomain string
+	DNSTTL    time.Duration
+	DNSRate   int
 }
 
 func (c Config) withDefaults() Config {
@@ -163,7 +176,8 @@ type Agent struct {
 	health  *health
 	history *history
 	act     actioner
-	xds     *xds // nil unless Config.XDS
+	xds     *xds       // nil unless Config.XDS
+	dns     *dnsServer // nil without Config.DNS
 }
 
 // errTooMany is returned when a bound of the Config is reached.
@@ -193,6 +207,9 @@ func New(cfg Config) (*Agent, error) {
 		}
 		xdsLn = ln
 	}
+	if err := cfg.checkDNS(); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics()
 	if err != nil {
 		if xdsLn != nil {
@@ -218,6 +235,12 @@ func New(cfg Config) (*Agent, error) {
 	a.routes()
 	if xdsLn != nil {
 		a.xds = a.startXDS(xdsLn)
+	}
+	if cfg.DNS != "" {
+		if a.dns, err = startDNS(a); err != nil {
+			_ = a.Close()
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -247,6 +270,9 @@ func (a *Agent) Close() error {
 	a.mu.Unlock()
 	if a.xds != nil {
 		a.xds.stop()
+	}
+	if a.dns != nil {
+		a.dns.stop()
 	}
 	var errs []error
 	for _, l := range locals {

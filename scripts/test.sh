@@ -67,6 +67,9 @@ command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || 
 # layout=curator test against Curator's own code.
 [ -f /usr/share/java/curator-x-discovery.jar ] || lean+=(libcurator-discovery-java)
 command -v javac >/dev/null 2>&1 || lean+=(default-jdk-headless)
+# dig and Python's dnspython, for roster agent's DNS tests.
+command -v dig >/dev/null 2>&1 || lean+=(dnsutils)
+/usr/bin/python3 -c 'import dns.resolver' >/dev/null 2>&1 || lean+=(python3-dnspython)
 if [ $((${#missing[@]} + ${#lean[@]})) -gt 0 ]; then
 	echo "== installing ${missing[*]} ${lean[*]} (apt)"
 	SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -122,6 +125,8 @@ go test -run '^$' -fuzz FuzzDecodeStored -fuzztime 100000x ./internal/backend
 go test -run '^$' -fuzz FuzzDecodeArticle -fuzztime 100000x ./backends/redis
 # roster agent's HTTP API: any body or query is answered, never a 500.
 go test -run '^$' -fuzz FuzzAPI -fuzztime 40000x ./agent
+go test -run '^$' -fuzz 'FuzzDNSName$' -fuzztime 300000x ./agent
+go test -run '^$' -fuzz 'FuzzDNSPacket$' -fuzztime 20000x ./agent
 
 echo "== bench module (kratos/go-kit comparison) compiles"
 (cd bench && go vet ./...)

@@ -45,6 +45,12 @@ type agentFlags struct {
 	// The xDS server, agent.Config's XDS and XDSAllowRemote.
 	xds            string
 	xdsAllowRemote bool
+
+	// The DNS listener, agent.Config's DNS fields.
+	dns, dnsDomain string
+	dnsTTL         time.Duration
+	dnsRemote      bool
+	dnsRate        int
 }
 
 // config is the agent.Config the flags describe.
@@ -54,7 +60,8 @@ func (fl agentFlags) config(reg *registry.Registry) agent.Config {
 		ReadTimeout: fl.readTimeout, WriteTimeout: fl.writeTimeout, IdleTimeout: fl.idleTimeout,
 		MaxConns: fl.maxConns, MaxServices: fl.maxServices, MaxTokens: fl.maxTokens, ServiceIdle: fl.serviceIdle,
 		InstanceMetrics: fl.instMetrics, Zone: fl.zone, Region: fl.region, AllowActions: fl.allowActions,
-		XDS: fl.xds, XDSAllowRemote: fl.xdsAllowRemote}
+		XDS: fl.xds, XDSAllowRemote: fl.xdsAllowRemote,
+		DNS: fl.dns, DNSDomain: fl.dnsDomain, DNSTTL: fl.dnsTTL, DNSAllowRemote: fl.dnsRemote, DNSRate: fl.dnsRate}
 }
 
 func newAgent() *cobra.Command {
@@ -123,6 +130,12 @@ See docs/agent.md for the API.`,
 
 	f.StringVar(&fl.xds, "xds", "", "serve xDS (ADS) for Envoy and proxyless gRPC on loopback ip:port or unix:/path (default: off)")
 	f.BoolVar(&fl.xdsAllowRemote, "xds-allow-remote", false, "let --xds listen on an address other hosts reach (the xDS server has no authentication)")
+
+	f.StringVar(&fl.dns, "dns", "", "serve the usable instances over DNS (UDP and TCP) at this loopback ip:port, e.g. 127.0.0.1:8600")
+	f.StringVar(&fl.dnsDomain, "dns-domain", agent.DefaultDNSDomain, "the domain --dns answers for: <service>.<domain>")
+	durationVar(f, &fl.dnsTTL, "dns-ttl", agent.DefaultDNSTTL, time.Second, time.Hour, "TTL of the --dns records")
+	f.BoolVar(&fl.dnsRemote, "dns-allow-remote", false, "let --dns take an address that is not loopback (no authentication: see docs/security.md)")
+	intVar(f, &fl.dnsRate, "dns-rate", agent.DefaultDNSRate, -1, 1<<24, "DNS queries per second one source may send (-1: no limit)")
 	return cmd, &fl
 }
 
@@ -218,6 +231,9 @@ func serveAgent(ctx context.Context, out, errOut io.Writer, ln net.Listener, a *
 	fmt.Fprintf(out, "roster agent: listening on %s, registry %s\n", url, reg)
 	if x := a.XDSAddr(); x != nil {
 		fmt.Fprintf(out, "roster agent: xDS on %s:%s\n", x.Network(), x)
+	}
+	if d := a.DNSAddr(); d != nil {
+		fmt.Fprintf(out, "roster agent: DNS on %s (udp and tcp)\n", d)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
