@@ -5,7 +5,9 @@
 #   - ZooKeeper 3.8 from Debian's zookeeper package (apt-get, with its Java
 #     runtime) when it is missing; tests run it as a plain JVM process;
 #   - php-cli, php-curl, python3, chromium, nginx and prometheus likewise
-#     (roster agent's example clients, dashboard, template and metrics tests);
+#     (roster agent's example clients, console, template and metrics tests),
+#     dig and python3-dnspython (its DNS tests), Curator and a JDK (the
+#     ZooKeeper backend's layout=curator test);
 #   - a Consul agent (v1.13.9, MPL-2.0) built once from the Go module proxy
 #     into $ROSTER_CACHE (default ~/.cache/roster), reused afterwards;
 #   - kube-apiserver and kube-controller-manager v1.34.2 (Apache-2.0),
