@@ -13,8 +13,14 @@ import (
 
 	"github.com/roster-go/roster/agent"
 	_ "github.com/roster-go/roster/backends/consul"
+	_ "github.com/roster-go/roster/backends/kubernetes"
+	_ "github.com/roster-go/roster/backends/nats"
+	_ "github.com/roster-go/roster/backends/zookeeper"
 	"github.com/roster-go/roster/internal/servers/consultest"
+	"github.com/roster-go/roster/internal/servers/kubetest"
+	"github.com/roster-go/roster/internal/servers/natstest"
 	"github.com/roster-go/roster/internal/servers/redistest"
+	"github.com/roster-go/roster/internal/servers/zktest"
 	"github.com/roster-go/roster/registry"
 )
 
@@ -162,13 +168,37 @@ func startConsul(t *testing.T) backend {
 	return backend{url: a.URL("wait=5s"), kill: a.Stop}
 }
 
-// TestActionsThroughOverrides, on real Redis, etcd and Consul: drain, weight,
+// The other registering backends, for the actions: servers of their own,
+// stopped at the end of the test.
+func startZK(t *testing.T) backend {
+	return backend{url: zktest.Start(t).URL("/agent-actions", "session_timeout=3s")}
+}
+
+func startNATS(t *testing.T) backend {
+	return backend{url: natstest.Start(t).URL("bucket=agent-actions")}
+}
+
+func startKube(t *testing.T) backend {
+	srv, err := kubetest.Start(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	u, err := srv.URL(srv.Addr(), "default", "sweep_interval=1s", "request_timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return backend{url: u}
+}
+
+// TestActionsThroughOverrides, on every registering backend: drain, weight,
 // maintenance, restore and deregister an instance another process
 // registered. Drain takes it out of picks within a second while it stays
 // registered; maintenance leaves it out of the list while its owner
 // heartbeats; deregister removes it for good. Each action is logged.
 func TestActionsThroughOverrides(t *testing.T) {
-	for name, start := range map[string]func(*testing.T) backend{"redis": startRedis, "etcd": startEtcd, "consul": startConsul} {
+	for name, start := range map[string]func(*testing.T) backend{"redis": startRedis, "etcd": startEtcd, "consul": startConsul,
+		"zookeeper": startZK, "nats": startNATS, "kubernetes": startKube} {
 		t.Run(name, func(t *testing.T) { testActionsThroughOverrides(t, start(t)) })
 	}
 }
