@@ -80,7 +80,9 @@ final class RosterAgent
         if (!$list) {
             throw new RuntimeException("roster agent unreachable (status $status) and no saved instance of $service matches " . json_encode(array_diff_key($opts, ['strategy' => 0, 'key' => 0])));
         }
-        $in = self::weightedRandom($list);
+        // A retry goes to an instance not tried yet while there is one.
+        $fresh = array_values(array_filter($list, fn($in) => !in_array($in['id'] ?? null, (array)($opts['tried'] ?? []), true)));
+        $in = self::weightedRandom($fresh ?: $list);
         return ['instance' => $in, 'endpoint' => self::endpoint($in, (string)($opts['endpoint'] ?? '')), 'token' => null, 'fallback' => true];
     }
 
@@ -139,8 +141,9 @@ final class RosterAgent
     public function call(string $service, callable $call, array $opts = [], int $attempts = 3): mixed
     {
         $last = null;
+        $tried = []; // the agent sends a retry to an instance not tried yet
         for ($i = 0; $i < $attempts; $i++) {
-            $p = $this->pick($service, $opts);
+            $p = $this->pick($service, $tried ? $opts + ['tried' => $tried] : $opts);
             $start = hrtime(true);
             try {
                 $result = $call(['address' => $p['endpoint']['address']] + $p['instance']);
@@ -149,6 +152,9 @@ final class RosterAgent
             } catch (Throwable $e) {
                 $this->report($p['token'], 'failure', (hrtime(true) - $start) / 1e6);
                 $last = $e;
+                if (isset($p['instance']['id'])) {
+                    $tried[] = $p['instance']['id'];
+                }
             }
         }
         throw $last;

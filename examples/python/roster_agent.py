@@ -144,6 +144,8 @@ class RosterAgent:
         if not instances:
             raise RuntimeError("roster agent unreachable (status %d) and no saved instance of %s matches %s"
                                % (status, service, {k: v for k, v in opts.items() if k not in ("strategy", "key")}))
+        # A retry goes to an instance not tried yet while there is one.
+        instances = [i for i in instances if i.get("id") not in opts.get("tried", ())] or instances
         weights = [max(0, int(i.get("weight", 0))) for i in instances]
         if sum(weights) == 0:
             chosen = random.choice(instances)
@@ -158,14 +160,17 @@ class RosterAgent:
     def call(self, service, fn, attempts=3, **opts):
         """Runs fn(instance), retrying on another instance when it raises."""
         last = None
+        tried = []  # the agent sends a retry to an instance not tried yet
         for _ in range(attempts):
-            instance, token, _ = self.pick(service, **opts)
+            instance, token, _ = self.pick(service, **dict(opts, tried=tried) if tried else opts)
             start = time.perf_counter()
             try:
                 result = fn(instance)
             except Exception as e:  # the instance failed: report it, try another
                 self.report(token, "failure", (time.perf_counter() - start) * 1000)
                 last = e
+                if instance.get("id"):
+                    tried.append(instance["id"])
                 continue
             self.report(token, "success", (time.perf_counter() - start) * 1000)
             return instance, result
