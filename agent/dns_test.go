@@ -47,7 +47,7 @@ func needDig(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("dig")
 	if err != nil {
-		t.Skip("dig not installed (apt-get install dnsutils)")
+		t.Fatal("dig not installed: scripts/test.sh installs it (apt-get install dnsutils)")
 	}
 	return p
 }
@@ -225,7 +225,7 @@ func TestDNSPython(t *testing.T) {
 		}
 	}
 	if python == "" {
-		t.Skip("python3 with dnspython not installed (apt-get install python3-dnspython)")
+		t.Fatal("python3 with dnspython not installed: scripts/test.sh installs it (apt-get install python3-dnspython)")
 	}
 	f, addr := newDNSFixture(t, agent.Config{})
 	f.register(registry.Instance{ID: "a", Service: "pay", Address: "10.0.0.7:80",

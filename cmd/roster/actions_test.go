@@ -68,7 +68,7 @@ func testActionCommands(t *testing.T, url string) {
 	}
 	defer owner.Close()
 	if _, err := owner.Records(); errors.Is(err, errors.ErrUnsupported) {
-		t.Skipf("the backend keeps no records yet: %v", err)
+		t.Fatalf("every backend of this test keeps records: %v", err)
 	}
 	reader, err := registry.Open(ctx, url)
 	if err != nil {
